@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Rust mirror of `uapi/gpunvme.h` and the checks every ioctl argument gets.
+//!
+//! The header is the source of truth; `rust/uapi_layout.c` publishes the C
+//! compiler's view of it and the KUnit test below compares the two.
+
+use kernel::{
+    ioctl::_IOWR,
+    prelude::*,
+    transmute::{AsBytes, FromBytes},
+};
+
+pub(crate) const UAPI_VERSION: u32 = 1;
+pub(crate) const IOC_MAGIC: u32 = 0xB7;
+pub(crate) const BDF_LEN: usize = 16;
+
+/// `struct gpunvme_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Info {
+    pub(crate) size: u32,
+    pub(crate) version: u32,
+    pub(crate) cap: u64,
+    pub(crate) vs: u32,
+    pub(crate) pci_vendor: u16,
+    pub(crate) pci_device: u16,
+    pub(crate) max_queue_entries: u32,
+    pub(crate) doorbell_stride: u32,
+    pub(crate) ready_timeout_ms: u32,
+    pub(crate) pad0: u32,
+    pub(crate) bdf: [u8; BDF_LEN],
+    pub(crate) reserved: [u64; 8],
+}
+
+// SAFETY: `Info` is `repr(C)` of integers and integer arrays only, with every
+// padding byte spelled out as a field: any bit pattern is valid.
+unsafe impl FromBytes for Info {}
+// SAFETY: as above, `Info` has no implicit padding, so all its bytes are initialized.
+unsafe impl AsBytes for Info {}
+
+pub(crate) const IOC_GET_INFO: u32 = _IOWR::<Info>(IOC_MAGIC, 0x00);
+
+/// Why an ioctl argument header was refused; the caller logs it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum HeaderError {
+    Size { got: u32, want: u32 },
+    Version { got: u32, want: u32 },
+    ReservedNonZero,
+}
+
+/// Every UAPI struct starts with `size` and `version` and ends in reserved
+/// words that must be zero on input.
+pub(crate) fn check_header(size: u32, version: u32, want_size: usize, reserved: &[u64]) -> Result<(), HeaderError> {
+    let want = want_size as u32;
+    if size != want {
+        return Err(HeaderError::Size { got: size, want });
+    }
+    if version != UAPI_VERSION {
+        return Err(HeaderError::Version { got: version, want: UAPI_VERSION });
+    }
+    if reserved.iter().any(|&r| r != 0) {
+        return Err(HeaderError::ReservedNonZero);
+    }
+    Ok(())
+}
+
+#[kernel::prelude::kunit_tests(gpunvme_uapi)]
+mod tests {
+    use super::*;
+    use core::mem::{offset_of, size_of};
+
+    extern "C" {
+        static gpunvme_uapi_layout_info: [usize; 12];
+        static gpunvme_uapi_ioc_get_info: u32;
+        static gpunvme_uapi_version: u32;
+    }
+
+    #[test]
+    fn info_layout_matches_header() {
+        let mirror = [
+            size_of::<Info>(),
+            offset_of!(Info, size),
+            offset_of!(Info, version),
+            offset_of!(Info, cap),
+            offset_of!(Info, vs),
+            offset_of!(Info, pci_vendor),
+            offset_of!(Info, pci_device),
+            offset_of!(Info, max_queue_entries),
+            offset_of!(Info, doorbell_stride),
+            offset_of!(Info, ready_timeout_ms),
+            offset_of!(Info, bdf),
+            offset_of!(Info, reserved),
+        ];
+        // SAFETY: the C object defines these read-only tables at link time.
+        let (c_layout, c_ioc, c_version) =
+            unsafe { (gpunvme_uapi_layout_info, gpunvme_uapi_ioc_get_info, gpunvme_uapi_version) };
+        assert_eq!(mirror, c_layout);
+        assert_eq!(IOC_GET_INFO, c_ioc);
+        assert_eq!(UAPI_VERSION, c_version);
+    }
+
+    #[test]
+    fn header_checks() {
+        let n = size_of::<Info>();
+        assert_eq!(check_header(n as u32, 1, n, &[0; 8]), Ok(()));
+        assert_eq!(
+            check_header(8, 1, n, &[0; 8]),
+            Err(HeaderError::Size { got: 8, want: n as u32 })
+        );
+        assert_eq!(
+            check_header(n as u32, 2, n, &[0; 8]),
+            Err(HeaderError::Version { got: 2, want: 1 })
+        );
+        assert_eq!(check_header(n as u32, 1, n, &[0, 0, 1]), Err(HeaderError::ReservedNonZero));
+    }
+}

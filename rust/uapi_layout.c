@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The Rust side mirrors uapi/gpunvme.h by hand (out-of-tree modules can't
+ * extend the kernel's bindgen run). This table is what the C compiler says
+ * about that header; a KUnit test in rust/uapi.rs compares it with the
+ * mirror, so a header change that the mirror missed fails the tests.
+ */
+#include <linux/stddef.h>
+#include <linux/types.h>
+#include "gpunvme.h"
+
+const size_t gpunvme_uapi_layout_info[] = {
+	sizeof(struct gpunvme_info),
+	offsetof(struct gpunvme_info, size),
+	offsetof(struct gpunvme_info, version),
+	offsetof(struct gpunvme_info, cap),
+	offsetof(struct gpunvme_info, vs),
+	offsetof(struct gpunvme_info, pci_vendor),
+	offsetof(struct gpunvme_info, pci_device),
+	offsetof(struct gpunvme_info, max_queue_entries),
+	offsetof(struct gpunvme_info, doorbell_stride),
+	offsetof(struct gpunvme_info, ready_timeout_ms),
+	offsetof(struct gpunvme_info, bdf),
+	offsetof(struct gpunvme_info, reserved),
+};
+
+const unsigned int gpunvme_uapi_ioc_get_info = GPUNVME_IOC_GET_INFO;
+const unsigned int gpunvme_uapi_version = GPUNVME_UAPI_VERSION;
