@@ -1,0 +1,69 @@
+# gpunvme top-level Makefile.
+#
+#   make demo     the main job: boot the test VM and drive the controller
+#   make check    every test (host, ISA, VM); ends with "N passed, N failed"
+#
+# Both first run `make deps`, so a fresh Debian bookworm machine (as root)
+# needs nothing else. The kernel module itself is built the standard way,
+# against a Rust-enabled kernel build tree:  make -C $KDIR M=$PWD LLVM=1
+#
+# KERNEL_VARIANT=debug selects the KASAN/lockdep/KFENCE test kernel.
+
+SHELL := /bin/bash
+ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+KERNEL_VARIANT ?= default
+export KERNEL_VARIANT
+# The test kernel is built with LLVM (KASAN with Rust needs clang); modules
+# must use the same toolchain as their kernel.
+KLLVM ?= -19
+CARGO ?= cargo
+
+.PHONY: all deps kernel module selftests userspace kernels vm-test host-test \
+	isa-check demo check clean dkms-install
+
+all: module userspace
+
+deps:
+	@bash $(ROOT)/tests/deps.sh
+
+# Prints nothing; builds or reuses the cached kernel for KERNEL_VARIANT.
+kernel: deps
+	@bash $(ROOT)/tests/kernel/build.sh >/dev/null
+
+module: kernel
+	$(MAKE) -C "$$(bash $(ROOT)/tests/kernel/build.sh)" M=$(ROOT) LLVM=$(KLLVM) modules
+
+selftests:
+	$(MAKE) -C $(ROOT)/tests/selftests
+
+userspace:
+	cd $(ROOT)/userspace && $(CARGO) build --release
+
+kernels:
+	$(MAKE) -C $(ROOT)/kernels
+
+isa-check:
+	$(MAKE) -C $(ROOT)/kernels isa-check
+
+host-test:
+	cd $(ROOT)/userspace && $(CARGO) test
+
+# The VM suite: every selftest against the emulated controllers.
+vm-test: module selftests userspace
+	bash $(ROOT)/tests/vm/suite.sh
+
+demo: deps module userspace
+	bash $(ROOT)/tests/vm/run.sh --file $(ROOT)/gpunvme.ko \
+		--file $(ROOT)/userspace/target/release/gpunvme \
+		--script $(ROOT)/tests/vm/demo.sh
+
+check: deps
+	@bash $(ROOT)/tests/check.sh
+
+dkms-install: deps
+	bash $(ROOT)/tests/dkms/install.sh
+
+clean:
+	rm -rf $(ROOT)/tests/selftests/build $(ROOT)/kernels/build
+	-[ -d "$$(bash $(ROOT)/tests/kernel/build.sh 2>/dev/null)" ] && \
+		$(MAKE) -C "$$(bash $(ROOT)/tests/kernel/build.sh)" M=$(ROOT) LLVM=$(KLLVM) clean

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# make check: every suite, each result counted once, one closing line.
+#   host   cargo test of the userspace crates
+#   gpu    the device library as host C++ (kernels/ host-test)
+#   isa    fences present in the disassembly of every AMD target
+#   vm     kselftests + KUnit in the QEMU VM, against the emulated NVMe
+# A suite that fails to build or run counts as one failure.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+LOGS=${CHECK_LOGS:-$(mktemp -d /tmp/gpunvme-check.XXXXXX)}
+mkdir -p "$LOGS"
+pass=0 fail=0 skip=0 broken=()
+
+# Add the counts from a log's closing "N passed, N failed[, N skipped]" line.
+count_plain() {
+    local line
+    line=$(grep -E '^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
+    [ -n "$line" ] || return 1
+    pass=$((pass + $(sed -E 's/^([A-Za-z]+: )?([0-9]+) passed.*/\2/' <<<"$line")))
+    fail=$((fail + $(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")))
+    grep -q skipped <<<"$line" && skip=$((skip + $(sed -E 's/.* ([0-9]+) skipped.*/\1/' <<<"$line")))
+    return 0
+}
+
+# cargo prints one "test result:" line per test binary.
+count_cargo() {
+    local p f n=0
+    while read -r p f; do
+        pass=$((pass + p)); fail=$((fail + f)); n=$((n + 1))
+    done < <(sed -nE 's/^test result: [a-zA-Z]+\. ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/p' "$1")
+    [ "$n" -gt 0 ]
+}
+
+suite() {
+    local name=$1 counter=$2; shift 2
+    echo "=== $name: $*"
+    "$@" 2>&1 | tee "$LOGS/$name.log"
+    local rc=${PIPESTATUS[0]}
+    if ! "$counter" "$LOGS/$name.log"; then
+        echo "=== $name: no results (exit $rc)"; fail=$((fail + 1)); broken+=("$name")
+    elif [ "$rc" != 0 ]; then
+        # Results were counted; a non-zero exit without a failed test still fails.
+        grep -qE '[1-9][0-9]* failed|^not ok' "$LOGS/$name.log" || { fail=$((fail + 1)); broken+=("$name"); }
+    fi
+}
+
+suite host count_cargo make -s -C "$ROOT" host-test
+suite gpu count_plain make -s -C "$ROOT"/kernels host-test
+suite isa count_plain make -s -C "$ROOT" isa-check
+suite vm count_plain make -s -C "$ROOT" vm-test
+
+echo "logs: $LOGS"
+((${#broken[@]})) && echo "suites that did not finish cleanly: ${broken[*]}"
+if [ "$skip" -gt 0 ]; then
+    echo "$pass passed, $fail failed, $skip skipped"
+else
+    echo "$pass passed, $fail failed"
+fi
+[ "$fail" = 0 ]
