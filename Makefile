@@ -10,6 +10,8 @@
 # KERNEL_VARIANT=debug selects the KASAN/lockdep/KFENCE test kernel.
 
 SHELL := /bin/bash
+# rustup installs cargo, rustc and bindgen here; CI shells may not have it on PATH.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 KERNEL_VARIANT ?= default
 export KERNEL_VARIANT

@@ -2,6 +2,7 @@
 # make deps: install every build and test dependency on Debian bookworm (root).
 # Idempotent: each step checks before it acts, so a second run takes seconds.
 set -euo pipefail
+export PATH="$HOME/.cargo/bin:$PATH"
 
 CACHE=${GPUNVME_CACHE:-/var/cache/gpunvme}
 mkdir -p "$CACHE"
