@@ -12,29 +12,53 @@ use kernel::{
     fs::File,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     prelude::*,
+    new_mutex,
+    pci::DevresBar,
     sync::{
         aref::ARef,
+        Mutex,
         atomic::{Acquire, Atomic, Full, Relaxed, Release},
         Arc, ArcBorrow,
     },
     uaccess::{UserPtr, UserSlice},
 };
 
+use crate::admin::AdminQueue;
+use crate::controller::BAR0_MIN;
+use crate::regs::Cap;
 use crate::uapi;
 
-/// State shared between the bound device and every open file.
+/// State shared between the bound device and every open file. Memory the
+/// controller may DMA into lives here or in a file's state, so it is freed
+/// only after the last file is closed, and by then unbind has disabled the
+/// controller.
+#[pin_data]
 pub(crate) struct Shared {
     /// The PCI device, for log lines; the reference stays valid after unbind.
     pub(crate) dev: ARef<Device>,
     /// Identity read at probe; `size`/`version` are filled per call.
     pub(crate) info: uapi::Info,
+    pub(crate) cap: Cap,
+    /// BAR0, revoked by the driver core at unbind.
+    pub(crate) bar: DevresBar<BAR0_MIN>,
+    #[pin]
+    pub(crate) admin: Mutex<AdminQueue>,
     /// Set at unbind: from then on the controller is gone for every file.
     gone: Atomic<bool>,
 }
 
 impl Shared {
-    pub(crate) fn new(dev: ARef<Device>, info: uapi::Info) -> Result<Arc<Self>> {
-        Ok(Arc::new(Self { dev, info, gone: Atomic::new(false) }, GFP_KERNEL)?)
+    pub(crate) fn new(
+        dev: ARef<Device>,
+        info: uapi::Info,
+        cap: Cap,
+        bar: DevresBar<BAR0_MIN>,
+        admin: AdminQueue,
+    ) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            try_pin_init!(Self { dev, info, cap, bar, admin <- new_mutex!(admin), gone: Atomic::new(false) }),
+            GFP_KERNEL,
+        )
     }
 
     pub(crate) fn revoke(&self) {

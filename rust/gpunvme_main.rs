@@ -7,32 +7,37 @@
 //! boot disk from the in-kernel nvme driver by accident.
 
 use kernel::{
-    io::Io,
     device::Core,
+    dma::{Device as _, DmaMask},
+    io::Io,
     pci,
     prelude::*,
-    sync::aref::ARef,
+    sync::{aref::ARef, Arc},
 };
 
+mod admin;
 mod chardev;
+mod command;
+mod controller;
+mod identify;
 mod regs;
+mod shim;
 mod uapi;
+
+use controller::BAR0_MIN;
 
 /// PCI class code of an NVM Express controller (mass storage, NVM, NVMe).
 const PCI_CLASS_NVME: u32 = 0x01_08_02;
-/// Registers plus the admin doorbells: the least any NVMe BAR0 maps.
-const BAR0_MIN: usize = 0x2000;
 
 struct GpunvmeDriver;
 
 /// Per-binding state. Fields drop in order: the device node goes first, so
-/// no new file can reach the controller while the BAR is being unmapped.
+/// no new file can reach the controller once unbinding has begun.
 #[pin_data]
-struct Bound<'bound> {
+struct Bound {
     #[pin]
     node: chardev::Node,
-    shared: kernel::sync::Arc<chardev::Shared>,
-    _bar: pci::Bar<'bound, BAR0_MIN>,
+    shared: Arc<chardev::Shared>,
 }
 
 // Deliberately empty: binding happens only through driver_override.
@@ -40,7 +45,7 @@ kernel::pci_device_table!(PCI_TABLE, <GpunvmeDriver as pci::Driver>::IdInfo, [])
 
 impl pci::Driver for GpunvmeDriver {
     type IdInfo = ();
-    type Data<'bound> = Bound<'bound>;
+    type Data<'bound> = Bound;
 
     const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
 
@@ -56,13 +61,14 @@ impl pci::Driver for GpunvmeDriver {
             }
             pdev.enable_device_mem()?;
             pdev.set_master();
-            let bar = pdev.iomap_region_sized::<BAR0_MIN>(0, c"gpunvme/bar0")?;
+            // SAFETY: nothing has been allocated for DMA on this device yet.
+            unsafe { pdev.dma_set_mask_and_coherent(DmaMask::new::<64>())? };
 
+            let devres_bar = pdev.iomap_region_sized::<BAR0_MIN>(0, c"gpunvme/bar0")?.into_devres()?;
+            let bar = devres_bar.access(pdev.as_ref())?;
             // Two 32-bit reads, low half first: the spec allows it and the BAR
             // mapping only guarantees 32-bit alignment.
-            let cap = regs::Cap(
-                u64::from(bar.read32(regs::CAP)) | (u64::from(bar.read32(regs::CAP + 4)) << 32),
-            );
+            let cap = regs::Cap(u64::from(bar.read32(regs::CAP)) | (u64::from(bar.read32(regs::CAP + 4)) << 32));
             let vs = regs::Version(bar.read32(regs::VS));
             if cap.0 == u64::MAX {
                 dev_err!(pdev, "CAP reads all-ones: controller not responding\n");
@@ -83,7 +89,18 @@ impl pci::Driver for GpunvmeDriver {
             let n = name.len().min(uapi::BDF_LEN - 1);
             info.bdf[..n].copy_from_slice(&name[..n]);
 
-            let shared = chardev::Shared::new(ARef::from(pdev.as_ref()), info)?;
+            let dev = pdev.as_ref();
+            let mut admin = admin::AdminQueue::new(dev)?;
+            controller::disable(dev, bar, cap)?;
+            controller::enable(dev, bar, cap, &admin)?;
+            let ring = |offset: usize, value: u32| bar.try_write32(value, offset);
+            if let Err(e) = controller::identify(dev, &mut admin, cap, &ring, &mut info) {
+                // The admin queue is freed on return: stop the controller first.
+                let _ = controller::disable(dev, bar, cap);
+                return Err(e);
+            }
+
+            let shared = chardev::Shared::new(ARef::from(dev), info, cap, devres_bar, admin)?;
             let slot = chardev::Slot::claim()?;
             dev_info!(
                 pdev,
@@ -95,13 +112,27 @@ impl pci::Driver for GpunvmeDriver {
             Ok(try_pin_init!(Bound {
                 node <- chardev::Node::new(shared.clone(), slot),
                 shared,
-                _bar: bar,
             }))
         })
     }
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
-        this.shared.revoke();
+        let shared = &this.shared;
+        // New calls on open files fail with ENODEV from here on.
+        shared.revoke();
+        // Wait for an admin command in flight (bounded by its deadline), then
+        // stop the controller: queue memory may outlive this binding (open
+        // files), so no DMA may reach it afterwards.
+        let _admin = shared.admin.lock();
+        match shared.bar.access(pdev.as_ref()) {
+            Ok(bar) => {
+                if controller::disable(pdev.as_ref(), bar, shared.cap).is_err() {
+                    dev_err!(pdev, "disable failed; clearing bus mastering instead\n");
+                    shim::clear_bus_master(pdev);
+                }
+            }
+            Err(_) => dev_err!(pdev, "BAR0 already revoked at unbind\n"),
+        }
         dev_info!(pdev, "unbound; /dev/{} removed\n", this.node.name().to_str().unwrap_or("?"));
     }
 }

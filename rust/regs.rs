@@ -7,8 +7,40 @@
 pub(crate) const CAP: usize = 0x00;
 /// Version, 32-bit.
 pub(crate) const VS: usize = 0x08;
+/// Controller Configuration, 32-bit.
+pub(crate) const CC: usize = 0x14;
+/// Controller Status, 32-bit.
+pub(crate) const CSTS: usize = 0x1c;
+/// Admin Queue Attributes, 32-bit.
+pub(crate) const AQA: usize = 0x24;
+/// Admin SQ base address, 64-bit (written as two 32-bit halves).
+pub(crate) const ASQ: usize = 0x28;
+/// Admin CQ base address, 64-bit.
+pub(crate) const ACQ: usize = 0x30;
 /// The first doorbell (admin SQ tail); doorbells follow at `4 << CAP.DSTRD`.
 pub(crate) const DOORBELL_BASE: usize = 0x1000;
+
+/// CC.EN.
+pub(crate) const CC_ENABLE: u32 = 1 << 0;
+/// CSTS.RDY.
+pub(crate) const CSTS_READY: u32 = 1 << 0;
+/// CSTS.CFS: controller fatal status.
+pub(crate) const CSTS_FATAL: u32 = 1 << 1;
+
+/// Memory page size used with the controller (CC.MPS = 0).
+pub(crate) const PAGE_SIZE: usize = 4096;
+
+/// CC value that enables the controller: NVM command set, 4 KiB pages,
+/// round-robin arbitration, 64-byte SQEs and 16-byte CQEs.
+pub(crate) const fn cc_enable() -> u32 {
+    (6 << 16) | (4 << 20) | CC_ENABLE
+}
+
+/// AQA for admin queues of `depth` entries (both 0-based).
+pub(crate) const fn aqa(depth: u16) -> u32 {
+    let d = depth as u32 - 1;
+    (d << 16) | d
+}
 
 /// Decoded CAP register.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +132,12 @@ mod tests {
         assert_eq!(wide.doorbell_stride(), 16);
         assert_eq!(wide.cq_doorbell(1), 0x1000 + 3 * 16);
         assert_eq!(wide.max_queue_entries(), 1);
+    }
+
+    #[test]
+    fn enable_and_admin_attributes() {
+        assert_eq!(cc_enable(), 0x0046_0001);
+        assert_eq!(aqa(32), 0x001f_001f);
     }
 
     #[test]

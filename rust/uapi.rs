@@ -14,10 +14,20 @@ use kernel::{
 pub(crate) const UAPI_VERSION: u32 = 1;
 pub(crate) const IOC_MAGIC: u32 = 0xB7;
 pub(crate) const BDF_LEN: usize = 16;
+pub(crate) const MAX_NS: usize = 16;
+
+/// `struct gpunvme_ns_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct NsInfo {
+    pub(crate) nsid: u32,
+    pub(crate) lba_size: u32,
+    pub(crate) capacity_lbas: u64,
+}
 
 /// `struct gpunvme_info`.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub(crate) struct Info {
     pub(crate) size: u32,
     pub(crate) version: u32,
@@ -30,14 +40,33 @@ pub(crate) struct Info {
     pub(crate) ready_timeout_ms: u32,
     pub(crate) pad0: u32,
     pub(crate) bdf: [u8; BDF_LEN],
+    pub(crate) serial: [u8; 24],
+    pub(crate) model: [u8; 48],
+    pub(crate) firmware: [u8; 16],
+    pub(crate) mdts_bytes: u32,
+    pub(crate) io_queues: u32,
+    pub(crate) num_namespaces: u32,
+    pub(crate) page_size: u32,
+    pub(crate) ns: [NsInfo; MAX_NS],
     pub(crate) reserved: [u64; 8],
 }
 
-// SAFETY: `Info` is `repr(C)` of integers and integer arrays only, with every
-// padding byte spelled out as a field: any bit pattern is valid.
+impl Default for Info {
+    fn default() -> Self {
+        // SAFETY: all-zero bytes are a valid `Info` (integers only).
+        unsafe { core::mem::zeroed() }
+    }
+}
+
+// SAFETY: `Info` and `NsInfo` are `repr(C)` integers and integer arrays
+// only, every padding byte spelled out as a field: any bit pattern is valid.
 unsafe impl FromBytes for Info {}
-// SAFETY: as above, `Info` has no implicit padding, so all its bytes are initialized.
+// SAFETY: as above, no implicit padding, so all bytes are initialized.
 unsafe impl AsBytes for Info {}
+// SAFETY: see `Info`.
+unsafe impl FromBytes for NsInfo {}
+// SAFETY: see `Info`.
+unsafe impl AsBytes for NsInfo {}
 
 pub(crate) const IOC_GET_INFO: u32 = _IOWR::<Info>(IOC_MAGIC, 0x00);
 
@@ -71,7 +100,7 @@ mod tests {
     use core::mem::{offset_of, size_of};
 
     extern "C" {
-        static gpunvme_uapi_layout_info: [usize; 12];
+        static gpunvme_uapi_layout_info: [usize; 23];
         static gpunvme_uapi_ioc_get_info: u32;
         static gpunvme_uapi_version: u32;
     }
@@ -90,7 +119,18 @@ mod tests {
             offset_of!(Info, doorbell_stride),
             offset_of!(Info, ready_timeout_ms),
             offset_of!(Info, bdf),
+            offset_of!(Info, serial),
+            offset_of!(Info, model),
+            offset_of!(Info, firmware),
+            offset_of!(Info, mdts_bytes),
+            offset_of!(Info, io_queues),
+            offset_of!(Info, num_namespaces),
+            offset_of!(Info, page_size),
+            offset_of!(Info, ns),
             offset_of!(Info, reserved),
+            size_of::<NsInfo>(),
+            offset_of!(NsInfo, lba_size),
+            offset_of!(NsInfo, capacity_lbas),
         ];
         // SAFETY: the C object defines these read-only tables at link time.
         let (c_layout, c_ioc, c_version) =

@@ -21,7 +21,18 @@ const size_t gpunvme_uapi_layout_info[] = {
 	offsetof(struct gpunvme_info, doorbell_stride),
 	offsetof(struct gpunvme_info, ready_timeout_ms),
 	offsetof(struct gpunvme_info, bdf),
+	offsetof(struct gpunvme_info, serial),
+	offsetof(struct gpunvme_info, model),
+	offsetof(struct gpunvme_info, firmware),
+	offsetof(struct gpunvme_info, mdts_bytes),
+	offsetof(struct gpunvme_info, io_queues),
+	offsetof(struct gpunvme_info, num_namespaces),
+	offsetof(struct gpunvme_info, page_size),
+	offsetof(struct gpunvme_info, ns),
 	offsetof(struct gpunvme_info, reserved),
+	sizeof(struct gpunvme_ns_info),
+	offsetof(struct gpunvme_ns_info, lba_size),
+	offsetof(struct gpunvme_ns_info, capacity_lbas),
 };
 
 const unsigned int gpunvme_uapi_ioc_get_info = GPUNVME_IOC_GET_INFO;

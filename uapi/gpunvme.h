@@ -31,6 +31,20 @@
 
 /* Length of the PCI address string, e.g. "0000:00:04.0" plus NUL, padded. */
 #define GPUNVME_BDF_LEN 16
+/* Namespaces reported by GET_INFO (active namespaces beyond it are not used). */
+#define GPUNVME_MAX_NS 16
+
+/**
+ * struct gpunvme_ns_info - one active namespace.
+ * @nsid:          namespace ID (1-based).
+ * @lba_size:      bytes per logical block in the current format.
+ * @capacity_lbas: namespace size (NSZE) in logical blocks.
+ */
+struct gpunvme_ns_info {
+	__u32 nsid;
+	__u32 lba_size;
+	__u64 capacity_lbas;
+};
 
 /**
  * struct gpunvme_info - identity and capabilities of the controller.
@@ -45,6 +59,16 @@
  * @doorbell_stride: out: bytes between doorbells, 4 << CAP.DSTRD.
  * @ready_timeout_ms: out: CAP.TO in milliseconds (units of 500 ms).
  * @bdf:         out: PCI address of the controller, NUL-terminated.
+ * @serial:      out: Identify Controller SN, trailing spaces removed, NUL-terminated.
+ * @model:       out: Identify Controller MN, likewise.
+ * @firmware:    out: Identify Controller FR, likewise.
+ * @mdts_bytes:  out: largest transfer of one command in bytes (MDTS applied
+ *               to the 4 KiB memory page size); 0 means no limit.
+ * @io_queues:   out: I/O queue pairs the controller granted (Set Features,
+ *               Number of Queues); CREATE_QPAIR fails with ENOSPC beyond it.
+ * @num_namespaces: out: valid entries in @ns.
+ * @page_size:   out: controller memory page size in use (CC.MPS), 4096.
+ * @ns:          out: the active namespaces, lowest NSID first.
  * @reserved:    in: zero; out: zero.
  */
 struct gpunvme_info {
@@ -59,6 +83,14 @@ struct gpunvme_info {
 	__u32 ready_timeout_ms;
 	__u32 __pad0;
 	char bdf[GPUNVME_BDF_LEN];
+	char serial[24];
+	char model[48];
+	char firmware[16];
+	__u32 mdts_bytes;
+	__u32 io_queues;
+	__u32 num_namespaces;
+	__u32 page_size;
+	struct gpunvme_ns_info ns[GPUNVME_MAX_NS];
 	__u64 reserved[8];
 };
 

@@ -186,6 +186,95 @@ TEST_F(ctrl, open_file_after_unbind_is_enodev)
 	close(fd);
 }
 
+/* Read a sysfs attribute into `out`, trailing whitespace removed. */
+static int read_attr(const char *path, char *out, size_t len)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -errno;
+	if (!fgets(out, len, f))
+		out[0] = 0;
+	fclose(f);
+	size_t n = strlen(out);
+	while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
+		out[--n] = 0;
+	return 0;
+}
+
+/*
+ * What gpunvme's Identify found must match what the kernel's own nvme driver
+ * reports for the same controller: serial, model, firmware, and each
+ * namespace's LBA size and capacity.
+ */
+TEST(identify_matches_nvme_driver)
+{
+	const char *bdf = gpunvme_bdf();
+	char path[512], ctrl[64] = "", buf[128], override[256];
+	struct gpunvme_info info;
+
+	ASSERT_EQ(0, load_module());
+	ASSERT_EQ(0, system("modprobe nvme"));
+	unbind_gpunvme(bdf);
+	snprintf(override, sizeof(override), "/sys/bus/pci/devices/%s/driver_override", bdf);
+	ASSERT_EQ(0, sysfs_write(override, "nvme"));
+	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers_probe", bdf));
+
+	/* nvme probes asynchronously: wait (bounded) for namespace 1. */
+	for (int i = 0; i < 200 && !ctrl[0]; i++) {
+		for (int c = 0; c < 8; c++) {
+			snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/nvme/nvme%d/nvme%dn1/size", bdf, c, c);
+			if (!access(path, F_OK)) {
+				snprintf(ctrl, sizeof(ctrl), "nvme%d", c);
+				break;
+			}
+		}
+		if (!ctrl[0])
+			usleep(50000);
+	}
+	ASSERT_NE(0, ctrl[0]) TH_LOG("nvme driver did not bring up %s within 10 s", bdf);
+
+	char serial[64], model[64], fw[64];
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/nvme/%s/serial", bdf, ctrl);
+	ASSERT_EQ(0, read_attr(path, serial, sizeof(serial)));
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/nvme/%s/model", bdf, ctrl);
+	ASSERT_EQ(0, read_attr(path, model, sizeof(model)));
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/nvme/%s/firmware_rev", bdf, ctrl);
+	ASSERT_EQ(0, read_attr(path, fw, sizeof(fw)));
+
+	unsigned long long sectors[GPUNVME_MAX_NS];
+	unsigned int lbs[GPUNVME_MAX_NS];
+	int nns = 0;
+	for (int n = 1; n <= GPUNVME_MAX_NS; n++) {
+		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/nvme/%s/%sn%d/size", bdf, ctrl, ctrl, n);
+		if (read_attr(path, buf, sizeof(buf)))
+			break;
+		sectors[nns] = strtoull(buf, NULL, 10);
+		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/nvme/%s/%sn%d/queue/logical_block_size",
+			 bdf, ctrl, ctrl, n);
+		ASSERT_EQ(0, read_attr(path, buf, sizeof(buf)));
+		lbs[nns++] = strtoul(buf, NULL, 10);
+	}
+
+	ASSERT_EQ(0, bind_gpunvme(bdf));
+	int fd = open_node(bdf);
+	ASSERT_LE(0, fd);
+	info_req(&info);
+	ASSERT_EQ(0, ioctl(fd, GPUNVME_IOC_GET_INFO, &info));
+	close(fd);
+
+	EXPECT_STREQ(serial, info.serial);
+	EXPECT_STREQ(model, info.model);
+	EXPECT_STREQ(fw, info.firmware);
+	ASSERT_EQ(nns, info.num_namespaces);
+	for (int i = 0; i < nns; i++) {
+		EXPECT_EQ(i + 1, info.ns[i].nsid);
+		EXPECT_EQ(lbs[i], info.ns[i].lba_size);
+		EXPECT_EQ(sectors[i] * 512, info.ns[i].capacity_lbas * info.ns[i].lba_size);
+	}
+	EXPECT_EQ(4096, info.page_size);
+	EXPECT_LT(0, info.io_queues);
+}
+
 TEST(non_nvme_device_refused)
 {
 	const char *edu = env_or("EDU_BDF", "0000:00:06.0");

@@ -64,6 +64,11 @@ unload() { rmmod gpunvme && [ ! -d /sys/module/gpunvme ]; }
 # Rebind after unload/reload: nothing stale left behind.
 reload_and_rebind() { load && bind && node_appears >/dev/null && unbind && unload; }
 
+# Start from a clean slate: earlier tests may have left the module loaded
+# or driver_override set.
+[ -d /sys/module/gpunvme ] && rmmod gpunvme
+echo "" > "$DEV/driver_override"
+
 ktap_plan 9
 ktap_check "load" load
 ktap_check "kunit suites pass" kunit_passed

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Controller bring-up and shutdown, in the order drivers/nvme/host/pci.c
+//! uses: disable and wait, admin queue, enable and wait, identify, then the
+//! number of I/O queues. Every wait is bounded by CAP.TO.
+
+use kernel::{
+    device::{Bound, Device},
+    dma::Coherent,
+    io::{poll::read_poll_timeout, Io},
+    pci,
+    prelude::*,
+    time::Delta,
+};
+
+use crate::admin::{AdminQueue, ADMIN_DEPTH};
+use crate::command;
+use crate::identify;
+use crate::regs::{self, Cap};
+use crate::uapi;
+
+/// Registers plus the doorbells of the first 64 queue pairs at the
+/// smallest stride: the least any NVMe BAR0 maps.
+pub(crate) const BAR0_MIN: usize = 0x2000;
+pub(crate) type Bar0<'a> = pci::Bar<'a, BAR0_MIN>;
+
+/// I/O queue pairs asked for; the controller may grant fewer.
+const WANT_IO_QUEUES: u16 = 64;
+
+fn ready_timeout(cap: Cap) -> Delta {
+    // CAP.TO of 0 is legal but useless as a deadline; use 500 ms then.
+    Delta::from_millis(i64::from(cap.ready_timeout_ms().max(500)))
+}
+
+fn write64(bar: &Bar0<'_>, offset: usize, value: u64) {
+    bar.write32(value as u32, offset);
+    bar.write32((value >> 32) as u32, offset + 4);
+}
+
+/// Clear CC.EN and wait for CSTS.RDY to drop. After this the controller
+/// does no more DMA.
+pub(crate) fn disable(dev: &Device, bar: &Bar0<'_>, cap: Cap) -> Result {
+    let cc = bar.read32(regs::CC);
+    if cc == u32::MAX {
+        dev_err!(dev, "controller gone (CC reads all-ones)\n");
+        return Err(ENODEV);
+    }
+    bar.write32(cc & !regs::CC_ENABLE, regs::CC);
+    read_poll_timeout(
+        || Ok(bar.read32(regs::CSTS)),
+        |s: &u32| s & regs::CSTS_READY == 0,
+        Delta::from_millis(1),
+        ready_timeout(cap),
+    )
+    .map(|_| ())
+    .inspect_err(|_| dev_err!(dev, "controller did not become idle within {} ms\n", ready_timeout(cap).as_millis()))
+}
+
+/// Program the admin queue and set CC.EN; wait for CSTS.RDY (or CFS).
+pub(crate) fn enable(dev: &Device, bar: &Bar0<'_>, cap: Cap, admin: &AdminQueue) -> Result {
+    if cap.min_page_size() > regs::PAGE_SIZE as u64 || !cap.supports_nvm_command_set() {
+        dev_err!(dev, "controller needs pages of {} bytes or lacks the NVM command set\n", cap.min_page_size());
+        return Err(ENODEV);
+    }
+    bar.write32(regs::aqa(ADMIN_DEPTH), regs::AQA);
+    write64(bar, regs::ASQ, admin.sq_dma());
+    write64(bar, regs::ACQ, admin.cq_dma());
+    bar.write32(regs::cc_enable(), regs::CC);
+    let csts = read_poll_timeout(
+        || Ok(bar.read32(regs::CSTS)),
+        |s: &u32| s & (regs::CSTS_READY | regs::CSTS_FATAL) != 0,
+        Delta::from_millis(1),
+        ready_timeout(cap),
+    )
+    .inspect_err(|_| dev_err!(dev, "controller not ready within {} ms\n", ready_timeout(cap).as_millis()))?;
+    if csts & regs::CSTS_FATAL != 0 {
+        dev_err!(dev, "controller fatal status (CSTS {:#x}) during enable\n", csts);
+        return Err(EIO);
+    }
+    Ok(())
+}
+
+/// Identify the controller and its active namespaces, and ask for the I/O
+/// queues; the results go into `info`.
+pub(crate) fn identify(
+    dev: &Device<Bound>,
+    admin: &mut AdminQueue,
+    cap: Cap,
+    ring: &dyn Fn(usize, u32) -> Result,
+    info: &mut uapi::Info,
+) -> Result {
+    let buf: Coherent<[u8]> = Coherent::zeroed_slice(dev, identify::IDENTIFY_LEN, GFP_KERNEL)?;
+    let read = |admin: &mut AdminQueue, cns: u32, nsid: u32, out: &mut [u8; identify::IDENTIFY_LEN]| -> Result {
+        admin.submit(dev, cap, command::identify(cns, nsid, buf.dma_address()), ring)?;
+        // SAFETY: the command completed, so the controller is done writing
+        // `buf`, and nothing else touches it.
+        out.copy_from_slice(unsafe { buf.as_ref() });
+        Ok(())
+    };
+    let mut data = KBox::new([0u8; identify::IDENTIFY_LEN], GFP_KERNEL)?;
+
+    read(admin, command::cns::CONTROLLER, 0, &mut data)?;
+    let ctrl = identify::controller(&data[..]);
+    identify::ascii_field(ctrl.serial, &mut info.serial);
+    identify::ascii_field(ctrl.model, &mut info.model);
+    identify::ascii_field(ctrl.firmware, &mut info.firmware);
+    info.mdts_bytes = identify::mdts_bytes(ctrl.mdts, regs::PAGE_SIZE);
+    info.page_size = regs::PAGE_SIZE as u32;
+    let nn = ctrl.nn;
+
+    let mut list = KBox::new([0u8; identify::IDENTIFY_LEN], GFP_KERNEL)?;
+    read(admin, command::cns::ACTIVE_NS_LIST, 0, &mut list)?;
+    let mut count = 0;
+    for nsid in identify::active_nsids(&list[..]) {
+        if count == info.ns.len() {
+            dev_warn!(dev, "more than {} namespaces; the rest are not used\n", info.ns.len());
+            break;
+        }
+        read(admin, command::cns::NAMESPACE, nsid, &mut data)?;
+        match identify::namespace(&data[..]) {
+            Some(ns) => {
+                info.ns[count] = uapi::NsInfo { nsid, lba_size: ns.lba_size, capacity_lbas: ns.capacity_lbas };
+                count += 1;
+            }
+            None => dev_warn!(dev, "namespace {} has no usable format; skipped\n", nsid),
+        }
+    }
+    info.num_namespaces = count as u32;
+
+    let cqe = admin.submit(dev, cap, command::set_num_queues(WANT_IO_QUEUES), ring)?;
+    info.io_queues = command::granted_queues(cqe.result).min(WANT_IO_QUEUES.into());
+    dev_info!(
+        dev,
+        "{} (fw {}): {} of {} namespaces, {} I/O queue pairs, MDTS {} bytes\n",
+        cstr(&info.model), cstr(&info.firmware), count, nn, info.io_queues, info.mdts_bytes
+    );
+    Ok(())
+}
+
+/// The text of a NUL-terminated byte field, for log lines.
+pub(crate) fn cstr(b: &[u8]) -> &str {
+    let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    core::str::from_utf8(&b[..n]).unwrap_or("?")
+}

@@ -1,0 +1,3 @@
+# Runner self-test: a --script that fails.
+echo "failing on purpose"
+exit 1

@@ -1,0 +1,5 @@
+#!/bin/sh
+# Runner self-test: a whole-program skip (kselftest's ksft_exit_skip).
+echo "TAP version 13"
+echo "1..0 # SKIP nothing to test here"
+exit 4
