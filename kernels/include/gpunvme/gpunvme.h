@@ -1,0 +1,12 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* gpunvme.h - the whole device-side API. */
+#ifndef GPUNVME_GPUNVME_H
+#define GPUNVME_GPUNVME_H
+
+#include "compat.h"
+#include "nvme.h"
+#include "fence.h"
+#include "clock.h"
+#include "queue.h"
+
+#endif /* GPUNVME_GPUNVME_H */
