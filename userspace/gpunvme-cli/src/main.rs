@@ -1,0 +1,388 @@
+//! `gpunvme`: command-line tool for the gpunvme kernel module.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use gpunvme::sysfs::{NvmeController, Sysfs, GPUNVME_DRIVER};
+use gpunvme::{Controller, Info};
+use serde_json::json;
+
+/// Hand NVMe controllers to the gpunvme kernel module so GPUs can drive
+/// them, and inspect what this machine can do.
+#[derive(Parser, Debug)]
+#[command(
+    name = "gpunvme",
+    version,
+    about = "Hand NVMe controllers to the gpunvme kernel module so GPUs can drive them, and inspect what this machine can do.",
+    propagate_version = true
+)]
+struct Cli {
+    /// sysfs root to use instead of /sys (for tests and chroots).
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        default_value = "/sys",
+        hide_default_value = true
+    )]
+    sysfs_root: PathBuf,
+
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// List NVMe controllers (PCI class 0x010802): address, IDs, driver,
+    /// driver_override, and the gpunvme node or nvme namespaces.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a gpunvme controller's identity and decoded CAP/VS registers
+    /// (queue depth, doorbell stride, ready timeout, ...). Needs root.
+    Info {
+        /// Use /dev/gpunvme<N> (default: 0 when no BDF is given).
+        #[arg(long, value_name = "N", conflicts_with = "bdf")]
+        dev: Option<u32>,
+        /// PCI address of a controller bound to gpunvme, e.g. 0000:01:00.0.
+        bdf: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bind a controller to gpunvme: unbind it from its driver (refused if
+    /// any of its namespaces is mounted, swapped on or held), set
+    /// driver_override=gpunvme, probe, and check that gpunvme took it.
+    Bind {
+        /// PCI address, e.g. 0000:01:00.0.
+        bdf: String,
+    },
+    /// Unbind a controller from gpunvme and clear driver_override, leaving
+    /// it without a driver; with --to-nvme, hand it back to the kernel nvme
+    /// driver instead.
+    Unbind {
+        /// PCI address, e.g. 0000:01:00.0.
+        bdf: String,
+        /// Give the controller back to the kernel nvme driver.
+        #[arg(long)]
+        to_nvme: bool,
+    },
+    /// Look for a GPU runtime (HIP, then CUDA), list the GPUs and say which
+    /// doorbell mapping mode this machine can do: direct, bridge only or none.
+    Probe {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let mut msg = e.to_string().replace('\n', " ");
+            if let Some(gpunvme::Error::Io { what, source, .. }) =
+                e.downcast_ref::<gpunvme::Error>()
+            {
+                if what.contains("gpunvme device node")
+                    && source.kind() == std::io::ErrorKind::NotFound
+                {
+                    msg.push_str(" (is the gpunvme module loaded and a controller bound? see `gpunvme list`)");
+                }
+            }
+            eprintln!("gpunvme: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Res = Result<(), Box<dyn std::error::Error>>;
+
+fn run(cli: Cli) -> Res {
+    let sysfs = Sysfs::with_root(&cli.sysfs_root);
+    match cli.cmd {
+        Cmd::List { json } => list(&sysfs, json),
+        Cmd::Info { dev, bdf, json } => info(&sysfs, dev, bdf, json),
+        Cmd::Bind { bdf } => {
+            let c = sysfs.bind(&bdf)?;
+            let node = c
+                .node
+                .as_ref()
+                .map(|p| format!(" as {}", p.display()))
+                .unwrap_or_default();
+            println!("{}: bound to gpunvme{node}", c.bdf);
+            Ok(())
+        }
+        Cmd::Unbind { bdf, to_nvme } => {
+            let c = sysfs.unbind(&bdf, to_nvme)?;
+            match (&c.driver, &c.nvme_name) {
+                (Some(d), Some(n)) => println!("{}: handed back to {d} as {n}", c.bdf),
+                (Some(d), None) => println!("{}: now bound to {d}", c.bdf),
+                (None, _) => println!("{}: unbound from gpunvme, left without a driver", c.bdf),
+            }
+            Ok(())
+        }
+        Cmd::Probe { json } => probe(&sysfs, json),
+    }
+}
+
+fn list(sysfs: &Sysfs, json: bool) -> Res {
+    let ctrls = sysfs.list()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&ctrls)?);
+        return Ok(());
+    }
+    if ctrls.is_empty() {
+        println!(
+            "no NVMe controllers (PCI class 0x010802) under {}",
+            sysfs.root().display()
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<14} {:<9} {:<10} {:<10} USE",
+        "BDF", "ID", "DRIVER", "OVERRIDE"
+    );
+    for c in &ctrls {
+        println!(
+            "{:<14} {:04x}:{:04x} {:<10} {:<10} {}",
+            c.bdf,
+            c.vendor,
+            c.device,
+            c.driver.as_deref().unwrap_or("-"),
+            c.driver_override.as_deref().unwrap_or("-"),
+            usage(c)
+        );
+    }
+    Ok(())
+}
+
+fn usage(c: &NvmeController) -> String {
+    match c.driver.as_deref() {
+        Some(GPUNVME_DRIVER) => match &c.node {
+            Some(n) => n.display().to_string(),
+            None => "(device node not found)".into(),
+        },
+        Some("nvme") => {
+            let name = c.nvme_name.as_deref().unwrap_or("nvme?");
+            if c.namespaces.is_empty() {
+                name.to_string()
+            } else {
+                format!("{name}: {}", c.namespaces.join(" "))
+            }
+        }
+        _ => String::new(),
+    }
+}
+
+fn info(sysfs: &Sysfs, dev: Option<u32>, bdf: Option<String>, json: bool) -> Res {
+    let ctrl = match bdf {
+        Some(bdf) => {
+            let c = sysfs.controller(&bdf)?;
+            if c.driver.as_deref() != Some(GPUNVME_DRIVER) {
+                return Err(format!(
+                    "{} is bound to {}, not gpunvme (run `gpunvme bind {}` first)",
+                    c.bdf,
+                    c.driver.as_deref().unwrap_or("no driver"),
+                    c.bdf
+                )
+                .into());
+            }
+            let node = c.node.ok_or_else(|| {
+                format!(
+                    "{} is bound to gpunvme but no /dev/gpunvme* node matches it",
+                    c.bdf
+                )
+            })?;
+            Controller::open(node)?
+        }
+        None => Controller::open_index(dev.unwrap_or(0))?,
+    };
+    let i = ctrl.info()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&info_json(&ctrl, &i))?);
+    } else {
+        print_info(&ctrl, &i);
+    }
+    Ok(())
+}
+
+fn info_json(ctrl: &Controller, i: &Info) -> serde_json::Value {
+    json!({
+        "node": ctrl.path(),
+        "bdf": i.bdf,
+        "pci_vendor": i.pci_vendor,
+        "pci_device": i.pci_device,
+        "nvme_version": i.version.to_string(),
+        "vs": i.version,
+        "cap": i.cap,
+        "max_queue_entries": i.max_queue_entries,
+        "doorbell_stride": i.doorbell_stride,
+        "ready_timeout_ms": i.ready_timeout_ms,
+        "min_page_size": i.cap.min_page_size(),
+        "max_page_size": i.cap.max_page_size(),
+        "command_sets": i.cap.command_sets(),
+        "serial": i.serial,
+        "model": i.model,
+        "firmware": i.firmware,
+        "max_transfer_bytes": i.max_transfer_bytes,
+        "io_queues": i.io_queues,
+        "page_size": i.page_size,
+        "namespaces": i.namespaces,
+    })
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn print_info(ctrl: &Controller, i: &Info) {
+    let c = &i.cap;
+    println!(
+        "{}: {} (PCI {:04x}:{:04x})",
+        ctrl.path().display(),
+        i.bdf,
+        i.pci_vendor,
+        i.pci_device
+    );
+    println!(
+        "  NVMe version        {} (VS 0x{:08x})",
+        i.version, i.version.raw
+    );
+    println!(
+        "  max queue entries   {} (CAP.MQES {})",
+        i.max_queue_entries, c.mqes
+    );
+    println!(
+        "  doorbell stride     {} bytes (CAP.DSTRD {})",
+        i.doorbell_stride, c.dstrd
+    );
+    println!(
+        "  ready timeout       {} ms (CAP.TO {})",
+        i.ready_timeout_ms, c.to
+    );
+    println!("  I/O queue pairs     {}", i.io_queues);
+    match i.max_transfer_bytes {
+        Some(b) => println!("  max transfer        {b} bytes"),
+        None => println!("  max transfer        no limit"),
+    }
+    println!("  page size           {} bytes", i.page_size);
+    for n in &i.namespaces {
+        println!(
+            "  namespace {:<9} {} blocks of {} bytes ({} bytes)",
+            n.nsid,
+            n.capacity_lbas,
+            n.lba_size,
+            n.capacity_bytes()
+        );
+    }
+    println!("  CAP                 0x{:016x}", c.raw);
+    println!("    contiguous queues required (CQR)   {}", yes(c.cqr));
+    println!(
+        "    arbitration mechanisms (AMS)       0x{:x}{}",
+        c.ams,
+        if c.ams & 1 != 0 {
+            " (WRR with urgent)"
+        } else {
+            ""
+        }
+    );
+    println!("    subsystem reset (NSSRS)            {}", yes(c.nssrs));
+    println!(
+        "    command sets (CSS)                 0x{:02x} ({})",
+        c.css,
+        c.command_sets().join(", ")
+    );
+    println!(
+        "    page size min (MPSMIN)             {} bytes",
+        c.min_page_size()
+    );
+    println!(
+        "    page size max (MPSMAX)             {} bytes",
+        c.max_page_size()
+    );
+    println!("    controller memory buffer (CMBS)    {}", yes(c.cmbs));
+}
+
+fn probe(sysfs: &Sysfs, json: bool) -> Res {
+    let r = gpunvme_gpu::probe();
+    let module = sysfs.driver_loaded(GPUNVME_DRIVER);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "gpu": r, "gpunvme_module_loaded": module }))?
+        );
+        return Ok(());
+    }
+    match &r.runtime {
+        Some(rt) => println!(
+            "GPU runtime: {} ({}{})",
+            rt.kind,
+            rt.library,
+            rt.version
+                .map(|v| format!(", version {v}"))
+                .unwrap_or_default()
+        ),
+        None => println!("GPU runtime: none found"),
+    }
+    for a in &r.attempts {
+        println!("  tried {}: {}", a.library, a.outcome);
+    }
+    if r.devices.is_empty() {
+        println!("GPUs: none");
+    } else {
+        println!("GPUs:");
+        for d in &r.devices {
+            println!(
+                "  [{}] {} {}{}: {}",
+                d.index,
+                d.name,
+                d.arch,
+                d.pci_bus_id
+                    .as_ref()
+                    .map(|b| format!(" at {b}"))
+                    .unwrap_or_default(),
+                d.doorbell
+            );
+        }
+    }
+    println!("Doorbell mapping: {}", r.doorbell);
+    println!("  why: {}", r.reason);
+    println!(
+        "gpunvme module: {}",
+        if module {
+            "loaded".to_string()
+        } else {
+            format!(
+                "not loaded (no {}/bus/pci/drivers/gpunvme)",
+                sysfs.root().display()
+            )
+        }
+    );
+    if r.devices.is_empty() {
+        println!();
+        if r.runtime.is_none() {
+            println!("Missing: a GPU runtime. Install ROCm (libamdhip64.so) for an AMD GPU or the NVIDIA driver");
+            println!("(libcuda.so.1) for an NVIDIA GPU, with the GPU visible to this system.");
+        } else {
+            println!("Missing: a GPU. The runtime loaded but reports no device (driver not loaded, no permission");
+            println!("on /dev/kfd or /dev/nvidia*, or no GPU in this machine).");
+        }
+        println!("Without a GPU nothing can drive the NVMe queues from the GPU side. The CPU bridge (the fallback");
+        println!("doorbell path) runs inside the gpunvme kernel module: it needs the module loaded and a");
+        println!("controller bound to it (`gpunvme bind BDF`), and a GPU to serve.");
+    } else if !module {
+        println!();
+        println!("Both doorbell modes need the gpunvme kernel module (the CPU bridge runs in it): load it and");
+        println!("bind a controller with `gpunvme bind BDF`.");
+    }
+    Ok(())
+}

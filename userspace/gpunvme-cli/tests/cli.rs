@@ -1,0 +1,133 @@
+//! Runs the built `gpunvme` binary.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn gpunvme(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpunvme"))
+        .args(args)
+        .output()
+        .expect("run gpunvme")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn write(p: &Path, s: &str) {
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, s).unwrap();
+}
+
+fn fake_sysfs(tag: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-sysfs-{tag}"));
+    let _ = fs::remove_dir_all(&root);
+    let pci = root.join("bus/pci");
+    write(&pci.join("drivers/nvme/unbind"), "");
+    write(&pci.join("drivers_probe"), "");
+    let d = pci.join("devices/0000:03:00.0");
+    write(&d.join("class"), "0x010802\n");
+    write(&d.join("vendor"), "0x144d\n");
+    write(&d.join("device"), "0xa808\n");
+    write(&d.join("driver_override"), "(null)\n");
+    symlink("../../drivers/nvme", d.join("driver")).unwrap();
+    write(&d.join("nvme/nvme0/nvme0n1/dev"), "259:0\n");
+    let g = pci.join("devices/0000:00:02.0");
+    write(&g.join("class"), "0x030000\n");
+    write(&g.join("vendor"), "0x8086\n");
+    write(&g.join("device"), "0x1234\n");
+    root
+}
+
+#[test]
+fn help_lists_exactly_the_subcommands() {
+    let o = gpunvme(&["--help"]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    let section = out.split("Commands:").nth(1).expect("a Commands section");
+    let section = section.split("Options:").next().unwrap();
+    let names: Vec<&str> = section
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        names,
+        ["list", "info", "bind", "unbind", "probe", "help"],
+        "{out}"
+    );
+    for sub in ["list", "info", "bind", "unbind", "probe"] {
+        let o = gpunvme(&[sub, "--help"]);
+        assert!(o.status.success(), "{sub} --help");
+    }
+    assert!(stdout(&gpunvme(&["unbind", "--help"])).contains("--to-nvme"));
+    assert!(stdout(&gpunvme(&["info", "--help"])).contains("--json"));
+}
+
+#[test]
+fn list_reads_sysfs() {
+    let root = fake_sysfs("list");
+    let o = gpunvme(&["list", "--sysfs-root", root.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("0000:03:00.0"), "{out}");
+    assert!(out.contains("144d:a808"), "{out}");
+    assert!(out.contains("nvme0: nvme0n1"), "{out}");
+    assert!(!out.contains("0000:00:02.0"), "{out}");
+
+    let o = gpunvme(&["list", "--json", "--sysfs-root", root.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["bdf"], "0000:03:00.0");
+    assert_eq!(v[0]["driver"], "nvme");
+    assert_eq!(v[0]["vendor"], 0x144d);
+}
+
+#[test]
+fn errors_are_one_line_and_fail() {
+    let root = fake_sysfs("errors");
+    let r = root.to_str().unwrap();
+    for args in [
+        vec!["info", "--dev", "4242"],
+        vec!["info", "0000:03:00.0", "--sysfs-root", r],
+        vec!["bind", "not-a-bdf", "--sysfs-root", r],
+        vec!["bind", "0000:00:02.0", "--sysfs-root", r],
+        vec!["bind", "0000:03:00.0", "--sysfs-root", r],
+        vec!["unbind", "0000:03:00.0", "--sysfs-root", r],
+    ] {
+        let o = gpunvme(&args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("gpunvme: "), "{args:?}: {err}");
+    }
+    let err = stderr(&gpunvme(&["info", "0000:03:00.0", "--sysfs-root", r]));
+    assert!(err.contains("bound to nvme, not gpunvme"), "{err}");
+    let err = stderr(&gpunvme(&["bind", "0000:03:00.0", "--sysfs-root", r]));
+    assert!(err.contains("gpunvme driver is not loaded"), "{err}");
+    let err = stderr(&gpunvme(&["info", "--dev", "4242"]));
+    assert!(err.contains("/dev/gpunvme4242"), "{err}");
+}
+
+#[test]
+fn probe_always_reports() {
+    let root = fake_sysfs("probe");
+    let o = gpunvme(&["probe", "--sysfs-root", root.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("Doorbell mapping: "), "{out}");
+    assert!(out.contains("tried libamdhip64.so"), "{out}");
+    assert!(out.contains("gpunvme module: not loaded"), "{out}");
+
+    let o = gpunvme(&["probe", "--json", "--sysfs-root", root.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mode = v["gpu"]["doorbell"].as_str().unwrap();
+    assert!(["direct", "bridge only", "none"].contains(&mode), "{mode}");
+    assert_eq!(v["gpunvme_module_loaded"], false);
+    assert!(!v["gpu"]["attempts"].as_array().unwrap().is_empty());
+}

@@ -1,0 +1,356 @@
+//! A controller bound to gpunvme, reached through its device node.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use gpunvme_sys as sys;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::regs::{Cap, Version};
+
+/// Directory holding the device nodes.
+pub const DEV_DIR: &str = "/dev";
+
+/// Path of the device node of the controller with index `n`.
+pub fn node_path(n: u32) -> PathBuf {
+    Path::new(DEV_DIR).join(format!("gpunvme{n}"))
+}
+
+/// One active namespace (`struct gpunvme_ns_info`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Namespace {
+    /// Namespace ID (1-based).
+    pub nsid: u32,
+    /// Bytes per logical block in the current format.
+    pub lba_size: u32,
+    /// Size in logical blocks (NSZE).
+    pub capacity_lbas: u64,
+}
+
+impl Namespace {
+    /// Size in bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_lbas.saturating_mul(self.lba_size as u64)
+    }
+}
+
+/// A NUL-terminated C string field from the module.
+fn c_string(field: &str, raw: &[core::ffi::c_char]) -> Result<String> {
+    let bytes: Vec<u8> = raw.iter().map(|&c| c as u8).collect();
+    let end = bytes.iter().position(|&b| b == 0).ok_or_else(|| {
+        Error::Invalid(format!(
+            "gpunvme_info.{field} from the module is not NUL-terminated"
+        ))
+    })?;
+    // Identify strings are ASCII by the spec; don't fail on a bad byte.
+    Ok(String::from_utf8_lossy(&bytes[..end])
+        .trim_end()
+        .to_string())
+}
+
+/// Identity and capabilities of a controller, decoded from
+/// `struct gpunvme_info`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Info {
+    /// PCI address, e.g. `0000:00:04.0`.
+    pub bdf: String,
+    /// PCI vendor ID.
+    pub pci_vendor: u16,
+    /// PCI device ID.
+    pub pci_device: u16,
+    /// The CAP register, decoded.
+    pub cap: Cap,
+    /// The VS register, decoded.
+    pub version: Version,
+    /// Largest queue depth allowed (CAP.MQES + 1), as the module reports it.
+    pub max_queue_entries: u32,
+    /// Bytes between doorbells (4 << CAP.DSTRD), as the module reports it.
+    pub doorbell_stride: u32,
+    /// CAP.TO in milliseconds, as the module reports it.
+    pub ready_timeout_ms: u32,
+    /// Identify Controller serial number (SN).
+    pub serial: String,
+    /// Identify Controller model number (MN).
+    pub model: String,
+    /// Identify Controller firmware revision (FR).
+    pub firmware: String,
+    /// Largest transfer of one command in bytes; `None`: no limit.
+    pub max_transfer_bytes: Option<u32>,
+    /// I/O queue pairs the controller granted.
+    pub io_queues: u32,
+    /// Controller memory page size in use (CC.MPS), in bytes.
+    pub page_size: u32,
+    /// Active namespaces, lowest NSID first.
+    pub namespaces: Vec<Namespace>,
+}
+
+impl Info {
+    /// Decodes what `GPUNVME_IOC_GET_INFO` returned. The module's derived
+    /// fields must agree with the raw CAP: a disagreement is a module bug and
+    /// is reported rather than papered over.
+    pub fn from_raw(raw: &sys::gpunvme_info) -> Result<Self> {
+        let bdf = c_string("bdf", &raw.bdf)?;
+        let nns = raw.num_namespaces as usize;
+        if nns > raw.ns.len() {
+            return Err(Error::Invalid(format!(
+                "module reports {nns} namespaces, more than GPUNVME_MAX_NS ({})",
+                raw.ns.len()
+            )));
+        }
+        if raw.reserved.iter().any(|&r| r != 0) {
+            return Err(Error::Invalid(
+                "gpunvme_info.reserved came back non-zero: the module speaks a newer ABI".into(),
+            ));
+        }
+        let cap = Cap::from_raw(raw.cap);
+        let checks = [
+            (
+                "max_queue_entries",
+                raw.max_queue_entries,
+                cap.max_queue_entries(),
+            ),
+            (
+                "doorbell_stride",
+                raw.doorbell_stride,
+                cap.doorbell_stride(),
+            ),
+            (
+                "ready_timeout_ms",
+                raw.ready_timeout_ms,
+                cap.ready_timeout_ms(),
+            ),
+        ];
+        for (name, got, want) in checks {
+            if got != want {
+                return Err(Error::Invalid(format!(
+                    "module reports {name} = {got} but CAP 0x{:016x} says {want}",
+                    raw.cap
+                )));
+            }
+        }
+        Ok(Info {
+            bdf,
+            pci_vendor: raw.pci_vendor,
+            pci_device: raw.pci_device,
+            cap,
+            version: Version::from_raw(raw.vs),
+            max_queue_entries: raw.max_queue_entries,
+            doorbell_stride: raw.doorbell_stride,
+            ready_timeout_ms: raw.ready_timeout_ms,
+            serial: c_string("serial", &raw.serial)?,
+            model: c_string("model", &raw.model)?,
+            firmware: c_string("firmware", &raw.firmware)?,
+            max_transfer_bytes: (raw.mdts_bytes != 0).then_some(raw.mdts_bytes),
+            io_queues: raw.io_queues,
+            page_size: raw.page_size,
+            namespaces: raw.ns[..nns]
+                .iter()
+                .map(|n| Namespace {
+                    nsid: n.nsid,
+                    lba_size: n.lba_size,
+                    capacity_lbas: n.capacity_lbas,
+                })
+                .collect(),
+        })
+    }
+}
+
+/// An open gpunvme device node. Opening needs CAP_SYS_RAWIO.
+#[derive(Debug)]
+pub struct Controller {
+    file: File,
+    path: PathBuf,
+}
+
+impl Controller {
+    /// Opens a device node by path, e.g. `/dev/gpunvme0`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io("open the gpunvme device node", &path, e))?;
+        Ok(Controller { file, path })
+    }
+
+    /// Opens `/dev/gpunvme<n>`.
+    pub fn open_index(n: u32) -> Result<Self> {
+        Self::open(node_path(n))
+    }
+
+    /// The device node's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Issues `GPUNVME_IOC_GET_INFO` and decodes the answer.
+    pub fn info(&self) -> Result<Info> {
+        let mut raw = sys::gpunvme_info {
+            size: std::mem::size_of::<sys::gpunvme_info>() as u32,
+            version: sys::GPUNVME_UAPI_VERSION,
+            ..Default::default()
+        };
+        // SAFETY: GPUNVME_IOC_GET_INFO takes a pointer to a struct
+        // gpunvme_info, whose size is encoded in the request; `raw` is such
+        // a struct, live and exclusively borrowed for the call.
+        unsafe {
+            self.ioctl(
+                "GPUNVME_IOC_GET_INFO",
+                sys::GPUNVME_IOC_GET_INFO,
+                &mut raw as *mut _ as *mut _,
+            )?
+        };
+        Info::from_raw(&raw)
+    }
+
+    /// # Safety
+    /// `arg` must be valid for the access `request` encodes.
+    unsafe fn ioctl(
+        &self,
+        name: &'static str,
+        request: sys::IoctlRequest,
+        arg: *mut libc::c_void,
+    ) -> Result<libc::c_int> {
+        // SAFETY: the fd is owned by `self.file` and open; the caller
+        // guarantees `arg` matches `request`.
+        let ret = unsafe { libc::ioctl(self.file.as_raw_fd(), request as _, arg) };
+        if ret < 0 {
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            // c_ulong is u32 on 32-bit targets.
+            #[allow(clippy::useless_conversion)]
+            let request = u64::from(request);
+            return Err(Error::Ioctl {
+                name,
+                request,
+                path: self.path.clone(),
+                errno,
+            });
+        }
+        Ok(ret)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw_info(cap: u64) -> sys::gpunvme_info {
+        let c = Cap::from_raw(cap);
+        let mut raw = sys::gpunvme_info {
+            size: std::mem::size_of::<sys::gpunvme_info>() as u32,
+            version: sys::GPUNVME_UAPI_VERSION,
+            cap,
+            vs: 0x0001_0400,
+            pci_vendor: 0x1b36,
+            pci_device: 0x0010,
+            max_queue_entries: c.max_queue_entries(),
+            doorbell_stride: c.doorbell_stride(),
+            ready_timeout_ms: c.ready_timeout_ms(),
+            ..Default::default()
+        };
+        fill(&mut raw.bdf, b"0000:00:04.0\0");
+        fill(&mut raw.serial, b"deadbeef   \0");
+        fill(&mut raw.model, b"QEMU NVMe Ctrl\0");
+        fill(&mut raw.firmware, b"7.2.0\0");
+        raw.mdts_bytes = 512 * 1024;
+        raw.io_queues = 8;
+        raw.page_size = 4096;
+        raw.num_namespaces = 2;
+        raw.ns[0] = sys::gpunvme_ns_info {
+            nsid: 1,
+            lba_size: 512,
+            capacity_lbas: 2048,
+        };
+        raw.ns[1] = sys::gpunvme_ns_info {
+            nsid: 3,
+            lba_size: 4096,
+            capacity_lbas: 10,
+        };
+        raw
+    }
+
+    fn fill(dst: &mut [core::ffi::c_char], src: &[u8]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = *s as _;
+        }
+    }
+
+    #[test]
+    fn decodes_info() {
+        let cap = 0x3ff | (1 << 16) | (20 << 24) | (2u64 << 32) | (1u64 << 37);
+        let i = Info::from_raw(&raw_info(cap)).unwrap();
+        assert_eq!(i.bdf, "0000:00:04.0");
+        assert_eq!((i.pci_vendor, i.pci_device), (0x1b36, 0x0010));
+        assert_eq!(i.version.to_string(), "1.4.0");
+        assert_eq!(i.max_queue_entries, 1024);
+        assert_eq!(i.doorbell_stride, 16);
+        assert_eq!(i.ready_timeout_ms, 10_000);
+        assert!(i.cap.cqr);
+        assert_eq!(i.serial, "deadbeef");
+        assert_eq!(i.model, "QEMU NVMe Ctrl");
+        assert_eq!(i.firmware, "7.2.0");
+        assert_eq!(i.max_transfer_bytes, Some(512 * 1024));
+        assert_eq!((i.io_queues, i.page_size), (8, 4096));
+        assert_eq!(i.namespaces.len(), 2);
+        assert_eq!(i.namespaces[1].nsid, 3);
+        assert_eq!(i.namespaces[0].capacity_bytes(), 1024 * 1024);
+
+        let mut raw = raw_info(cap);
+        raw.mdts_bytes = 0;
+        raw.num_namespaces = 0;
+        let i = Info::from_raw(&raw).unwrap();
+        assert_eq!(i.max_transfer_bytes, None);
+        assert!(i.namespaces.is_empty());
+    }
+
+    #[test]
+    fn rejects_inconsistent_module_answers() {
+        let mut raw = raw_info(0x3ff);
+        raw.doorbell_stride = 8;
+        let e = Info::from_raw(&raw).unwrap_err().to_string();
+        assert!(e.contains("doorbell_stride = 8"), "{e}");
+
+        let mut raw = raw_info(0x3ff);
+        raw.reserved[3] = 1;
+        assert!(Info::from_raw(&raw).is_err());
+
+        let mut raw = raw_info(0x3ff);
+        raw.num_namespaces = 17;
+        assert!(Info::from_raw(&raw)
+            .unwrap_err()
+            .to_string()
+            .contains("GPUNVME_MAX_NS"));
+
+        let mut raw = raw_info(0x3ff);
+        raw.bdf = [b'a' as _; 16];
+        assert!(Info::from_raw(&raw)
+            .unwrap_err()
+            .to_string()
+            .contains("NUL"));
+    }
+
+    #[test]
+    fn ioctl_on_a_non_gpunvme_file_maps_errno() {
+        // /dev/null accepts the open but not our ioctl: ENOTTY.
+        let c = Controller::open("/dev/null").unwrap();
+        let e = c.info().unwrap_err();
+        match &e {
+            Error::Ioctl { name, errno, .. } => {
+                assert_eq!(*name, "GPUNVME_IOC_GET_INFO");
+                assert_eq!(*errno, libc::ENOTTY);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(e.to_string().contains("not a gpunvme device node"), "{e}");
+    }
+
+    #[test]
+    fn open_missing_node_says_what_it_tried() {
+        let e = Controller::open("/nonexistent/gpunvme9").unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOENT));
+        assert!(e.to_string().contains("open the gpunvme device node"));
+    }
+}

@@ -1,0 +1,157 @@
+//! The error type of the gpunvme crate.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Result alias for this crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can go wrong, each variant saying what was attempted.
+#[derive(Debug)]
+pub enum Error {
+    /// A file-system operation (open, read, write, readlink) failed.
+    Io {
+        /// What was being done, e.g. "open the gpunvme device node".
+        what: String,
+        /// The path it was done on.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// An ioctl on a gpunvme device node failed.
+    Ioctl {
+        /// The ioctl's name in the UAPI header, e.g. `GPUNVME_IOC_GET_INFO`.
+        name: &'static str,
+        /// The request number.
+        request: u64,
+        /// The device node.
+        path: PathBuf,
+        /// `errno` as returned by the kernel.
+        errno: i32,
+    },
+    /// The operation was refused because doing it would be unsafe (e.g. a
+    /// namespace of the controller is mounted).
+    Refused(String),
+    /// A device, driver or node does not exist.
+    NotFound(String),
+    /// The kernel or sysfs returned something this crate does not accept,
+    /// or the caller passed an invalid argument.
+    Invalid(String),
+}
+
+impl Error {
+    /// `errno` of the underlying OS error, if there is one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error(),
+            Error::Ioctl { errno, .. } => Some(*errno),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn io(what: impl Into<String>, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Io {
+            what: what.into(),
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// What an errno means for a gpunvme ioctl (see the comments in
+/// `uapi/gpunvme.h`).
+fn ioctl_hint(errno: i32) -> &'static str {
+    match errno {
+        libc::EINVAL => {
+            "size/version mismatch with the module or non-zero reserved field; \
+             the kernel log names both values"
+        }
+        libc::EPERM | libc::EACCES => "needs CAP_SYS_RAWIO (run as root)",
+        libc::ENODEV => "the controller was unbound from gpunvme since the node was opened",
+        libc::ENOTTY => "not a gpunvme device node, or the module does not know this ioctl",
+        libc::EFAULT => "bad user pointer",
+        _ => "",
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io { what, path, source } => {
+                write!(f, "cannot {what} ({}): {source}", path.display())?;
+                if source.raw_os_error() == Some(libc::EACCES)
+                    || source.raw_os_error() == Some(libc::EPERM)
+                {
+                    write!(f, " (try as root)")?;
+                }
+                Ok(())
+            }
+            Error::Ioctl {
+                name,
+                request,
+                path,
+                errno,
+            } => {
+                let os = io::Error::from_raw_os_error(*errno);
+                write!(
+                    f,
+                    "ioctl {name} (0x{request:08x}) on {} failed: {os}",
+                    path.display()
+                )?;
+                let hint = ioctl_hint(*errno);
+                if !hint.is_empty() {
+                    write!(f, " ({hint})")?;
+                }
+                Ok(())
+            }
+            Error::Refused(m) => write!(f, "refused: {m}"),
+            Error::NotFound(m) => write!(f, "not found: {m}"),
+            Error::Invalid(m) => write!(f, "invalid: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ioctl_error_names_the_attempt_and_errno() {
+        let e = Error::Ioctl {
+            name: "GPUNVME_IOC_GET_INFO",
+            request: 0xc088_b700,
+            path: "/dev/gpunvme0".into(),
+            errno: libc::EINVAL,
+        };
+        let s = e.to_string();
+        assert!(s.contains("GPUNVME_IOC_GET_INFO"), "{s}");
+        assert!(s.contains("/dev/gpunvme0"), "{s}");
+        assert!(s.contains("version"), "{s}");
+        assert_eq!(e.errno(), Some(libc::EINVAL));
+    }
+
+    #[test]
+    fn io_error_says_what_was_attempted() {
+        let e = Error::io(
+            "open the gpunvme device node",
+            "/dev/gpunvme3",
+            io::Error::from_raw_os_error(libc::ENOENT),
+        );
+        let s = e.to_string();
+        assert!(
+            s.starts_with("cannot open the gpunvme device node (/dev/gpunvme3)"),
+            "{s}"
+        );
+        assert_eq!(e.errno(), Some(libc::ENOENT));
+    }
+}

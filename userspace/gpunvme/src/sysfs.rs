@@ -1,0 +1,988 @@
+//! Finding NVMe controllers and moving them between the kernel `nvme`
+//! driver and `gpunvme`, through sysfs.
+//!
+//! gpunvme never binds by class match (it would steal the boot disk): a
+//! controller is handed to it explicitly with `driver_override`. Before a
+//! controller is taken from `nvme`, every block device of its namespaces
+//! (partitions and device-mapper holders included) is checked against the
+//! mount table and the swap list, and the move is refused if any is in use.
+//!
+//! Every path is relative to an injectable root (`/sys` by default) so the
+//! logic is tested on a fake tree.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// PCI class code of an NVMe controller (mass storage, NVM, NVMe I/O).
+pub const NVME_CLASS: u32 = 0x010802;
+/// Name of the gpunvme PCI driver.
+pub const GPUNVME_DRIVER: &str = "gpunvme";
+/// Name of the kernel's NVMe PCI driver.
+pub const NVME_DRIVER: &str = "nvme";
+
+/// An NVMe controller as sysfs shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NvmeController {
+    /// PCI address, `dddd:bb:dd.f`.
+    pub bdf: String,
+    /// PCI vendor ID.
+    pub vendor: u16,
+    /// PCI device ID.
+    pub device: u16,
+    /// The driver bound now, if any.
+    pub driver: Option<String>,
+    /// The driver_override setting, if set.
+    pub driver_override: Option<String>,
+    /// The kernel nvme controller name (`nvme0`) when bound to `nvme`.
+    pub nvme_name: Option<String>,
+    /// Block devices of its namespaces (`nvme0n1`), when bound to `nvme`.
+    pub namespaces: Vec<String>,
+    /// The gpunvme device node, when bound to gpunvme and found.
+    pub node: Option<PathBuf>,
+}
+
+/// One reason a controller's storage is in use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InUse {
+    /// The block device (`nvme0n1p2`, `dm-0`).
+    pub device: String,
+    /// What uses it: `mounted on /boot`, `active swap`, `held by dm-0`.
+    pub by: String,
+}
+
+/// Access to sysfs (and the mount table) under configurable roots.
+#[derive(Debug, Clone)]
+pub struct Sysfs {
+    root: PathBuf,
+    mounts: PathBuf,
+    swaps: PathBuf,
+    dev: PathBuf,
+    settle: Duration,
+}
+
+impl Default for Sysfs {
+    fn default() -> Self {
+        Sysfs {
+            root: PathBuf::from("/sys"),
+            mounts: PathBuf::from("/proc/self/mounts"),
+            swaps: PathBuf::from("/proc/swaps"),
+            dev: PathBuf::from("/dev"),
+            settle: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Normalizes a PCI address: `bb:dd.f` gets domain `0000`, hex is
+/// lower-cased; anything else is rejected.
+pub fn normalize_bdf(s: &str) -> Result<String> {
+    let s = s.trim().to_ascii_lowercase();
+    let full = if s.matches(':').count() == 1 {
+        format!("0000:{s}")
+    } else {
+        s
+    };
+    let bad = || {
+        Error::Invalid(format!(
+            "`{full}` is not a PCI address (expected dddd:bb:dd.f, e.g. 0000:01:00.0)"
+        ))
+    };
+    let (dom, rest) = full.split_once(':').ok_or_else(bad)?;
+    let (bus, rest) = rest.split_once(':').ok_or_else(bad)?;
+    let (dev, func) = rest.split_once('.').ok_or_else(bad)?;
+    let hex = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit());
+    if !(hex(dom, 4)
+        && hex(bus, 2)
+        && hex(dev, 2)
+        && func.len() == 1
+        && (b'0'..=b'7').contains(&func.as_bytes()[0]))
+    {
+        return Err(bad());
+    }
+    if u8::from_str_radix(dev, 16).map_or(true, |d| d > 0x1f) {
+        return Err(bad());
+    }
+    Ok(full)
+}
+
+fn read_trim(path: &Path, what: &str) -> Result<String> {
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|e| Error::io(format!("read {what}"), path, e))
+}
+
+fn parse_hex(s: &str, path: &Path) -> Result<u32> {
+    let t = s.trim();
+    let t = t.strip_prefix("0x").unwrap_or(t);
+    u32::from_str_radix(t, 16)
+        .map_err(|_| Error::Invalid(format!("{} holds `{s}`, not a hex number", path.display())))
+}
+
+fn link_name(path: &Path) -> Option<String> {
+    fs::read_link(path)
+        .ok()?
+        .file_name()?
+        .to_str()
+        .map(str::to_string)
+}
+
+fn sorted_dir_names(path: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(path)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// `nvme<d>n<d>` (a namespace block device) or `nvme<d>c<d>n<d>` (one path
+/// of a multipath namespace); for the latter also returns the name of the
+/// multipath head block device, `nvme<subsys>n<ns>`.
+fn namespace_names(name: &str) -> Option<(String, Option<String>)> {
+    let rest = name.strip_prefix("nvme")?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let (a, ns) = rest.split_once('n')?;
+    if !digits(ns) {
+        return None;
+    }
+    if digits(a) {
+        return Some((name.to_string(), None));
+    }
+    let (subsys, ctrl) = a.split_once('c')?;
+    if digits(subsys) && digits(ctrl) {
+        return Some((name.to_string(), Some(format!("nvme{subsys}n{ns}"))));
+    }
+    None
+}
+
+/// Undoes the octal escapes of /proc/self/mounts (`\040` for a space).
+fn unescape_mount_field(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl Sysfs {
+    /// The real system: `/sys`, `/proc/self/mounts`, `/proc/swaps`, `/dev`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Uses `root` in place of `/sys`.
+    pub fn with_root(root: impl Into<PathBuf>) -> Self {
+        Sysfs {
+            root: root.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Uses `path` in place of `/proc/self/mounts`.
+    pub fn mounts_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.mounts = path.into();
+        self
+    }
+
+    /// Uses `path` in place of `/proc/swaps`.
+    pub fn swaps_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.swaps = path.into();
+        self
+    }
+
+    /// Uses `path` in place of `/dev` when looking for device nodes.
+    pub fn dev_dir(mut self, path: impl Into<PathBuf>) -> Self {
+        self.dev = path.into();
+        self
+    }
+
+    /// How long to wait for a driver to appear after `drivers_probe`
+    /// (probing may be asynchronous). Default 2 s.
+    pub fn settle_time(mut self, d: Duration) -> Self {
+        self.settle = d;
+        self
+    }
+
+    /// The sysfs root in use.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn pci(&self) -> PathBuf {
+        self.root.join("bus/pci")
+    }
+
+    fn dev_path(&self, bdf: &str) -> PathBuf {
+        self.pci().join("devices").join(bdf)
+    }
+
+    /// Whether a PCI driver named `name` is registered (its module loaded).
+    pub fn driver_loaded(&self, name: &str) -> bool {
+        self.pci().join("drivers").join(name).is_dir()
+    }
+
+    /// Every NVMe controller (PCI class 0x010802), sorted by address.
+    pub fn list(&self) -> Result<Vec<NvmeController>> {
+        let devices = self.pci().join("devices");
+        let rd = fs::read_dir(&devices).map_err(|e| Error::io("list PCI devices", &devices, e))?;
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        let mut out = Vec::new();
+        for bdf in names {
+            let class_path = devices.join(&bdf).join("class");
+            let Ok(class) = fs::read_to_string(&class_path) else {
+                continue;
+            };
+            if parse_hex(&class, &class_path)? == NVME_CLASS {
+                out.push(self.controller(&bdf)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The NVMe controller at `bdf`; an error if there is none or the
+    /// device there is not an NVMe controller.
+    pub fn controller(&self, bdf: &str) -> Result<NvmeController> {
+        let bdf = normalize_bdf(bdf)?;
+        let dir = self.dev_path(&bdf);
+        if !dir.exists() {
+            return Err(Error::NotFound(format!(
+                "no PCI device {bdf} ({})",
+                dir.display()
+            )));
+        }
+        let class_path = dir.join("class");
+        let class = parse_hex(&read_trim(&class_path, "the PCI class")?, &class_path)?;
+        if class != NVME_CLASS {
+            return Err(Error::Invalid(format!(
+                "{bdf} is not an NVMe controller (PCI class 0x{class:06x}, NVMe is 0x{NVME_CLASS:06x})"
+            )));
+        }
+        let vendor_path = dir.join("vendor");
+        let device_path = dir.join("device");
+        let vendor =
+            parse_hex(&read_trim(&vendor_path, "the PCI vendor ID")?, &vendor_path)? as u16;
+        let device =
+            parse_hex(&read_trim(&device_path, "the PCI device ID")?, &device_path)? as u16;
+        let driver = link_name(&dir.join("driver"));
+        let driver_override = fs::read_to_string(dir.join("driver_override"))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty() && s != "(null)");
+        let (nvme_name, namespaces) = if driver.as_deref() == Some(NVME_DRIVER) {
+            let nvme_dir = dir.join("nvme");
+            let name = sorted_dir_names(&nvme_dir).into_iter().find(|n| {
+                n.strip_prefix("nvme")
+                    .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            });
+            let ns = match &name {
+                Some(n) => self
+                    .namespace_disks(&nvme_dir.join(n))
+                    .into_iter()
+                    .map(|(d, _)| d)
+                    .collect(),
+                None => Vec::new(),
+            };
+            (name, ns)
+        } else {
+            (None, Vec::new())
+        };
+        let node = if driver.as_deref() == Some(GPUNVME_DRIVER) {
+            self.find_node(&bdf)
+        } else {
+            None
+        };
+        Ok(NvmeController {
+            bdf,
+            vendor,
+            device,
+            driver,
+            driver_override,
+            nvme_name,
+            namespaces,
+            node,
+        })
+    }
+
+    /// The gpunvme device node of the controller at `bdf`: through the
+    /// misc device's `device` link or the PCI device's `misc/` directory,
+    /// else by asking each `/dev/gpunvme*` node for its address.
+    pub fn find_node(&self, bdf: &str) -> Option<PathBuf> {
+        let misc = self.root.join("class/misc");
+        for name in sorted_dir_names(&misc)
+            .into_iter()
+            .filter(|n| n.starts_with("gpunvme"))
+        {
+            if link_name(&misc.join(&name).join("device")).as_deref() == Some(bdf) {
+                return Some(self.dev.join(name));
+            }
+        }
+        for name in sorted_dir_names(&self.dev_path(bdf).join("misc")) {
+            if name.starts_with("gpunvme") {
+                return Some(self.dev.join(name));
+            }
+        }
+        for name in sorted_dir_names(&self.dev)
+            .into_iter()
+            .filter(|n| n.starts_with("gpunvme"))
+        {
+            let path = self.dev.join(&name);
+            if let Ok(info) = crate::Controller::open(&path).and_then(|c| c.info()) {
+                if info.bdf == bdf {
+                    return Some(path);
+                }
+            }
+        }
+        None
+    }
+
+    /// Block devices of the namespaces under an nvme controller directory
+    /// (`.../nvme/nvme0`), as (name, its sysfs directory). Multipath path
+    /// devices (`nvme0c0n1`) are reported as their head (`nvme0n1`).
+    fn namespace_disks(&self, ctrl_dir: &Path) -> Vec<(String, PathBuf)> {
+        let mut out = Vec::new();
+        for name in sorted_dir_names(ctrl_dir) {
+            match namespace_names(&name) {
+                Some((n, None)) => out.push((n, ctrl_dir.join(&name))),
+                Some((path_dev, Some(head))) => {
+                    out.push((path_dev, ctrl_dir.join(&name)));
+                    out.push((head.clone(), self.root.join("class/block").join(&head)));
+                }
+                None => {}
+            }
+        }
+        out.dedup_by(|a, b| a.0 == b.0);
+        out
+    }
+
+    /// Adds `name`, its partitions and (recursively) its holders to `acc`,
+    /// recording device-mapper names for `/dev/mapper/` matching.
+    fn collect_block(
+        &self,
+        name: &str,
+        dir: &Path,
+        acc: &mut BTreeSet<String>,
+        mapper: &mut Vec<(String, String)>,
+        holders: &mut Vec<InUse>,
+    ) {
+        if !acc.insert(name.to_string()) {
+            return;
+        }
+        if let Ok(dm) = fs::read_to_string(dir.join("dm/name")) {
+            mapper.push((dm.trim().to_string(), name.to_string()));
+        }
+        let dir = if dir.exists() {
+            dir.to_path_buf()
+        } else {
+            self.root.join("class/block").join(name)
+        };
+        for sub in sorted_dir_names(&dir) {
+            if sub.starts_with(name) && dir.join(&sub).join("partition").exists() {
+                self.collect_block(&sub, &dir.join(&sub), acc, mapper, holders);
+            }
+        }
+        for h in sorted_dir_names(&dir.join("holders")) {
+            holders.push(InUse {
+                device: name.to_string(),
+                by: format!("held by {h}"),
+            });
+            let hdir = self.root.join("class/block").join(&h);
+            self.collect_block(&h, &hdir, acc, mapper, holders);
+        }
+    }
+
+    /// What makes the namespaces of the controller at `bdf` busy: mounted
+    /// file systems, active swap, device-mapper/md holders. Empty when the
+    /// controller is not bound to `nvme` (it then has no block devices).
+    pub fn in_use(&self, bdf: &str) -> Result<Vec<InUse>> {
+        let ctrl = self.controller(bdf)?;
+        let Some(nvme_name) = &ctrl.nvme_name else {
+            return Ok(Vec::new());
+        };
+        let ctrl_dir = self.dev_path(&ctrl.bdf).join("nvme").join(nvme_name);
+        let mut names = BTreeSet::new();
+        let mut mapper = Vec::new();
+        let mut uses = Vec::new();
+        for (disk, dir) in self.namespace_disks(&ctrl_dir) {
+            self.collect_block(&disk, &dir, &mut names, &mut mapper, &mut uses);
+        }
+        let owner = |source: &str| -> Option<String> {
+            let rest = source.strip_prefix("/dev/")?;
+            if names.contains(rest) {
+                return Some(rest.to_string());
+            }
+            if let Some(m) = rest.strip_prefix("mapper/") {
+                if let Some((_, dm)) = mapper.iter().find(|(n, _)| n == m) {
+                    return Some(dm.clone());
+                }
+            }
+            // /dev/disk/by-uuid/... and other links, on the real system.
+            let real = fs::canonicalize(source).ok()?;
+            let base = real.strip_prefix("/dev").ok()?.to_str()?.to_string();
+            names.contains(&base).then_some(base)
+        };
+        let mounts = fs::read_to_string(&self.mounts)
+            .map_err(|e| Error::io("read the mount table", &self.mounts, e))?;
+        for line in mounts.lines() {
+            let mut f = line.split_whitespace();
+            let (Some(src), Some(target)) = (f.next(), f.next()) else {
+                continue;
+            };
+            if let Some(dev) = owner(&unescape_mount_field(src)) {
+                uses.push(InUse {
+                    device: dev,
+                    by: format!("mounted on {}", unescape_mount_field(target)),
+                });
+            }
+        }
+        // /proc/swaps may be absent (no swap support): that is not an error.
+        if let Ok(swaps) = fs::read_to_string(&self.swaps) {
+            for line in swaps.lines().skip(1) {
+                if let Some(src) = line.split_whitespace().next() {
+                    if let Some(dev) = owner(&unescape_mount_field(src)) {
+                        uses.push(InUse {
+                            device: dev,
+                            by: "active swap".into(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(uses)
+    }
+
+    fn write_attr(&self, path: &Path, value: &str, what: &str) -> Result<()> {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| Error::io(what, path, e))?;
+        f.write_all(value.as_bytes())
+            .map_err(|e| Error::io(what, path, e))
+    }
+
+    fn wait_for_driver(&self, bdf: &str, want: Option<&str>) -> Option<String> {
+        let link = self.dev_path(bdf).join("driver");
+        let start = Instant::now();
+        loop {
+            let now = link_name(&link);
+            if now.as_deref() == want || start.elapsed() >= self.settle {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn refuse_if_in_use(&self, bdf: &str, nvme_name: Option<&str>) -> Result<()> {
+        let uses = self.in_use(bdf)?;
+        if uses.is_empty() {
+            return Ok(());
+        }
+        let list: Vec<String> = uses
+            .iter()
+            .map(|u| format!("{} {}", u.device, u.by))
+            .collect();
+        Err(Error::Refused(format!(
+            "{bdf} ({}) is in use by the kernel nvme driver: {}; unmount/deactivate it first",
+            nvme_name.unwrap_or("nvme"),
+            list.join(", ")
+        )))
+    }
+
+    /// Hands the controller at `bdf` to gpunvme: unbinds it from its current
+    /// driver (refused if its namespaces are in use), sets
+    /// `driver_override` to `gpunvme`, triggers `drivers_probe` and checks
+    /// that gpunvme bound it. On failure it tries to give the controller
+    /// back to its previous driver and says so.
+    pub fn bind(&self, bdf: &str) -> Result<NvmeController> {
+        let ctrl = self.controller(bdf)?;
+        let bdf = ctrl.bdf.clone();
+        if ctrl.driver.as_deref() == Some(GPUNVME_DRIVER) {
+            return Ok(ctrl);
+        }
+        if !self.driver_loaded(GPUNVME_DRIVER) {
+            return Err(Error::NotFound(format!(
+                "the gpunvme driver is not loaded (no {}): load the module first",
+                self.pci().join("drivers").join(GPUNVME_DRIVER).display()
+            )));
+        }
+        if ctrl.driver.as_deref() == Some(NVME_DRIVER) {
+            self.refuse_if_in_use(&bdf, ctrl.nvme_name.as_deref())?;
+        }
+        let dev = self.dev_path(&bdf);
+        if let Some(d) = &ctrl.driver {
+            self.write_attr(
+                &dev.join("driver/unbind"),
+                &bdf,
+                &format!("unbind {bdf} from {d}"),
+            )?;
+        }
+        let result = self
+            .write_attr(
+                &dev.join("driver_override"),
+                GPUNVME_DRIVER,
+                "set driver_override",
+            )
+            .and_then(|_| {
+                self.write_attr(
+                    &self.pci().join("drivers_probe"),
+                    &bdf,
+                    "trigger drivers_probe",
+                )
+            })
+            .and_then(|_| match self.wait_for_driver(&bdf, Some(GPUNVME_DRIVER)) {
+                Some(d) if d == GPUNVME_DRIVER => Ok(()),
+                now => Err(Error::Invalid(format!(
+                    "gpunvme did not bind {bdf} (driver now: {}); see the kernel log",
+                    now.as_deref().unwrap_or("none")
+                ))),
+            });
+        if let Err(e) = result {
+            let restored = self.restore(
+                &bdf,
+                ctrl.driver.as_deref(),
+                ctrl.driver_override.as_deref(),
+            );
+            return Err(match e {
+                Error::Invalid(m) => Error::Invalid(format!("{m}; {restored}")),
+                other => Error::Invalid(format!("{other}; {restored}")),
+            });
+        }
+        self.controller(&bdf)
+    }
+
+    /// Best effort after a failed bind: put driver_override back and rebind
+    /// the previous driver. Returns a sentence saying what happened.
+    fn restore(&self, bdf: &str, driver: Option<&str>, old_override: Option<&str>) -> String {
+        let dev = self.dev_path(bdf);
+        let _ = self.write_attr(
+            &dev.join("driver_override"),
+            old_override.unwrap_or("\n"),
+            "restore driver_override",
+        );
+        let Some(d) = driver else {
+            return "the controller is left without a driver".into();
+        };
+        if link_name(&dev.join("driver")).is_none() {
+            let bind = self.pci().join("drivers").join(d).join("bind");
+            if let Err(e) = self.write_attr(&bind, bdf, "rebind") {
+                return format!("giving it back to {d} failed too: {e}");
+            }
+        }
+        match link_name(&dev.join("driver")) {
+            Some(now) if now == d => format!("it was given back to {d}"),
+            now => format!(
+                "giving it back to {d} did not take (driver now: {})",
+                now.as_deref().unwrap_or("none")
+            ),
+        }
+    }
+
+    /// Takes the controller at `bdf` from gpunvme. With `to_kernel_nvme`,
+    /// sets `driver_override` to `nvme`, triggers `drivers_probe` and checks
+    /// that `nvme` bound it; without, clears `driver_override` and leaves
+    /// the controller without a driver (a later `drivers_probe` or rescan
+    /// lets the kernel match it by class again).
+    pub fn unbind(&self, bdf: &str, to_kernel_nvme: bool) -> Result<NvmeController> {
+        let ctrl = self.controller(bdf)?;
+        let bdf = ctrl.bdf.clone();
+        match ctrl.driver.as_deref() {
+            Some(GPUNVME_DRIVER) | None => {}
+            Some(NVME_DRIVER) if to_kernel_nvme => return Ok(ctrl),
+            Some(other) => {
+                return Err(Error::Invalid(format!(
+                    "{bdf} is bound to {other}, not to gpunvme; nothing to unbind"
+                )))
+            }
+        }
+        if to_kernel_nvme && !self.driver_loaded(NVME_DRIVER) {
+            return Err(Error::NotFound(format!(
+                "the kernel nvme driver is not loaded (no {}): modprobe nvme first",
+                self.pci().join("drivers").join(NVME_DRIVER).display()
+            )));
+        }
+        let dev = self.dev_path(&bdf);
+        if ctrl.driver.is_some() {
+            self.write_attr(
+                &dev.join("driver/unbind"),
+                &bdf,
+                &format!("unbind {bdf} from gpunvme"),
+            )?;
+        }
+        if to_kernel_nvme {
+            self.write_attr(
+                &dev.join("driver_override"),
+                NVME_DRIVER,
+                "set driver_override",
+            )?;
+            self.write_attr(
+                &self.pci().join("drivers_probe"),
+                &bdf,
+                "trigger drivers_probe",
+            )?;
+            match self.wait_for_driver(&bdf, Some(NVME_DRIVER)) {
+                Some(d) if d == NVME_DRIVER => {}
+                now => {
+                    return Err(Error::Invalid(format!(
+                        "nvme did not bind {bdf} (driver now: {}); see the kernel log",
+                        now.as_deref().unwrap_or("none")
+                    )))
+                }
+            }
+        } else {
+            self.write_attr(&dev.join("driver_override"), "\n", "clear driver_override")?;
+            if let Some(d) = self.wait_for_driver(&bdf, None) {
+                return Err(Error::Invalid(format!(
+                    "{bdf} is still bound to {d} after unbind"
+                )));
+            }
+        }
+        self.controller(&bdf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// A throw-away directory, removed on drop.
+    struct TempDir(PathBuf);
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static N: AtomicU32 = AtomicU32::new(0);
+            let p = std::env::temp_dir().join(format!(
+                "gpunvme-sysfs-{tag}-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = fs::remove_dir_all(&p);
+            fs::create_dir_all(&p).unwrap();
+            TempDir(p)
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn write(p: &Path, s: &str) {
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, s).unwrap();
+    }
+
+    /// A fake /sys with:
+    /// - 0000:00:04.0: NVMe, bound to nvme as nvme0, namespaces nvme0n1
+    ///   (partitions p1, p2) and nvme0n2 (held by dm-0 = "vg-data");
+    /// - 0000:00:05.0: NVMe, bound to gpunvme, node gpunvme0;
+    /// - 0000:00:06.0: NVMe, no driver;
+    /// - 0000:00:01.0: a non-NVMe device (VGA).
+    struct Fake {
+        tmp: TempDir,
+    }
+
+    impl Fake {
+        fn new() -> Self {
+            let tmp = TempDir::new("fake");
+            let sys = tmp.0.join("sys");
+            let pci = sys.join("bus/pci");
+            for d in ["nvme", "gpunvme"] {
+                write(&pci.join("drivers").join(d).join("bind"), "");
+                write(&pci.join("drivers").join(d).join("unbind"), "");
+            }
+            write(&pci.join("drivers_probe"), "");
+            let dev = |bdf: &str, class: &str, driver: Option<&str>| {
+                let d = pci.join("devices").join(bdf);
+                write(&d.join("class"), &format!("{class}\n"));
+                write(&d.join("vendor"), "0x1b36\n");
+                write(&d.join("device"), "0x0010\n");
+                write(&d.join("driver_override"), "(null)\n");
+                if let Some(drv) = driver {
+                    symlink(format!("../../drivers/{drv}"), d.join("driver")).unwrap();
+                }
+                d
+            };
+            let d4 = dev("0000:00:04.0", "0x010802", Some("nvme"));
+            let c = d4.join("nvme/nvme0");
+            write(&c.join("nvme0n1/dev"), "259:0\n");
+            write(&c.join("nvme0n1/nvme0n1p1/partition"), "1\n");
+            write(&c.join("nvme0n1/nvme0n1p2/partition"), "2\n");
+            write(&c.join("nvme0n2/dev"), "259:3\n");
+            fs::create_dir_all(c.join("nvme0n2/holders")).unwrap();
+            symlink(
+                "../../../../virtual/block/dm-0",
+                c.join("nvme0n2/holders/dm-0"),
+            )
+            .unwrap();
+            write(&sys.join("class/block/dm-0/dm/name"), "vg-data\n");
+            dev("0000:00:05.0", "0x010802", Some("gpunvme"));
+            fs::create_dir_all(sys.join("class/misc/gpunvme0")).unwrap();
+            symlink(
+                "../../../bus/pci/devices/0000:00:05.0",
+                sys.join("class/misc/gpunvme0/device"),
+            )
+            .unwrap();
+            dev("0000:00:06.0", "0x010802", None);
+            dev("0000:00:01.0", "0x030000", None);
+            write(
+                &tmp.0.join("mounts"),
+                "proc /proc proc rw 0 0\n/dev/sda1 / ext4 rw 0 0\n",
+            );
+            write(&tmp.0.join("swaps"), "Filename Type Size Used Priority\n");
+            Fake { tmp }
+        }
+
+        fn sysfs(&self) -> Sysfs {
+            Sysfs::with_root(self.tmp.0.join("sys"))
+                .mounts_file(self.tmp.0.join("mounts"))
+                .swaps_file(self.tmp.0.join("swaps"))
+                .dev_dir(self.tmp.0.join("dev"))
+                .settle_time(Duration::ZERO)
+        }
+
+        fn mounts(&self, s: &str) {
+            write(&self.tmp.0.join("mounts"), s);
+        }
+
+        fn pci(&self) -> PathBuf {
+            self.tmp.0.join("sys/bus/pci")
+        }
+
+        fn read(&self, rel: &str) -> String {
+            fs::read_to_string(self.pci().join(rel)).unwrap()
+        }
+    }
+
+    #[test]
+    fn bdf_normalization() {
+        assert_eq!(normalize_bdf("00:04.0").unwrap(), "0000:00:04.0");
+        assert_eq!(normalize_bdf("0000:0A:1f.7").unwrap(), "0000:0a:1f.7");
+        for bad in [
+            "",
+            "nvme0",
+            "0000:00:04",
+            "0000:00:20.0",
+            "0000:00:04.8",
+            "00000:00:04.0",
+            "../x:00:00.0",
+        ] {
+            assert!(normalize_bdf(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn namespace_name_parsing() {
+        assert_eq!(namespace_names("nvme0n1"), Some(("nvme0n1".into(), None)));
+        assert_eq!(
+            namespace_names("nvme1c2n3"),
+            Some(("nvme1c2n3".into(), Some("nvme1n3".into())))
+        );
+        assert_eq!(namespace_names("nvme0"), None);
+        assert_eq!(namespace_names("nvme0n1p1"), None);
+        assert_eq!(namespace_names("ng0n1"), None);
+    }
+
+    #[test]
+    fn lists_only_nvme_controllers() {
+        let f = Fake::new();
+        let list = f.sysfs().list().unwrap();
+        let bdfs: Vec<&str> = list.iter().map(|c| c.bdf.as_str()).collect();
+        assert_eq!(bdfs, ["0000:00:04.0", "0000:00:05.0", "0000:00:06.0"]);
+
+        let c = &list[0];
+        assert_eq!((c.vendor, c.device), (0x1b36, 0x0010));
+        assert_eq!(c.driver.as_deref(), Some("nvme"));
+        assert_eq!(c.driver_override, None);
+        assert_eq!(c.nvme_name.as_deref(), Some("nvme0"));
+        assert_eq!(c.namespaces, ["nvme0n1", "nvme0n2"]);
+        assert_eq!(c.node, None);
+
+        let g = &list[1];
+        assert_eq!(g.driver.as_deref(), Some("gpunvme"));
+        assert_eq!(g.node, Some(f.tmp.0.join("dev/gpunvme0")));
+        assert!(g.namespaces.is_empty());
+
+        assert_eq!(list[2].driver, None);
+    }
+
+    #[test]
+    fn controller_rejects_non_nvme_and_missing() {
+        let f = Fake::new();
+        let s = f.sysfs();
+        let e = s.controller("0000:00:01.0").unwrap_err().to_string();
+        assert!(
+            e.contains("not an NVMe controller") && e.contains("0x030000"),
+            "{e}"
+        );
+        assert!(matches!(
+            s.controller("0000:00:09.0"),
+            Err(Error::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn refuses_bind_when_a_partition_is_mounted() {
+        let f = Fake::new();
+        f.mounts("/dev/sda1 / ext4 rw 0 0\n/dev/nvme0n1p2 /mnt/my\\040data xfs rw 0 0\n");
+        let s = f.sysfs();
+        let uses = s.in_use("0000:00:04.0").unwrap();
+        assert!(uses.contains(&InUse {
+            device: "nvme0n1p2".into(),
+            by: "mounted on /mnt/my data".into()
+        }));
+        let e = s.bind("0000:00:04.0").unwrap_err();
+        assert!(matches!(e, Error::Refused(_)), "{e:?}");
+        let msg = e.to_string();
+        assert!(msg.contains("nvme0n1p2 mounted on /mnt/my data"), "{msg}");
+        assert!(msg.contains("nvme0"), "{msg}");
+        // Nothing was written: still bound to nvme, no override.
+        assert_eq!(f.read("drivers/nvme/unbind"), "");
+        assert_eq!(f.read("devices/0000:00:04.0/driver_override"), "(null)\n");
+    }
+
+    #[test]
+    fn refuses_bind_when_a_whole_namespace_or_dm_holder_is_mounted() {
+        let f = Fake::new();
+        f.mounts("/dev/nvme0n1 /data ext4 rw 0 0\n");
+        assert!(matches!(f.sysfs().bind("00:04.0"), Err(Error::Refused(_))));
+
+        let f = Fake::new();
+        f.mounts("/dev/mapper/vg-data /srv ext4 rw 0 0\n");
+        let msg = f.sysfs().bind("0000:00:04.0").unwrap_err().to_string();
+        assert!(msg.contains("dm-0 mounted on /srv"), "{msg}");
+        assert!(msg.contains("nvme0n2 held by dm-0"), "{msg}");
+    }
+
+    #[test]
+    fn refuses_bind_when_used_as_swap() {
+        let f = Fake::new();
+        write(
+            &f.tmp.0.join("swaps"),
+            "Filename Type Size Used Priority\n/dev/nvme0n1p1 partition 1024 0 -2\n",
+        );
+        let msg = f.sysfs().bind("0000:00:04.0").unwrap_err().to_string();
+        assert!(msg.contains("nvme0n1p1 active swap"), "{msg}");
+    }
+
+    #[test]
+    fn unmounted_controller_is_not_in_use() {
+        let f = Fake::new();
+        // Remove the dm holder; nothing else is used.
+        fs::remove_file(
+            f.pci()
+                .join("devices/0000:00:04.0/nvme/nvme0/nvme0n2/holders/dm-0"),
+        )
+        .unwrap();
+        f.mounts("/dev/nvme1n1 /other ext4 rw 0 0\n/dev/nvme0n10 /x ext4 rw 0 0\n");
+        assert!(f.sysfs().in_use("0000:00:04.0").unwrap().is_empty());
+    }
+
+    #[test]
+    fn bind_writes_the_sequence_and_verifies() {
+        let f = Fake::new();
+        fs::remove_file(
+            f.pci()
+                .join("devices/0000:00:04.0/nvme/nvme0/nvme0n2/holders/dm-0"),
+        )
+        .unwrap();
+        // The fake kernel does not react to the writes, so the driver link
+        // still says nvme afterwards: bind must notice and say so.
+        let e = f.sysfs().bind("0000:00:04.0").unwrap_err().to_string();
+        assert!(e.contains("gpunvme did not bind 0000:00:04.0"), "{e}");
+        assert!(e.contains("given back to nvme"), "{e}");
+        assert_eq!(f.read("drivers/nvme/unbind"), "0000:00:04.0");
+        assert_eq!(f.read("drivers_probe"), "0000:00:04.0");
+        // driver_override was restored (cleared) after the failure.
+        assert_eq!(f.read("devices/0000:00:04.0/driver_override"), "\n");
+    }
+
+    #[test]
+    fn bind_needs_the_module() {
+        let f = Fake::new();
+        fs::remove_dir_all(f.pci().join("drivers/gpunvme")).unwrap();
+        let e = f.sysfs().bind("0000:00:06.0").unwrap_err().to_string();
+        assert!(e.contains("gpunvme driver is not loaded"), "{e}");
+        assert_eq!(f.read("drivers_probe"), "");
+    }
+
+    #[test]
+    fn bind_of_a_bound_controller_is_a_no_op() {
+        let f = Fake::new();
+        let c = f.sysfs().bind("0000:00:05.0").unwrap();
+        assert_eq!(c.driver.as_deref(), Some("gpunvme"));
+        assert_eq!(f.read("drivers_probe"), "");
+    }
+
+    #[test]
+    fn unbind_to_nvme_writes_override_and_probes() {
+        let f = Fake::new();
+        let e = f
+            .sysfs()
+            .unbind("0000:00:05.0", true)
+            .unwrap_err()
+            .to_string();
+        // The fake link still points at gpunvme.
+        assert!(e.contains("nvme did not bind"), "{e}");
+        assert_eq!(f.read("drivers/gpunvme/unbind"), "0000:00:05.0");
+        assert_eq!(f.read("devices/0000:00:05.0/driver_override"), "nvme");
+        assert_eq!(f.read("drivers_probe"), "0000:00:05.0");
+    }
+
+    #[test]
+    fn unbind_leaving_no_driver_clears_override() {
+        let f = Fake::new();
+        // Simulate the kernel: the driver link goes away on unbind.
+        fs::remove_file(f.pci().join("devices/0000:00:05.0/driver")).unwrap();
+        let c = f.sysfs().unbind("0000:00:05.0", false).unwrap();
+        assert_eq!(c.driver, None);
+        assert_eq!(f.read("devices/0000:00:05.0/driver_override"), "\n");
+        assert_eq!(f.read("drivers_probe"), "");
+    }
+
+    #[test]
+    fn unbind_refuses_other_drivers() {
+        let f = Fake::new();
+        let e = f
+            .sysfs()
+            .unbind("0000:00:04.0", false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bound to nvme, not to gpunvme"), "{e}");
+        assert_eq!(f.read("drivers/nvme/unbind"), "");
+        // Already where --to-nvme wants it: fine.
+        assert!(f.sysfs().unbind("0000:00:04.0", true).is_ok());
+    }
+
+    #[test]
+    fn mount_field_unescaping() {
+        assert_eq!(unescape_mount_field("/mnt/a\\040b"), "/mnt/a b");
+        assert_eq!(unescape_mount_field("/plain"), "/plain");
+        assert_eq!(unescape_mount_field("end\\04"), "end\\04");
+    }
+}
