@@ -8,86 +8,19 @@
 
 use kernel::{
     bindings, container_of,
-    device::Device,
     fs::File,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
+    mm::virt::VmaNew,
     prelude::*,
-    new_mutex,
-    pci::DevresBar,
     sync::{
-        aref::ARef,
-        Mutex,
-        atomic::{Acquire, Atomic, Full, Relaxed, Release},
-        Arc, ArcBorrow,
+        atomic::{Atomic, Full, Relaxed},
+        Arc,
     },
-    uaccess::{UserPtr, UserSlice},
 };
 
-use crate::admin::AdminQueue;
-use crate::controller::BAR0_MIN;
-use crate::regs::Cap;
+use crate::file::OpenState;
+use crate::shared::Shared;
 use crate::uapi;
-
-/// State shared between the bound device and every open file. Memory the
-/// controller may DMA into lives here or in a file's state, so it is freed
-/// only after the last file is closed, and by then unbind has disabled the
-/// controller.
-#[pin_data]
-pub(crate) struct Shared {
-    /// The PCI device, for log lines; the reference stays valid after unbind.
-    pub(crate) dev: ARef<Device>,
-    /// Identity read at probe; `size`/`version` are filled per call.
-    pub(crate) info: uapi::Info,
-    pub(crate) cap: Cap,
-    /// BAR0, revoked by the driver core at unbind.
-    pub(crate) bar: DevresBar<BAR0_MIN>,
-    #[pin]
-    pub(crate) admin: Mutex<AdminQueue>,
-    /// Set at unbind: from then on the controller is gone for every file.
-    gone: Atomic<bool>,
-}
-
-impl Shared {
-    pub(crate) fn new(
-        dev: ARef<Device>,
-        info: uapi::Info,
-        cap: Cap,
-        bar: DevresBar<BAR0_MIN>,
-        admin: AdminQueue,
-    ) -> Result<Arc<Self>> {
-        Arc::pin_init(
-            try_pin_init!(Self { dev, info, cap, bar, admin <- new_mutex!(admin), gone: Atomic::new(false) }),
-            GFP_KERNEL,
-        )
-    }
-
-    pub(crate) fn revoke(&self) {
-        self.gone.store(true, Release);
-    }
-
-    fn alive(&self) -> Result {
-        if self.gone.load(Acquire) {
-            return Err(ENODEV);
-        }
-        Ok(())
-    }
-
-    fn get_info(&self, arg: usize) -> Result<isize> {
-        let (mut reader, mut writer) =
-            UserSlice::new(UserPtr::from_addr(arg), size_of::<uapi::Info>()).reader_writer();
-        let req: uapi::Info = reader.read()?;
-        if let Err(e) = uapi::check_header(req.size, req.version, size_of::<uapi::Info>(), &req.reserved) {
-            dev_warn!(self.dev, "GET_INFO: bad argument: {:?}\n", e);
-            return Err(EINVAL);
-        }
-        self.alive()?;
-        let mut out = self.info;
-        out.size = req.size;
-        out.version = req.version;
-        writer.write(&out)?;
-        Ok(0)
-    }
-}
 
 /// Device-node numbers in use, one bit each; names are static strings.
 static SLOTS: Atomic<u32> = Atomic::new(0);
@@ -158,9 +91,9 @@ pub(crate) struct OpenFile;
 
 #[vtable]
 impl MiscDevice for OpenFile {
-    type Ptr = Arc<Shared>;
+    type Ptr = Pin<KBox<OpenState>>;
 
-    fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Arc<Shared>> {
+    fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<OpenState>>> {
         // SAFETY: `misc` is always the `misc` field of a pinned `Node` (the
         // only place an `OpenFile` registration is created), and misc_open()
         // holds the misc lock, so the registration (and its `Node`) cannot be
@@ -172,16 +105,24 @@ impl MiscDevice for OpenFile {
             return Err(EPERM);
         }
         node.shared.alive()?;
-        Ok(node.shared.clone())
+        OpenState::new(node.shared.clone(), file)
     }
 
-    fn ioctl(shared: ArcBorrow<'_, Shared>, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
+    fn ioctl(me: Pin<&OpenState>, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
         match cmd {
-            uapi::IOC_GET_INFO => shared.get_info(arg),
+            uapi::IOC_GET_INFO => me.get_info(arg),
+            uapi::IOC_CREATE_QPAIR => me.create_qpair(arg),
+            uapi::IOC_DESTROY_QPAIR => me.destroy_qpair(arg),
+            uapi::IOC_MAP_HOST => me.map_host(arg),
+            uapi::IOC_UNMAP => me.unmap(arg),
             _ => {
-                dev_warn!(shared.dev, "unknown ioctl {:#x}\n", cmd);
+                dev_warn!(me.shared.dev, "unknown ioctl {:#x}\n", cmd);
                 Err(ENOTTY)
             }
         }
+    }
+
+    fn mmap(me: Pin<&OpenState>, _file: &File, vma: &VmaNew) -> Result {
+        me.mmap(vma)
     }
 }

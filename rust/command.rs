@@ -103,22 +103,23 @@ pub(crate) fn granted_queues(result: u32) -> u32 {
 }
 
 /// Physically contiguous CQ, interrupts off: the GPU or the CPU polls it.
-pub(crate) fn create_io_cq(qid: u16, depth: u16, base: u64) -> Sqe {
+/// `depth` is 2..=65536 (checked by the caller); the command holds it 0-based.
+pub(crate) fn create_io_cq(qid: u16, depth: u32, base: u64) -> Sqe {
     Sqe {
         opcode: admin::CREATE_IO_CQ,
         prp1: base,
-        cdw10: (u32::from(depth - 1) << 16) | u32::from(qid),
+        cdw10: ((depth - 1) << 16) | u32::from(qid),
         cdw11: 1, // PC=1, IEN=0
         ..Default::default()
     }
 }
 
 /// Physically contiguous SQ bound to CQ `qid`, medium priority.
-pub(crate) fn create_io_sq(qid: u16, depth: u16, base: u64) -> Sqe {
+pub(crate) fn create_io_sq(qid: u16, depth: u32, base: u64) -> Sqe {
     Sqe {
         opcode: admin::CREATE_IO_SQ,
         prp1: base,
-        cdw10: (u32::from(depth - 1) << 16) | u32::from(qid),
+        cdw10: ((depth - 1) << 16) | u32::from(qid),
         cdw11: (u32::from(qid) << 16) | 1, // CQID, PC=1
         ..Default::default()
     }
@@ -144,6 +145,7 @@ mod tests {
         assert_eq!((sq.opcode, sq.cdw10, sq.cdw11), (0x01, (63 << 16) | 3, (3 << 16) | 1));
         assert_eq!(delete_io_sq(3).cdw10, 3);
         assert_eq!(delete_io_cq(3).opcode, 0x04);
+        assert_eq!(create_io_cq(1, 65536, 0).cdw10, 0xffff_0001);
     }
 
     #[test]

@@ -17,6 +17,9 @@ use kernel::{
 
 mod admin;
 mod chardev;
+mod file;
+mod qpair;
+mod shared;
 mod command;
 mod controller;
 mod identify;
@@ -37,7 +40,7 @@ struct GpunvmeDriver;
 struct Bound {
     #[pin]
     node: chardev::Node,
-    shared: Arc<chardev::Shared>,
+    shared: Arc<shared::Shared>,
 }
 
 // Deliberately empty: binding happens only through driver_override.
@@ -100,7 +103,7 @@ impl pci::Driver for GpunvmeDriver {
                 return Err(e);
             }
 
-            let shared = chardev::Shared::new(ARef::from(dev), info, cap, devres_bar, admin)?;
+            let shared = shared::Shared::new(ARef::from(dev), info, cap, devres_bar, admin)?;
             let slot = chardev::Slot::claim()?;
             dev_info!(
                 pdev,
@@ -118,13 +121,13 @@ impl pci::Driver for GpunvmeDriver {
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
         let shared = &this.shared;
-        // New calls on open files fail with ENODEV from here on.
+        // New calls on open files fail with ENODEV from here on, and every
+        // user mapping (doorbells, queues) is gone.
         shared.revoke();
-        // Wait for an admin command in flight (bounded by its deadline), then
+        // Wait out an admin command in flight (bounded by its deadline), then
         // stop the controller: queue memory may outlive this binding (open
         // files), so no DMA may reach it afterwards.
-        let _admin = shared.admin.lock();
-        match shared.bar.access(pdev.as_ref()) {
+        shared.quiesce(|| match shared.bar.access(pdev.as_ref()) {
             Ok(bar) => {
                 if controller::disable(pdev.as_ref(), bar, shared.cap).is_err() {
                     dev_err!(pdev, "disable failed; clearing bus mastering instead\n");
@@ -132,7 +135,7 @@ impl pci::Driver for GpunvmeDriver {
                 }
             }
             Err(_) => dev_err!(pdev, "BAR0 already revoked at unbind\n"),
-        }
+        });
         dev_info!(pdev, "unbound; /dev/{} removed\n", this.node.name().to_str().unwrap_or("?"));
     }
 }

@@ -2,6 +2,19 @@
 /* Prototypes of rust/shim.c; the Rust side declares them in rust/shim.rs. */
 #ifndef GPUNVME_SHIM_H
 #define GPUNVME_SHIM_H
+#include <linux/types.h>
 struct device;
+struct file;
+struct vm_area_struct;
+struct gpunvme_hostmap;
+
 void gpunvme_shim_clear_master(struct device *dev);
+int gpunvme_shim_mmap_coherent(struct device *dev, struct vm_area_struct *vma,
+			       void *cpu_addr, dma_addr_t dma_addr, size_t size);
+int gpunvme_shim_mmap_bar_page(struct device *dev, struct vm_area_struct *vma,
+			       unsigned long bar_offset);
+void gpunvme_shim_zap_file(struct file *file);
+struct gpunvme_hostmap *gpunvme_shim_map_user(struct device *dev, u64 uaddr, u64 len,
+					      u64 *dma_addrs, int *err);
+void gpunvme_shim_unmap_user(struct gpunvme_hostmap *map);
 #endif

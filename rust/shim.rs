@@ -2,11 +2,32 @@
 
 //! Safe wrappers over `rust/shim.c`.
 
-use kernel::{bindings, device::Device, pci};
+use core::ffi::c_void;
+use core::ptr::NonNull;
+use kernel::{bindings, device::Device, fs::File, mm::virt::VmaNew, pci, prelude::*};
 
+// `struct device`, `struct file` and `struct vm_area_struct` are passed as
+// void pointers: the shim's prototypes are in rust/shim.h.
 extern "C" {
-    // `struct device` is opaque to the shim's callers: pass it as a void pointer.
-    fn gpunvme_shim_clear_master(dev: *mut core::ffi::c_void);
+    fn gpunvme_shim_clear_master(dev: *mut c_void);
+    fn gpunvme_shim_mmap_coherent(dev: *mut c_void, vma: *mut c_void, cpu: *mut c_void, dma: u64, size: usize) -> i32;
+    fn gpunvme_shim_mmap_bar_page(dev: *mut c_void, vma: *mut c_void, bar_offset: usize) -> i32;
+    fn gpunvme_shim_zap_file(file: *mut c_void);
+    fn gpunvme_shim_map_user(dev: *mut c_void, uaddr: u64, len: u64, dma_addrs: *mut u64, err: *mut i32) -> *mut c_void;
+    fn gpunvme_shim_unmap_user(map: *mut c_void);
+}
+
+/// The C `struct device` behind a `Device` (its `as_raw` is crate-private).
+pub(crate) fn raw<Ctx: kernel::device::DeviceContext>(dev: &Device<Ctx>) -> *mut c_void {
+    core::ptr::from_ref(dev).cast_mut().cast()
+}
+
+fn to_result(ret: i32) -> Result {
+    if ret < 0 {
+        Err(Error::from_errno(ret))
+    } else {
+        Ok(())
+    }
 }
 
 /// Stop a PCI device from mastering the bus: the last resort when it cannot
@@ -15,10 +36,67 @@ pub(crate) fn clear_bus_master(pdev: &pci::Device<kernel::device::Bound>) {
     let dev: &Device<kernel::device::Bound> = pdev.as_ref();
     // SAFETY: `Device` is `repr(transparent)` over `struct device`, and this
     // one is embedded in a bound `struct pci_dev`, as to_pci_dev() expects.
-    unsafe { gpunvme_shim_clear_master(raw(dev).cast()) };
+    unsafe { gpunvme_shim_clear_master(raw(dev)) };
 }
 
-/// The C `struct device` behind a `Device` (its `as_raw` is crate-private).
-pub(crate) fn raw<Ctx: kernel::device::DeviceContext>(dev: &Device<Ctx>) -> *mut bindings::device {
-    core::ptr::from_ref(dev).cast::<bindings::device>().cast_mut()
+/// Map `size` bytes of coherent memory (`cpu`, `dma`) into `vma`.
+///
+/// The caller keeps the allocation alive until the file is released (a
+/// mapping holds the file open), and `dev` is the device it was allocated for.
+pub(crate) fn mmap_coherent(dev: &Device, vma: &VmaNew, cpu: *mut u8, dma: u64, size: usize) -> Result {
+    // SAFETY: `vma` is a VMA being set up under the mmap lock; `cpu`/`dma`/
+    // `size` describe one live coherent allocation of `dev` (caller contract).
+    to_result(unsafe { gpunvme_shim_mmap_coherent(raw(dev), vma.as_ptr().cast(), cpu.cast(), dma, size) })
+}
+
+/// Map one page of BAR0 at `bar_offset`, uncached, into `vma`.
+/// `dev` must be a PCI device; its BAR0 bounds are checked by the shim.
+pub(crate) fn mmap_bar_page(dev: &Device, vma: &VmaNew, bar_offset: usize) -> Result {
+    // SAFETY: `dev` is the `struct device` of a PCI device (the only kind
+    // gpunvme binds); `vma` is being set up under the mmap lock.
+    to_result(unsafe { gpunvme_shim_mmap_bar_page(raw(dev), vma.as_ptr().cast(), bar_offset) })
+}
+
+/// Remove every user mapping made through `file`.
+pub(crate) fn zap_file(file: *mut bindings::file) {
+    // SAFETY: callers pass a file that is open (registered at open, removed
+    // at release under the same lock).
+    unsafe { gpunvme_shim_zap_file(file.cast()) }
+}
+
+/// The raw `struct file` of `file`, to be zapped later.
+pub(crate) fn file_ptr(file: &File) -> *mut bindings::file {
+    file.as_ptr()
+}
+
+/// User pages pinned and mapped for the device's DMA; unpinned on drop.
+pub(crate) struct HostMap(NonNull<c_void>);
+
+// SAFETY: the mapping is plain kernel memory owned by this value; it can be
+// released from any thread.
+unsafe impl Send for HostMap {}
+// SAFETY: no `&self` method touches the mapping.
+unsafe impl Sync for HostMap {}
+
+impl HostMap {
+    /// Pin `[uaddr, uaddr + len)` of the current process (page-aligned,
+    /// checked by the caller) and map it for `dev`; the DMA address of each
+    /// 4 KiB page goes to `dma_addrs` (exactly `len / 4096` entries).
+    pub(crate) fn new(dev: &Device, uaddr: u64, len: u64, dma_addrs: &mut [u64]) -> Result<Self> {
+        if dma_addrs.len() as u64 != len / 4096 {
+            return Err(EINVAL);
+        }
+        let mut err = 0i32;
+        // SAFETY: `dma_addrs` has room for len/4096 entries (checked above);
+        // pinning user memory of the current task is what the shim does.
+        let p = unsafe { gpunvme_shim_map_user(raw(dev), uaddr, len, dma_addrs.as_mut_ptr(), &mut err) };
+        NonNull::new(p).map(Self).ok_or_else(|| Error::from_errno(err))
+    }
+}
+
+impl Drop for HostMap {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from gpunvme_shim_map_user and is released once.
+        unsafe { gpunvme_shim_unmap_user(self.0.as_ptr()) }
+    }
 }

@@ -6,7 +6,7 @@
 //! compiler's view of it and the KUnit test below compares the two.
 
 use kernel::{
-    ioctl::_IOWR,
+    ioctl::{_IOW, _IOWR},
     prelude::*,
     transmute::{AsBytes, FromBytes},
 };
@@ -68,7 +68,83 @@ unsafe impl FromBytes for NsInfo {}
 // SAFETY: see `Info`.
 unsafe impl AsBytes for NsInfo {}
 
+/// `struct gpunvme_qpair_create`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct QpairCreate {
+    pub(crate) size: u32,
+    pub(crate) version: u32,
+    pub(crate) depth: u32,
+    pub(crate) flags: u32,
+    pub(crate) qid: u16,
+    pub(crate) pad0: u16,
+    pub(crate) pad1: u32,
+    pub(crate) sq_offset: u64,
+    pub(crate) sq_size: u64,
+    pub(crate) cq_offset: u64,
+    pub(crate) cq_size: u64,
+    pub(crate) db_offset: u64,
+    pub(crate) sq_db: u32,
+    pub(crate) cq_db: u32,
+    pub(crate) reserved: [u64; 4],
+}
+
+/// `struct gpunvme_qpair_destroy`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct QpairDestroy {
+    pub(crate) size: u32,
+    pub(crate) version: u32,
+    pub(crate) qid: u16,
+    pub(crate) pad0: u16,
+    pub(crate) pad1: u32,
+    pub(crate) reserved: [u64; 2],
+}
+
+/// `struct gpunvme_map_host`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct MapHost {
+    pub(crate) size: u32,
+    pub(crate) version: u32,
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+    pub(crate) dma_addrs: u64,
+    pub(crate) handle: u32,
+    pub(crate) pad0: u32,
+    pub(crate) reserved: [u64; 4],
+}
+
+/// `struct gpunvme_unmap`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Unmap {
+    pub(crate) size: u32,
+    pub(crate) version: u32,
+    pub(crate) handle: u32,
+    pub(crate) pad0: u32,
+    pub(crate) reserved: [u64; 2],
+}
+
+macro_rules! plain_uapi_struct {
+    ($($t:ty),*) => {$(
+        // SAFETY: `repr(C)` integers and integer arrays only, every padding
+        // byte spelled out as a field: any bit pattern is valid.
+        unsafe impl FromBytes for $t {}
+        // SAFETY: as above, no implicit padding, so all bytes are initialized.
+        unsafe impl AsBytes for $t {}
+    )*};
+}
+plain_uapi_struct!(QpairCreate, QpairDestroy, MapHost, Unmap);
+
+pub(crate) const MAX_MAP_BYTES: u64 = 64 << 20;
+pub(crate) const MIN_QUEUE_DEPTH: u32 = 2;
+
 pub(crate) const IOC_GET_INFO: u32 = _IOWR::<Info>(IOC_MAGIC, 0x00);
+pub(crate) const IOC_CREATE_QPAIR: u32 = _IOWR::<QpairCreate>(IOC_MAGIC, 0x01);
+pub(crate) const IOC_DESTROY_QPAIR: u32 = _IOW::<QpairDestroy>(IOC_MAGIC, 0x02);
+pub(crate) const IOC_MAP_HOST: u32 = _IOWR::<MapHost>(IOC_MAGIC, 0x03);
+pub(crate) const IOC_UNMAP: u32 = _IOW::<Unmap>(IOC_MAGIC, 0x04);
 
 /// Why an ioctl argument header was refused; the caller logs it.
 #[derive(Debug, PartialEq, Eq)]
@@ -103,6 +179,45 @@ mod tests {
         static gpunvme_uapi_layout_info: [usize; 23];
         static gpunvme_uapi_ioc_get_info: u32;
         static gpunvme_uapi_version: u32;
+        static gpunvme_uapi_layout_others: [usize; 25];
+        static gpunvme_uapi_iocs: [u32; 4];
+        static gpunvme_uapi_limits: [u64; 2];
+    }
+
+    #[test]
+    fn queue_and_map_layouts_match_header() {
+        let mirror = [
+            size_of::<QpairCreate>(),
+            offset_of!(QpairCreate, depth),
+            offset_of!(QpairCreate, flags),
+            offset_of!(QpairCreate, qid),
+            offset_of!(QpairCreate, sq_offset),
+            offset_of!(QpairCreate, sq_size),
+            offset_of!(QpairCreate, cq_offset),
+            offset_of!(QpairCreate, cq_size),
+            offset_of!(QpairCreate, db_offset),
+            offset_of!(QpairCreate, sq_db),
+            offset_of!(QpairCreate, cq_db),
+            offset_of!(QpairCreate, reserved),
+            size_of::<QpairDestroy>(),
+            offset_of!(QpairDestroy, qid),
+            offset_of!(QpairDestroy, reserved),
+            size_of::<MapHost>(),
+            offset_of!(MapHost, addr),
+            offset_of!(MapHost, len),
+            offset_of!(MapHost, dma_addrs),
+            offset_of!(MapHost, handle),
+            offset_of!(MapHost, reserved),
+            size_of::<Unmap>(),
+            offset_of!(Unmap, handle),
+            offset_of!(Unmap, reserved),
+            0,
+        ];
+        // SAFETY: the C object defines these read-only tables at link time.
+        let (layout, iocs, limits) = unsafe { (gpunvme_uapi_layout_others, gpunvme_uapi_iocs, gpunvme_uapi_limits) };
+        assert_eq!(mirror, layout);
+        assert_eq!([IOC_CREATE_QPAIR, IOC_DESTROY_QPAIR, IOC_MAP_HOST, IOC_UNMAP], iocs);
+        assert_eq!([MAX_MAP_BYTES, u64::from(MIN_QUEUE_DEPTH)], limits);
     }
 
     #[test]

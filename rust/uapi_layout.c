@@ -37,3 +37,40 @@ const size_t gpunvme_uapi_layout_info[] = {
 
 const unsigned int gpunvme_uapi_ioc_get_info = GPUNVME_IOC_GET_INFO;
 const unsigned int gpunvme_uapi_version = GPUNVME_UAPI_VERSION;
+
+const size_t gpunvme_uapi_layout_others[] = {
+	sizeof(struct gpunvme_qpair_create),
+	offsetof(struct gpunvme_qpair_create, depth),
+	offsetof(struct gpunvme_qpair_create, flags),
+	offsetof(struct gpunvme_qpair_create, qid),
+	offsetof(struct gpunvme_qpair_create, sq_offset),
+	offsetof(struct gpunvme_qpair_create, sq_size),
+	offsetof(struct gpunvme_qpair_create, cq_offset),
+	offsetof(struct gpunvme_qpair_create, cq_size),
+	offsetof(struct gpunvme_qpair_create, db_offset),
+	offsetof(struct gpunvme_qpair_create, sq_db),
+	offsetof(struct gpunvme_qpair_create, cq_db),
+	offsetof(struct gpunvme_qpair_create, reserved),
+	sizeof(struct gpunvme_qpair_destroy),
+	offsetof(struct gpunvme_qpair_destroy, qid),
+	offsetof(struct gpunvme_qpair_destroy, reserved),
+	sizeof(struct gpunvme_map_host),
+	offsetof(struct gpunvme_map_host, addr),
+	offsetof(struct gpunvme_map_host, len),
+	offsetof(struct gpunvme_map_host, dma_addrs),
+	offsetof(struct gpunvme_map_host, handle),
+	offsetof(struct gpunvme_map_host, reserved),
+	sizeof(struct gpunvme_unmap),
+	offsetof(struct gpunvme_unmap, handle),
+	offsetof(struct gpunvme_unmap, reserved),
+	0,
+};
+
+const unsigned int gpunvme_uapi_iocs[] = {
+	GPUNVME_IOC_CREATE_QPAIR,
+	GPUNVME_IOC_DESTROY_QPAIR,
+	GPUNVME_IOC_MAP_HOST,
+	GPUNVME_IOC_UNMAP,
+};
+
+const u64 gpunvme_uapi_limits[] = { GPUNVME_MAX_MAP_BYTES, GPUNVME_MIN_QUEUE_DEPTH };

@@ -22,6 +22,15 @@ count_plain() {
     return 0
 }
 
+# A suite made of several runners, each closing with its own line: add them all.
+count_plain_all() {
+    local p f n=0
+    while read -r p f; do
+        pass=$((pass + p)); fail=$((fail + f)); n=$((n + 1))
+    done < <(sed -nE 's/^([A-Za-z]+: )?([0-9]+) passed, ([0-9]+) failed.*/\2 \3/p' "$1")
+    [ "$n" -gt 0 ]
+}
+
 # cargo prints one "test result:" line per test binary.
 count_cargo() {
     local p f n=0
@@ -46,7 +55,7 @@ suite() {
 
 suite host count_cargo make -s -C "$ROOT" host-test
 suite gpu count_plain make -s -C "$ROOT"/kernels host-test
-suite isa count_plain make -s -C "$ROOT" isa-check
+suite isa count_plain_all make -s -C "$ROOT" isa-check
 suite vm count_plain make -s -C "$ROOT" vm-test
 
 echo "logs: $LOGS"

@@ -98,4 +98,127 @@ struct gpunvme_info {
  * ENODEV (the controller was unbound since open). */
 #define GPUNVME_IOC_GET_INFO _IOWR(GPUNVME_IOC_MAGIC, 0x00, struct gpunvme_info)
 
+/*
+ * mmap offsets. Every object a file can map has its own offset, returned by
+ * the ioctl that created it; the length must be the size that ioctl returned
+ * (the doorbell mapping is always one 4 KiB page). Any other offset or size
+ * fails with EINVAL and a log line.
+ *
+ * SQ and CQ memory are coherent DMA memory (cacheable). The doorbell page is
+ * a page of BAR0, mapped uncached: it also holds the doorbells of the admin
+ * queue and of every other queue pair on the controller, so a descriptor is
+ * as trusted as CAP_SYS_RAWIO (required to open). The module zeroes each
+ * admin SQ slot once its command completes, so a stray admin doorbell write
+ * only produces error completions.
+ *
+ * After unbind every mapping is removed (later accesses fault with SIGBUS).
+ */
+
+/* Queue depth bounds: at least 2 entries, at most info.max_queue_entries. */
+#define GPUNVME_MIN_QUEUE_DEPTH 2
+
+/**
+ * struct gpunvme_qpair_create - create an I/O submission/completion queue pair.
+ * @size, @version: as for every struct.
+ * @depth:     in: entries in each queue, GPUNVME_MIN_QUEUE_DEPTH ..
+ *             info.max_queue_entries (EINVAL otherwise).
+ * @flags:     in: must be 0.
+ * @qid:       out: the queue ID (1-based), the same for the SQ and its CQ.
+ * @sq_offset: out: mmap offset of the SQ (64-byte entries).
+ * @sq_size:   out: bytes to map there (depth * 64 rounded up to 4 KiB).
+ * @cq_offset: out: mmap offset of the CQ (16-byte entries; polled, no
+ *             interrupts; phase tag starts at 1).
+ * @cq_size:   out: bytes to map there.
+ * @db_offset: out: mmap offset of the doorbell page holding this pair's
+ *             doorbells (4096 bytes).
+ * @sq_db:     out: byte offset of the SQ tail doorbell within that page.
+ * @cq_db:     out: byte offset of the CQ head doorbell within that page.
+ * @reserved:  in: zero.
+ *
+ * The queue pair belongs to the file: closing it (or process exit) deletes
+ * both queues on the controller (SQ first) before their memory is freed.
+ * Errors: EINVAL, ENOSPC (no I/O queue left: info.io_queues in use),
+ * ENOMEM, EIO (the controller failed the command; the log has its status),
+ * ENODEV (unbound).
+ */
+struct gpunvme_qpair_create {
+	__u32 size;
+	__u32 version;
+	__u32 depth;
+	__u32 flags;
+	__u16 qid;
+	__u16 __pad0;
+	__u32 __pad1;
+	__u64 sq_offset;
+	__u64 sq_size;
+	__u64 cq_offset;
+	__u64 cq_size;
+	__u64 db_offset;
+	__u32 sq_db;
+	__u32 cq_db;
+	__u64 reserved[4];
+};
+
+/**
+ * struct gpunvme_qpair_destroy - delete a queue pair this file created.
+ * @qid: in: from GPUNVME_IOC_CREATE_QPAIR.
+ * Errors: ENOENT (no such queue pair on this file, e.g. destroyed twice),
+ * EINVAL, EIO, ENODEV. The queue memory stays mapped (and allocated) until
+ * the file is closed, so stale mappings never reach freed memory.
+ */
+struct gpunvme_qpair_destroy {
+	__u32 size;
+	__u32 version;
+	__u16 qid;
+	__u16 __pad0;
+	__u32 __pad1;
+	__u64 reserved[2];
+};
+
+/* Largest single host mapping. */
+#define GPUNVME_MAX_MAP_BYTES (64ull << 20)
+
+/**
+ * struct gpunvme_map_host - pin a user buffer and map it for the controller's DMA.
+ * @addr:      in: user virtual address, 4 KiB aligned.
+ * @len:       in: bytes, a multiple of 4 KiB, at most GPUNVME_MAX_MAP_BYTES.
+ * @dma_addrs: in: user pointer to an array of __u64 with room for
+ *             len / 4096 entries; out (through it): the DMA address of each
+ *             4 KiB page, ready for PRP entries.
+ * @handle:    out: names the mapping for GPUNVME_IOC_UNMAP.
+ * @reserved:  in: zero.
+ * Errors: EINVAL (alignment, size), EFAULT (not mapped, or dma_addrs bad),
+ * ENOMEM, ENODEV.
+ */
+struct gpunvme_map_host {
+	__u32 size;
+	__u32 version;
+	__u64 addr;
+	__u64 len;
+	__u64 dma_addrs;
+	__u32 handle;
+	__u32 __pad0;
+	__u64 reserved[4];
+};
+
+/**
+ * struct gpunvme_unmap - undo GPUNVME_IOC_MAP_HOST.
+ * @handle: in.
+ * Errors: ENOENT (unknown handle, e.g. unmapped twice), EBUSY (this file
+ * still has queue pairs on the controller, which may DMA into the buffer:
+ * destroy them first), EINVAL.
+ */
+struct gpunvme_unmap {
+	__u32 size;
+	__u32 version;
+	__u32 handle;
+	__u32 __pad0;
+	__u64 reserved[2];
+};
+
+#define GPUNVME_IOC_CREATE_QPAIR  _IOWR(GPUNVME_IOC_MAGIC, 0x01, struct gpunvme_qpair_create)
+#define GPUNVME_IOC_DESTROY_QPAIR _IOW(GPUNVME_IOC_MAGIC, 0x02, struct gpunvme_qpair_destroy)
+#define GPUNVME_IOC_MAP_HOST      _IOWR(GPUNVME_IOC_MAGIC, 0x03, struct gpunvme_map_host)
+#define GPUNVME_IOC_UNMAP         _IOW(GPUNVME_IOC_MAGIC, 0x04, struct gpunvme_unmap)
+
 #endif /* _UAPI_GPUNVME_H */

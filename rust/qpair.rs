@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! I/O queue pairs: their memory, the mmap offsets that name it, and the
+//! admin commands that create and delete them on the controller.
+
+use kernel::{
+    device::{Bound, Device},
+    dma::Coherent,
+    prelude::*,
+};
+
+use crate::command;
+use crate::regs::{Cap, PAGE_SIZE};
+
+pub(crate) const SQE_BYTES: usize = 64;
+pub(crate) const CQE_BYTES: usize = 16;
+
+/// What an mmap offset names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MapKind {
+    Sq = 1,
+    Cq = 2,
+    Doorbell = 3,
+}
+
+/// mmap offset of `kind` for queue `qid`: one 4 KiB page index per object.
+pub(crate) fn mmap_offset(kind: MapKind, qid: u16) -> u64 {
+    (((kind as u64) << 16) | u64::from(qid)) * PAGE_SIZE as u64
+}
+
+/// Inverse of [`mmap_offset`] on a page offset (vm_pgoff).
+pub(crate) fn decode_pgoff(pgoff: u64) -> Option<(MapKind, u16)> {
+    let qid = (pgoff & 0xffff) as u16;
+    let kind = match pgoff >> 16 {
+        1 => MapKind::Sq,
+        2 => MapKind::Cq,
+        3 => MapKind::Doorbell,
+        _ => return None,
+    };
+    (qid != 0).then_some((kind, qid))
+}
+
+pub(crate) fn round_to_page(n: usize) -> usize {
+    n.div_ceil(PAGE_SIZE) * PAGE_SIZE
+}
+
+/// Where this queue's doorbells are: the BAR0 page that holds them and
+/// their offsets in it. `None` when the SQ and CQ doorbells fall on
+/// different pages (a doorbell stride of 2 KiB or more).
+pub(crate) fn doorbell_page(cap: Cap, qid: u16) -> Option<(usize, u32, u32)> {
+    let sq = cap.sq_doorbell(qid);
+    let cq = cap.cq_doorbell(qid);
+    let page = sq / PAGE_SIZE * PAGE_SIZE;
+    (cq / PAGE_SIZE * PAGE_SIZE == page).then_some((page, (sq - page) as u32, (cq - page) as u32))
+}
+
+/// An I/O SQ and its CQ. The memory is freed only on drop, and a `QPair`
+/// is dropped only once the controller no longer uses it (deleted, or the
+/// controller disabled).
+pub(crate) struct QPair {
+    pub(crate) qid: u16,
+    pub(crate) depth: u32,
+    pub(crate) sq: Coherent<[u8]>,
+    pub(crate) cq: Coherent<[u8]>,
+}
+
+impl QPair {
+    pub(crate) fn alloc(dev: &Device<Bound>, qid: u16, depth: u32) -> Result<Self> {
+        Ok(Self {
+            qid,
+            depth,
+            sq: Coherent::zeroed_slice(dev, round_to_page(depth as usize * SQE_BYTES), GFP_KERNEL)?,
+            cq: Coherent::zeroed_slice(dev, round_to_page(depth as usize * CQE_BYTES), GFP_KERNEL)?,
+        })
+    }
+
+    /// Create CQ then SQ (the SQ names its CQ), as the spec requires.
+    pub(crate) fn create_cmds(&self) -> [command::Sqe; 2] {
+        [
+            command::create_io_cq(self.qid, self.depth, self.cq.dma_address()),
+            command::create_io_sq(self.qid, self.depth, self.sq.dma_address()),
+        ]
+    }
+
+    /// Delete SQ then CQ: a CQ can't go while an SQ still posts to it.
+    pub(crate) fn delete_cmds(&self) -> [command::Sqe; 2] {
+        [command::delete_io_sq(self.qid), command::delete_io_cq(self.qid)]
+    }
+}
+
+#[kernel::prelude::kunit_tests(gpunvme_qpair)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_round_trip() {
+        for kind in [MapKind::Sq, MapKind::Cq, MapKind::Doorbell] {
+            for qid in [1u16, 2, 63, 0xffff] {
+                let off = mmap_offset(kind, qid);
+                assert_eq!(off % PAGE_SIZE as u64, 0);
+                assert_eq!(decode_pgoff(off / PAGE_SIZE as u64), Some((kind, qid)));
+            }
+        }
+        assert_eq!(decode_pgoff(0), None);
+        assert_eq!(decode_pgoff(4 << 16 | 1), None);
+        assert_eq!(decode_pgoff(1 << 16), None);
+    }
+
+    #[test]
+    fn doorbell_pages() {
+        let cap = Cap(0); // stride 4
+        assert_eq!(doorbell_page(cap, 1), Some((0x1000, 8, 12)));
+        assert_eq!(doorbell_page(cap, 511), Some((0x1000, 0xff8, 0xffc)));
+        assert_eq!(doorbell_page(cap, 512), Some((0x2000, 0, 4)));
+        // Stride 4 KiB (DSTRD 10): SQ and CQ doorbells on separate pages.
+        assert_eq!(doorbell_page(Cap(10 << 32), 1), None);
+    }
+
+    #[test]
+    fn sizes_round_to_pages() {
+        assert_eq!(round_to_page(2 * SQE_BYTES), 4096);
+        assert_eq!(round_to_page(64 * SQE_BYTES), 4096);
+        assert_eq!(round_to_page(65 * SQE_BYTES), 8192);
+    }
+}
