@@ -1,0 +1,351 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Queue pairs, host buffers and mmap through the gpunvme UAPI, with real
+ * I/O against QEMU's NVMe: known patterns written and every byte read back.
+ */
+#include <signal.h>
+#include <setjmp.h>
+#include <sys/wait.h>
+
+#include "kselftest_harness.h"
+#include "vmenv.h"
+#include "nvme_io.h"
+
+#define OPC_WRITE 0x01
+#define OPC_READ  0x02
+
+static int open_bound_node(void)
+{
+	char name[32];
+	if (load_module() || bind_gpunvme(gpunvme_bdf()))
+		return -1;
+	for (int i = 0; i < 8; i++) {
+		struct gpunvme_info info;
+		snprintf(name, sizeof(name), "/dev/gpunvme%d", i);
+		int fd = open(name, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		UAPI_INIT(info);
+		if (!ioctl(fd, GPUNVME_IOC_GET_INFO, &info) && !strcmp(info.bdf, gpunvme_bdf()))
+			return fd;
+		close(fd);
+	}
+	return -1;
+}
+
+FIXTURE(io) {
+	int fd;
+	struct gpunvme_info info;
+	uint32_t lbs;
+	uint64_t cap;
+	struct hostbuf buf;
+};
+
+FIXTURE_SETUP(io)
+{
+	self->fd = open_bound_node();
+	ASSERT_LE(0, self->fd);
+	UAPI_INIT(self->info);
+	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_GET_INFO, &self->info));
+	ASSERT_LE(1, self->info.num_namespaces);
+	self->lbs = self->info.ns[0].lba_size;
+	self->cap = self->info.ns[0].capacity_lbas;
+	ASSERT_EQ(0, hostbuf_map(self->fd, 64 * 4096, &self->buf));
+}
+
+FIXTURE_TEARDOWN(io)
+{
+	close(self->fd);
+}
+
+static void fill(struct hostbuf *b, size_t off, size_t len, uint32_t seed, uint64_t lba, uint32_t lbs)
+{
+	for (size_t i = 0; i < len; i++)
+		b->p[off + i] = pattern_byte(seed, lba + i / lbs, i % lbs);
+}
+
+/* Index of the first byte that differs from the pattern, or -1. */
+static long check(struct hostbuf *b, size_t off, size_t len, uint32_t seed, uint64_t lba, uint32_t lbs)
+{
+	for (size_t i = 0; i < len; i++)
+		if (b->p[off + i] != pattern_byte(seed, lba + i / lbs, i % lbs))
+			return i;
+	return -1;
+}
+
+/* Write `pages` pages at `lba` from buffer page `pg`, read them back into
+ * page `pg + pages`, compare every byte. PRP2 is the second page. */
+static int roundtrip(struct qp *q, struct hostbuf *b, uint32_t nsid, uint64_t lba, int pages, int pg,
+		     uint32_t lbs, uint32_t seed)
+{
+	size_t len = pages * 4096;
+	uint32_t nlb = len / lbs;
+	fill(b, pg * 4096, len, seed, lba, lbs);
+	int st = qp_sync(q, rw_cmd(OPC_WRITE, nsid, lba, nlb, b->dma[pg], pages > 1 ? b->dma[pg + 1] : 0));
+	if (st)
+		return st < 0 ? st : 0x10000 | st;
+	memset(b->p + (pg + pages) * 4096, 0, len);
+	st = qp_sync(q, rw_cmd(OPC_READ, 1, lba, nlb, b->dma[pg + pages], pages > 1 ? b->dma[pg + pages + 1] : 0));
+	if (st)
+		return st < 0 ? st : 0x20000 | st;
+	return check(b, (pg + pages) * 4096, len, seed, lba, lbs) < 0 ? 0 : -EILSEQ;
+}
+
+TEST_F(io, write_read_one_page)
+{
+	struct qp q;
+	ASSERT_EQ(0, qp_create(self->fd, 16, &q));
+	EXPECT_EQ(0, roundtrip(&q, &self->buf, 1, 0, 1, 0, self->lbs, 1));
+	EXPECT_EQ(0, qp_destroy(&q));
+}
+
+TEST_F(io, write_read_two_pages_prp2)
+{
+	struct qp q;
+	ASSERT_EQ(0, qp_create(self->fd, 16, &q));
+	EXPECT_EQ(0, roundtrip(&q, &self->buf, 1, 64, 2, 4, self->lbs, 2));
+	EXPECT_EQ(0, qp_destroy(&q));
+}
+
+TEST_F(io, last_lba)
+{
+	struct qp q;
+	uint64_t last = self->cap - 4096 / self->lbs;
+	ASSERT_EQ(0, qp_create(self->fd, 8, &q));
+	EXPECT_EQ(0, roundtrip(&q, &self->buf, 1, last, 1, 0, self->lbs, 3));
+	EXPECT_EQ(0, qp_destroy(&q));
+}
+
+TEST_F(io, lba_out_of_range_is_reported)
+{
+	struct qp q;
+	ASSERT_EQ(0, qp_create(self->fd, 8, &q));
+	int st = qp_sync(&q, rw_cmd(OPC_READ, 1, self->cap, 1, self->buf.dma[0], 0));
+	EXPECT_EQ(0x80, st & 0x7ff) TH_LOG("status %#x", st); /* SCT 0, SC 0x80: LBA Out of Range */
+	st = qp_sync(&q, rw_cmd(OPC_READ, 0, 0, 1, self->buf.dma[0], 0));
+	EXPECT_EQ(0x0b, st & 0x7ff) TH_LOG("status %#x", st); /* NSID 0: Invalid Namespace or Format */
+	EXPECT_EQ(0, qp_destroy(&q));
+}
+
+/* Several laps of a depth-4 queue, batches of 3 (depth - 1), every byte checked. */
+TEST_F(io, queue_wrap_batches)
+{
+	struct qp q;
+	uint32_t per = 4096 / self->lbs;
+	ASSERT_EQ(0, qp_create(self->fd, 4, &q));
+	for (int round = 0; round < 8; round++) {
+		uint16_t cids[3];
+		struct cqe c;
+		for (int i = 0; i < 3; i++) {
+			uint64_t lba = (round * 3 + i) * per;
+			fill(&self->buf, i * 4096, 4096, 100 + round, lba, self->lbs);
+			cids[i] = qp_push(&q, rw_cmd(OPC_WRITE, 1, lba, per, self->buf.dma[i], 0));
+		}
+		qp_ring(&q);
+		/* Completions may arrive in any order: each CID exactly once. */
+		int seen = 0;
+		for (int i = 0; i < 3; i++) {
+			ASSERT_EQ(0, qp_reap(&q, &c, 5000));
+			EXPECT_EQ(0, c.status >> 1);
+			for (int j = 0; j < 3; j++)
+				if (c.cid == cids[j])
+					seen |= 1 << j;
+		}
+		EXPECT_EQ(7, seen);
+	}
+	for (int round = 0; round < 8; round++)
+		for (int i = 0; i < 3; i++) {
+			uint64_t lba = (round * 3 + i) * per;
+			memset(self->buf.p + 8 * 4096, 0, 4096);
+			ASSERT_EQ(0, qp_sync(&q, rw_cmd(OPC_READ, 1, lba, per, self->buf.dma[8], 0)));
+			EXPECT_EQ(-1, check(&self->buf, 8 * 4096, 4096, 100 + round, lba, self->lbs));
+		}
+	EXPECT_EQ(0, qp_destroy(&q));
+}
+
+TEST_F(io, four_queue_pairs_interleaved)
+{
+	struct qp q[4];
+	for (int i = 0; i < 4; i++)
+		ASSERT_EQ(0, qp_create(self->fd, 8, &q[i]));
+	for (int i = 0; i < 4; i++)
+		EXPECT_EQ(0, roundtrip(&q[i], &self->buf, 1, 1000 + i * 16, 1, i * 2, self->lbs, 50 + i));
+	for (int i = 0; i < 4; i++)
+		EXPECT_EQ(0, qp_destroy(&q[i]));
+}
+
+TEST_F(io, bad_qpair_arguments)
+{
+	struct gpunvme_qpair_create c;
+	uint32_t bad_depths[] = { 0, 1, self->info.max_queue_entries + 1 };
+	for (unsigned i = 0; i < 3; i++) {
+		UAPI_INIT(c);
+		c.depth = bad_depths[i];
+		EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+		EXPECT_EQ(EINVAL, errno);
+	}
+	UAPI_INIT(c);
+	c.depth = 8;
+	c.flags = 1;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+	EXPECT_EQ(EINVAL, errno);
+	UAPI_INIT(c);
+	c.depth = 8;
+	c.reserved[3] = 1;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+	EXPECT_EQ(EINVAL, errno);
+
+	struct qp q;
+	ASSERT_EQ(0, qp_create(self->fd, 8, &q));
+	struct gpunvme_qpair_destroy d;
+	UAPI_INIT(d);
+	d.qid = q.c.qid + 100;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_DESTROY_QPAIR, &d));
+	EXPECT_EQ(ENOENT, errno);
+	EXPECT_EQ(0, qp_destroy(&q));
+	EXPECT_EQ(-ENOENT, qp_destroy(&q)); /* twice */
+}
+
+TEST_F(io, bad_mmaps)
+{
+	struct qp q;
+	ASSERT_EQ(0, qp_create(self->fd, 8, &q));
+	void *p;
+	p = mmap(NULL, q.c.sq_size * 2, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, q.c.sq_offset);
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, 0);
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, q.c.sq_offset + (99ull << 12));
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, self->fd, q.c.db_offset);
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(0, qp_destroy(&q));
+}
+
+TEST_F(io, bad_host_buffers)
+{
+	struct gpunvme_map_host m;
+	uint64_t addrs[4];
+	UAPI_INIT(m);
+	m.addr = (uintptr_t)self->buf.p + 100;
+	m.len = 4096;
+	m.dma_addrs = (uintptr_t)addrs;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_MAP_HOST, &m));
+	EXPECT_EQ(EINVAL, errno);
+	m.addr = (uintptr_t)self->buf.p;
+	m.len = 0;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_MAP_HOST, &m));
+	EXPECT_EQ(EINVAL, errno);
+	m.len = GPUNVME_MAX_MAP_BYTES + 4096;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_MAP_HOST, &m));
+	EXPECT_EQ(EINVAL, errno);
+	/* Nothing mapped at this address. */
+	void *hole = mmap(NULL, 8192, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	munmap(hole, 8192);
+	m.addr = (uintptr_t)hole;
+	m.len = 8192;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_MAP_HOST, &m));
+	EXPECT_EQ(EFAULT, errno);
+
+	/* UNMAP while a queue pair lives is refused; afterwards it works once. */
+	struct qp q;
+	ASSERT_EQ(0, qp_create(self->fd, 8, &q));
+	struct gpunvme_unmap u;
+	UAPI_INIT(u);
+	u.handle = self->buf.handle;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_UNMAP, &u));
+	EXPECT_EQ(EBUSY, errno);
+	EXPECT_EQ(0, qp_destroy(&q));
+	EXPECT_EQ(0, ioctl(self->fd, GPUNVME_IOC_UNMAP, &u));
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_UNMAP, &u));
+	EXPECT_EQ(ENOENT, errno);
+}
+
+TEST_F(io, more_queues_than_available)
+{
+	uint32_t n = self->info.io_queues;
+	struct qp *q = calloc(n, sizeof(*q));
+	ASSERT_NE(NULL, q);
+	for (uint32_t i = 0; i < n; i++) {
+		ASSERT_EQ(0, qp_create(self->fd, 2, &q[i])) TH_LOG("queue %u of %u", i + 1, n);
+	}
+	struct gpunvme_qpair_create c;
+	UAPI_INIT(c);
+	c.depth = 2;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+	EXPECT_EQ(ENOSPC, errno);
+	for (uint32_t i = 0; i < n; i++)
+		EXPECT_EQ(0, qp_destroy(&q[i]));
+	/* All freed: one more works again. */
+	struct qp again;
+	EXPECT_EQ(0, qp_create(self->fd, 2, &again));
+	EXPECT_EQ(0, qp_destroy(&again));
+	free(q);
+}
+
+/* A process killed with its queue full of reads leaves the controller
+ * usable: the module deletes its queues on close, then unpins. */
+TEST_F(io, killed_process_leaves_controller_usable)
+{
+	pid_t pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		int fd = open_bound_node();
+		struct qp q;
+		struct hostbuf b;
+		struct cqe c;
+		if (fd < 0 || qp_create(fd, 256, &q) || hostbuf_map(fd, 4096 * 16, &b))
+			_exit(3);
+		for (;;) {
+			for (int i = 0; i < 255; i++)
+				qp_push(&q, rw_cmd(OPC_READ, 1, (i * 8) % 4096, 8, b.dma[i % 16], 0));
+			qp_ring(&q);
+			for (int i = 0; i < 255; i++)
+				if (qp_reap(&q, &c, 5000))
+					_exit(4);
+		}
+	}
+	usleep(400 * 1000);
+	ASSERT_EQ(0, kill(pid, SIGKILL));
+	int status;
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFSIGNALED(status)) TH_LOG("child exited early with %d", WEXITSTATUS(status));
+	struct qp q;
+	ASSERT_EQ(0, qp_create(self->fd, 16, &q));
+	EXPECT_EQ(0, roundtrip(&q, &self->buf, 1, 2048, 2, 10, self->lbs, 77));
+	EXPECT_EQ(0, qp_destroy(&q));
+}
+
+static sigjmp_buf fault_jmp;
+static void on_sigbus(int sig) { (void)sig; siglongjmp(fault_jmp, 1); }
+
+/* Unbinding revokes: ioctls fail with ENODEV and the doorbell mapping is gone. */
+TEST_F(io, unbind_revokes_mappings)
+{
+	struct qp q;
+	ASSERT_EQ(0, qp_create(self->fd, 8, &q));
+	ASSERT_EQ(0, unbind_gpunvme(gpunvme_bdf()));
+	struct gpunvme_qpair_create c;
+	UAPI_INIT(c);
+	c.depth = 8;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+	EXPECT_EQ(ENODEV, errno);
+	signal(SIGBUS, on_sigbus);
+	signal(SIGSEGV, on_sigbus);
+	volatile int faulted = 0;
+	if (!sigsetjmp(fault_jmp, 1))
+		*(volatile uint32_t *)(q.db + q.c.sq_db) = 1;
+	else
+		faulted = 1;
+	signal(SIGBUS, SIG_DFL);
+	signal(SIGSEGV, SIG_DFL);
+	EXPECT_EQ(1, faulted);
+	EXPECT_EQ(-ENODEV, qp_destroy(&q));
+	ASSERT_EQ(0, bind_gpunvme(gpunvme_bdf()));
+}
+
+TEST_HARNESS_MAIN
