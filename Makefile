@@ -21,7 +21,7 @@ KLLVM ?= -19
 CARGO ?= cargo
 
 .PHONY: all deps kernel module selftests userspace kernels vm-test host-test \
-	isa-check demo check clean dkms-install
+	isa-check demo check clean dkms-install dkms-check
 
 all: module userspace
 
@@ -64,6 +64,11 @@ check: deps
 
 dkms-install: deps
 	bash $(ROOT)/tests/dkms/install.sh
+
+# DKMS build against the test kernel (temporary DKMS trees), then the VM
+# module test with the DKMS-built module.
+dkms-check: deps selftests
+	bash $(ROOT)/tests/dkms/ci.sh
 
 clean:
 	rm -rf $(ROOT)/tests/selftests/build $(ROOT)/kernels/build

@@ -4,6 +4,7 @@
 #   gpu    the device library as host C++ (kernels/ host-test)
 #   isa    fences present in the disassembly of every AMD target
 #   vm     kselftests + KUnit in the QEMU VM, against the emulated NVMe
+#   dkms   the module built through DKMS, then loaded and smoke-tested in the VM
 # A suite that fails to build or run counts as one failure.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,6 +58,7 @@ suite host count_cargo make -s -C "$ROOT" host-test
 suite gpu count_plain make -s -C "$ROOT"/kernels host-test
 suite isa count_plain_all make -s -C "$ROOT" isa-check
 suite vm count_plain make -s -C "$ROOT" vm-test
+suite dkms count_plain make -s -C "$ROOT" dkms-check
 
 echo "logs: $LOGS"
 ((${#broken[@]})) && echo "suites that did not finish cleanly: ${broken[*]}"

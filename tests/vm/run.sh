@@ -69,7 +69,7 @@ readonly DISK_SIZE=64M
 # "MAX_LOCKDEP_*" table are fine; their reports ("BUG: KASAN: ...") are not.
 # The last pattern is a failed KUnit case or suite (KTAP in the kernel log,
 # e.g. from a test module's kunit_test_suite at insmod).
-readonly KLOG_BAD='WARNING:|BUG:|Oops|KASAN|KFENCE|possible circular locking|INFO: possible|lockdep|Call Trace:|Kernel panic|general protection fault|UBSAN:|detected stalls|blocked for more than|^\[ *[0-9.]+\] +not ok [0-9]+ '
+readonly KLOG_BAD='WARNING:|BUG:|Oops|KASAN|KFENCE|possible circular locking|INFO: possible|inconsistent lock state|lockdep (disabled|off)|DEBUG_LOCKS_WARN_ON|Call Trace:|Kernel panic|general protection fault|UBSAN:|detected stalls|blocked for more than|^\[ *[0-9.]+\] +not ok [0-9]+ '
 
 kdir= keep_images= timeout=600 test_timeout=300 boot_timeout=120 log= append=
 files=() entries=()   # entries: "KIND<TAB>SRC" in command-line order
