@@ -91,9 +91,9 @@ pub(crate) struct OpenFile;
 
 #[vtable]
 impl MiscDevice for OpenFile {
-    type Ptr = Pin<KBox<OpenState>>;
+    type Ptr = KBox<OpenState>;
 
-    fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<OpenState>>> {
+    fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<OpenState>> {
         // SAFETY: `misc` is always the `misc` field of a pinned `Node` (the
         // only place an `OpenFile` registration is created), and misc_open()
         // holds the misc lock, so the registration (and its `Node`) cannot be
@@ -108,7 +108,7 @@ impl MiscDevice for OpenFile {
         OpenState::new(node.shared.clone(), file)
     }
 
-    fn ioctl(me: Pin<&OpenState>, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
+    fn ioctl(me: &OpenState, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
         match cmd {
             uapi::IOC_GET_INFO => me.get_info(arg),
             uapi::IOC_CREATE_QPAIR => me.create_qpair(arg),
@@ -122,7 +122,7 @@ impl MiscDevice for OpenFile {
         }
     }
 
-    fn mmap(me: Pin<&OpenState>, _file: &File, vma: &VmaNew) -> Result {
+    fn mmap(me: &OpenState, _file: &File, vma: &VmaNew) -> Result {
         me.mmap(vma)
     }
 }

@@ -1,45 +1,40 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! What one open file owns: its queue pairs and host-buffer mappings, the
-//! ioctls that create and destroy them, mmap, and teardown at close.
+//! One open file: the ioctls that create and destroy its queue pairs and
+//! host-buffer mappings, mmap, and teardown at close. The memory itself is
+//! held in the shared DMA registry (see `dma_registry.rs`), named by this
+//! file's id.
 //!
-//! Lock order: `inner` is never held across an admin command or a user
-//! copy (mmap holds the mmap lock and takes `inner`; pinning user pages
-//! takes the mmap lock).
+//! Lock order: admin, then dma. Neither is held across a user copy, and
+//! dma is the only lock mmap takes (under the mmap lock).
 
 use kernel::{
     bindings,
     fs::File,
     mm::virt::VmaNew,
-    new_mutex,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
     uaccess::{UserPtr, UserSlice},
 };
 
+use crate::command;
+use crate::dma_registry::{FileId, MapEntry, QueueEntry, QueueState, Quarantined};
 use crate::qpair::{self, MapKind, QPair};
-use crate::shared::{Quarantined, Shared};
+use crate::shared::Shared;
 use crate::shim::{self, HostMap};
 use crate::uapi::{self, check_header};
 
-struct Inner {
-    /// Queue pairs created on the controller.
-    live: KVec<QPair>,
-    /// Destroyed on the controller, kept until close: still mapped maybe.
-    retired: KVec<QPair>,
-    maps: KVec<(u32, HostMap)>,
-    next_handle: u32,
-}
-
-#[pin_data(PinnedDrop)]
 pub(crate) struct OpenState {
     pub(crate) shared: Arc<Shared>,
     file: *mut bindings::file,
-    #[pin]
-    inner: Mutex<Inner>,
+    id: FileId,
+    next_handle: Atomic<u32>,
 }
 
-// SAFETY: `file` is only passed back to the shared list (never dereferenced
+// SAFETY: `file` is only handed back to the shared list (never dereferenced
 // here); everything else is `Send + Sync`.
 unsafe impl Send for OpenState {}
 // SAFETY: see above.
@@ -58,18 +53,21 @@ macro_rules! read_arg {
     }};
 }
 
+/// A command that failed with a status did nothing; one that timed out (or
+/// never got an answer) may still happen, so its memory must be kept.
+fn definitely_failed(e: Error) -> bool {
+    e == EIO
+}
+
 impl OpenState {
-    pub(crate) fn new(shared: Arc<Shared>, file: &File) -> Result<Pin<KBox<Self>>> {
+    pub(crate) fn new(shared: Arc<Shared>, file: &File) -> Result<KBox<Self>> {
         let raw = shim::file_ptr(file);
-        shared.register_file(raw)?;
-        KBox::try_pin_init(
-            try_pin_init!(Self {
-                shared,
-                file: raw,
-                inner <- new_mutex!(Inner { live: KVec::new(), retired: KVec::new(), maps: KVec::new(), next_handle: 1 }),
-            }),
-            GFP_KERNEL,
-        )
+        let id = shared.register_file(raw)?;
+        let sh = shared.clone();
+        KBox::new(Self { shared, file: raw, id, next_handle: Atomic::new(1) }, GFP_KERNEL).map_err(|e| {
+            sh.unregister_file(raw);
+            e.into()
+        })
     }
 
     pub(crate) fn get_info(&self, arg: usize) -> Result<isize> {
@@ -104,69 +102,46 @@ impl OpenState {
 
         let created = sh.with_admin(|dev, admin, ring| {
             let q = QPair::alloc(dev, qid, req.depth)?;
+            let mut dma = sh.dma.lock();
+            // Room first: once the queue exists on the controller its memory
+            // must be recorded.
+            dma.queues.reserve(1, GFP_KERNEL)?;
             let [cq_cmd, sq_cmd] = q.create_cmds();
-            // A command that failed with a status did nothing; one that timed
-            // out may still happen, so its memory must outlive the binding.
-            let keep_if_unsure = |q: QPair, e: Error| {
-                if e != EIO {
-                    sh.quarantine(Quarantined::Queue(q));
-                }
-                e
-            };
             if let Err(e) = admin.submit(&sh.dev, sh.cap, cq_cmd, ring) {
-                return Err(keep_if_unsure(q, e));
+                if !definitely_failed(e) {
+                    dma.quarantine(Quarantined::Queue(q));
+                }
+                return Err(e);
             }
             if let Err(e) = admin.submit(&sh.dev, sh.cap, sq_cmd, ring) {
                 // The CQ exists: remove it before its memory goes.
-                let e = if e == EIO { EIO } else { ETIMEDOUT };
-                return Err(match admin.submit(&sh.dev, sh.cap, crate::command::delete_io_cq(qid), ring) {
-                    Ok(_) => keep_if_unsure(q, e),
-                    Err(_) => keep_if_unsure(q, ETIMEDOUT),
-                });
-            }
-            Ok(q)
-        });
-        let q = match created {
-            Ok(q) => q,
-            Err(e) => {
-                sh.release_qid(qid);
+                let undone = admin.submit(&sh.dev, sh.cap, command::delete_io_cq(qid), ring).is_ok();
+                if !(undone && definitely_failed(e)) {
+                    dma.quarantine(Quarantined::Queue(q));
+                }
                 return Err(e);
             }
-        };
+            let sizes = (q.sq.size() as u64, q.cq.size() as u64);
+            let _ = dma.queues.push_within_capacity(QueueEntry { file: self.id, state: QueueState::Live, q });
+            Ok(sizes)
+        });
+        let (sq_size, cq_size) = created.inspect_err(|_| sh.release_qid(qid))?;
 
         req.qid = qid;
         req.sq_offset = qpair::mmap_offset(MapKind::Sq, qid);
-        req.sq_size = q.sq.size() as u64;
+        req.sq_size = sq_size;
         req.cq_offset = qpair::mmap_offset(MapKind::Cq, qid);
-        req.cq_size = q.cq.size() as u64;
+        req.cq_size = cq_size;
         req.db_offset = qpair::mmap_offset(MapKind::Doorbell, qid);
         req.sq_db = sq_db;
         req.cq_db = cq_db;
-        let depth = q.depth;
-        if let Err(e) = self.inner.lock().live.push(q, GFP_KERNEL) {
-            // Can't track it: take it off the controller again.
-            self.delete_on_controller_by_qid(qid);
-            return Err(e.into());
-        }
-        dev_dbg!(sh.dev, "qid {} created, depth {}\n", qid, depth);
         writer.write(&req)?;
         Ok(0)
     }
 
-    /// Undo a creation we could not record (rare: out of memory).
-    fn delete_on_controller_by_qid(&self, qid: u16) {
-        let mut inner = self.inner.lock();
-        if let Some(i) = inner.live.iter().position(|q| q.qid == qid) {
-            if let Ok(q) = inner.live.remove(i) {
-                drop(inner);
-                // Best effort: on failure `retire` has already kept the memory.
-                let _ = self.retire(q);
-            }
-        }
-    }
-
-    /// Delete `q` on the controller; keep its memory until close (it may be
-    /// mapped), or for the binding's lifetime when the delete failed.
+    /// Delete `q` on the controller, SQ before CQ. Its memory goes back to
+    /// the registry as retired (it may still be mapped until close), or to
+    /// the quarantine when the controller did not confirm the delete.
     fn retire(&self, q: QPair) -> Result {
         let sh = &self.shared;
         let res = sh.with_admin(|_, admin, ring| {
@@ -178,15 +153,15 @@ impl OpenState {
         match res {
             Ok(()) => {
                 sh.release_qid(q.qid);
-                if let Err(e) = self.inner.lock().retired.push(q, GFP_KERNEL) {
-                    // Freed now instead: the controller no longer uses it,
-                    // and mappings of it are zapped first.
+                let mut dma = sh.dma.lock();
+                if dma.queues.push(QueueEntry { file: self.id, state: QueueState::Retired, q }, GFP_KERNEL).is_err() {
+                    // Dropped (freed) instead; the controller no longer uses
+                    // it, and this file's mappings go first.
                     shim::zap_file(self.file);
-                    return Err(e.into());
                 }
                 Ok(())
             }
-            // Unbound: the controller was disabled, nothing DMAs any more.
+            // Unbound meanwhile: the controller is disabled, `q` may go.
             Err(e) if e == ENODEV => Err(e),
             Err(e) => {
                 sh.quarantine(Quarantined::Queue(q));
@@ -197,13 +172,10 @@ impl OpenState {
 
     pub(crate) fn destroy_qpair(&self, arg: usize) -> Result<isize> {
         let (req, _) = read_arg!(self, uapi::QpairDestroy, arg, "DESTROY_QPAIR");
-        let q = {
-            let mut inner = self.inner.lock();
-            let Some(i) = inner.live.iter().position(|q| q.qid == req.qid) else {
-                dev_warn!(self.shared.dev, "DESTROY_QPAIR: qid {} is not a live queue pair of this file\n", req.qid);
-                return Err(ENOENT);
-            };
-            inner.live.remove(i).map_err(|_| EINVAL)?
+        self.shared.alive()?;
+        let Some(q) = self.shared.dma.lock().take_live(self.id, req.qid) else {
+            dev_warn!(self.shared.dev, "DESTROY_QPAIR: qid {} is not a live queue pair of this file\n", req.qid);
+            return Err(ENOENT);
         };
         self.retire(q)?;
         Ok(0)
@@ -219,50 +191,61 @@ impl OpenState {
         }
         let npages = (req.len / 4096) as usize;
         let mut addrs = KVVec::from_elem(0u64, npages, GFP_KERNEL)?;
-        let map = sh.with_admin(|dev, _, _| HostMap::new(dev, req.addr, req.len, &mut addrs))
-            .inspect_err(|e| dev_warn!(sh.dev, "MAP_HOST: pinning {:#x}+{:#x} failed: {:?}\n", req.addr, req.len, e))?;
-        // Hand out the addresses before recording the mapping: a failed copy
-        // then simply drops (unmaps) it.
-        let mut out = UserSlice::new(UserPtr::from_addr(req.dma_addrs as usize), npages * 8).writer();
-        for a in addrs.iter() {
-            out.write(a)?;
+        let handle = self.next_handle.fetch_add(1, Relaxed);
+        sh.with_admin(|dev, _, _| {
+            let map = HostMap::new(dev, req.addr, req.len, &mut addrs)?;
+            sh.dma.lock().maps.push(MapEntry { file: self.id, handle, map }, GFP_KERNEL)?;
+            Ok(())
+        })
+        .inspect_err(|e| dev_warn!(sh.dev, "MAP_HOST: {:#x}+{:#x} failed: {:?}\n", req.addr, req.len, e))?;
+        // Hand out the addresses; on a bad pointer, undo the mapping.
+        let copied = (|| -> Result {
+            let mut out = UserSlice::new(UserPtr::from_addr(req.dma_addrs as usize), npages * 8).writer();
+            for a in addrs.iter() {
+                out.write(a)?;
+            }
+            req.handle = handle;
+            writer.write(&req)
+        })();
+        if let Err(e) = copied {
+            self.drop_map(handle);
+            return Err(e);
         }
-        let handle = {
-            let mut inner = self.inner.lock();
-            let h = inner.next_handle;
-            inner.next_handle = inner.next_handle.wrapping_add(1).max(1);
-            inner.maps.push((h, map), GFP_KERNEL)?;
-            h
-        };
-        req.handle = handle;
-        writer.write(&req)?;
         Ok(0)
+    }
+
+    fn drop_map(&self, handle: u32) -> Option<HostMap> {
+        let mut dma = self.shared.dma.lock();
+        let i = dma.maps.iter().position(|m| m.file == self.id && m.handle == handle)?;
+        dma.maps.remove(i).ok().map(|m| m.map)
     }
 
     pub(crate) fn unmap(&self, arg: usize) -> Result<isize> {
         let (req, _) = read_arg!(self, uapi::Unmap, arg, "UNMAP");
-        let mut inner = self.inner.lock();
-        let Some(i) = inner.maps.iter().position(|(h, _)| *h == req.handle) else {
-            dev_warn!(self.shared.dev, "UNMAP: no mapping with handle {} on this file\n", req.handle);
-            return Err(ENOENT);
+        let sh = &self.shared;
+        let map = {
+            let mut dma = sh.dma.lock();
+            let Some(i) = dma.maps.iter().position(|m| m.file == self.id && m.handle == req.handle) else {
+                dev_warn!(sh.dev, "UNMAP: no mapping with handle {} on this file\n", req.handle);
+                return Err(ENOENT);
+            };
+            let live = dma.live_count(self.id);
+            if live != 0 {
+                dev_warn!(sh.dev, "UNMAP: {} queue pair(s) of this file may still DMA into it; destroy them first\n", live);
+                return Err(EBUSY);
+            }
+            dma.maps.remove(i).map_err(|_| EINVAL)?.map
         };
-        if !inner.live.is_empty() {
-            dev_warn!(self.shared.dev, "UNMAP: {} queue pair(s) of this file may still DMA into it; destroy them first\n",
-                      inner.live.len());
-            return Err(EBUSY);
-        }
-        let (_, map) = inner.maps.remove(i).map_err(|_| EINVAL)?;
-        drop(inner);
         drop(map);
         Ok(0)
     }
 
     pub(crate) fn mmap(&self, vma: &VmaNew) -> Result {
         let sh = &self.shared;
-        // SAFETY: `vma` is a valid VMA being set up; reading fields is fine.
-        let (pgoff, flags) = unsafe { ((*vma.as_ptr()).vm_pgoff as u64, vma.flags()) };
+        // SAFETY: `vma` is a valid VMA being set up; reading a field is fine.
+        let pgoff = unsafe { (*vma.as_ptr()).vm_pgoff } as u64;
         let len = vma.end() - vma.start();
-        if flags & bindings::VM_SHARED as usize == 0 {
+        if vma.flags() & bindings::VM_SHARED as usize == 0 {
             dev_warn!(sh.dev, "mmap: must be MAP_SHARED\n");
             return Err(EINVAL);
         }
@@ -271,8 +254,8 @@ impl OpenState {
             return Err(EINVAL);
         };
         sh.alive()?;
-        let inner = self.inner.lock();
-        let Some(q) = inner.live.iter().find(|q| q.qid == qid) else {
+        let dma = sh.dma.lock();
+        let Some(q) = dma.live_queue(self.id, qid) else {
             dev_warn!(sh.dev, "mmap: qid {} is not a live queue pair of this file\n", qid);
             return Err(EINVAL);
         };
@@ -294,37 +277,39 @@ impl OpenState {
             }
         }
     }
-
-    /// Close: delete this file's queues on the controller (SQ before CQ),
-    /// then free their memory and unpin its buffers. Memory whose queue
-    /// could not be deleted is kept until the controller is disabled.
-    fn teardown(&self) {
-        let live = core::mem::take(&mut self.inner.lock().live);
-        let mut stuck = false;
-        for q in live {
-            match self.retire(q) {
-                Ok(()) => {}
-                Err(e) if e == ENODEV => {}
-                Err(_) => stuck = true,
-            }
-        }
-        let mut inner = self.inner.lock();
-        let maps = core::mem::take(&mut inner.maps);
-        let retired = core::mem::take(&mut inner.retired);
-        drop(inner);
-        drop(retired);
-        for (_, map) in maps {
-            if stuck {
-                self.shared.quarantine(Quarantined::Buffer(map));
-            }
-        }
-        self.shared.unregister_file(self.file);
-    }
 }
 
-#[pinned_drop]
-impl PinnedDrop for OpenState {
-    fn drop(self: Pin<&mut Self>) {
-        self.teardown();
+/// Close: delete this file's queues on the controller (SQ before CQ), then
+/// free their memory and unpin its buffers. If a delete fails, all of the
+/// file's memory is kept until the controller is disabled at unbind.
+impl Drop for OpenState {
+    fn drop(&mut self) {
+        let sh = &self.shared;
+        let taken = sh.dma.lock().take_file(self.id);
+        let Ok((queues, maps)) = taken else {
+            dev_err!(sh.dev, "out of memory at close: this file's queues stay until unbind\n");
+            sh.unregister_file(self.file);
+            return;
+        };
+        let mut stuck = false;
+        for e in queues {
+            if e.state == QueueState::Live {
+                match self.retire(e.q) {
+                    Ok(()) => {}
+                    Err(err) if err == ENODEV => {}
+                    Err(_) => stuck = true,
+                }
+            }
+        }
+        // `retire` put the deleted queues back as retired: free them now.
+        if let Ok((retired, _)) = sh.dma.lock().take_file(self.id) {
+            drop(retired);
+        }
+        for m in maps {
+            if stuck {
+                sh.quarantine(Quarantined::Buffer(m.map));
+            }
+        }
+        sh.unregister_file(self.file);
     }
 }

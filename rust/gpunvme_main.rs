@@ -22,6 +22,7 @@ mod qpair;
 mod shared;
 mod command;
 mod controller;
+mod dma_registry;
 mod identify;
 mod regs;
 mod shim;
@@ -121,20 +122,19 @@ impl pci::Driver for GpunvmeDriver {
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
         let shared = &this.shared;
-        // New calls on open files fail with ENODEV from here on, and every
-        // user mapping (doorbells, queues) is gone.
-        shared.revoke();
-        // Wait out an admin command in flight (bounded by its deadline), then
-        // stop the controller: queue memory may outlive this binding (open
-        // files), so no DMA may reach it afterwards.
-        shared.quiesce(|| match shared.bar.access(pdev.as_ref()) {
+        // Fail new calls, zap user mappings, stop the controller, then free
+        // every DMA buffer while the device is still bound.
+        shared.shut_down(|| match shared.bar.access(pdev.as_ref()) {
             Ok(bar) => {
                 if controller::disable(pdev.as_ref(), bar, shared.cap).is_err() {
                     dev_err!(pdev, "disable failed; clearing bus mastering instead\n");
                     shim::clear_bus_master(pdev);
                 }
             }
-            Err(_) => dev_err!(pdev, "BAR0 already revoked at unbind\n"),
+            Err(_) => {
+                dev_err!(pdev, "BAR0 already revoked at unbind; clearing bus mastering\n");
+                shim::clear_bus_master(pdev);
+            }
         });
         dev_info!(pdev, "unbound; /dev/{} removed\n", this.node.name().to_str().unwrap_or("?"));
     }

@@ -2,10 +2,10 @@
 
 //! State shared by the binding and every open file of one controller.
 //!
-//! Memory the controller may DMA into lives in a file's state or, when its
-//! fate is unknown (a delete command failed), in `quarantine` here. Either
-//! way it is freed only after the controller stopped using it: deleted, or
-//! disabled at unbind (which runs before the last `Arc<Shared>` can drop).
+//! All memory the controller may DMA into (admin queue, I/O queues, pinned
+//! host buffers) is owned here, not by files, so that unbind can free it
+//! right after disabling the controller: nothing the device could still
+//! DMA into is ever freed, and nothing outlives the binding.
 
 use kernel::{
     bindings,
@@ -16,30 +16,24 @@ use kernel::{
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Acquire, Atomic, Release},
+        atomic::{Acquire, Atomic, Relaxed, Release},
         Arc, Mutex,
     },
 };
 
 use crate::admin::AdminQueue;
 use crate::controller::BAR0_MIN;
-use crate::qpair::QPair;
+use crate::dma_registry::{DmaRegistry, FileId, Quarantined};
 use crate::regs::Cap;
-use crate::shim::{self, HostMap};
+use crate::shim;
 use crate::uapi;
 
 /// An open file of the device node, kept so its mappings can be zapped.
-pub(crate) struct FilePtr(pub(crate) *mut bindings::file);
+struct FilePtr(*mut bindings::file);
 // SAFETY: a `struct file` pointer may be used from any thread; it is only
 // dereferenced (by the shim) while the file is open, which the list's lock
 // guarantees (removed at release).
 unsafe impl Send for FilePtr {}
-
-/// Memory whose DMA state is unknown: kept until the controller is disabled.
-pub(crate) enum Quarantined {
-    Queue(#[allow(dead_code)] QPair),
-    Buffer(#[allow(dead_code)] HostMap),
-}
 
 #[pin_data]
 pub(crate) struct Shared {
@@ -50,15 +44,17 @@ pub(crate) struct Shared {
     pub(crate) cap: Cap,
     /// BAR0, revoked by the driver core at unbind.
     pub(crate) bar: DevresBar<BAR0_MIN>,
+    /// `None` once unbind has disabled the controller and freed the queue.
     #[pin]
-    admin: Mutex<AdminQueue>,
+    admin: Mutex<Option<AdminQueue>>,
+    #[pin]
+    pub(crate) dma: Mutex<DmaRegistry>,
     /// I/O queue IDs in use: bit n is qid n + 1.
     #[pin]
     qids: Mutex<u64>,
     #[pin]
     files: Mutex<KVec<FilePtr>>,
-    #[pin]
-    quarantine: Mutex<KVec<Quarantined>>,
+    next_file: Atomic<u64>,
     /// Set at unbind: from then on the controller is gone for every file.
     gone: Atomic<bool>,
 }
@@ -77,10 +73,11 @@ impl Shared {
                 info,
                 cap,
                 bar,
-                admin <- new_mutex!(admin),
+                admin <- new_mutex!(Some(admin)),
+                dma <- new_mutex!(DmaRegistry::default()),
                 qids <- new_mutex!(0),
                 files <- new_mutex!(KVec::new()),
-                quarantine <- new_mutex!(KVec::new()),
+                next_file: Atomic::new(1),
                 gone: Atomic::new(false),
             }),
             GFP_KERNEL,
@@ -100,8 +97,9 @@ impl Shared {
         &self,
         f: impl FnOnce(&Device<Bound>, &mut AdminQueue, &dyn Fn(usize, u32) -> Result) -> Result<R>,
     ) -> Result<R> {
-        let mut admin = self.admin.lock();
+        let mut guard = self.admin.lock();
         self.alive()?;
+        let admin = Option::as_mut(&mut *guard).ok_or(ENODEV)?;
         // SAFETY: unbind sets `gone`, then takes this lock, and only then
         // lets the device become unbound. We hold the lock and saw `gone`
         // clear, so the device stays bound for the whole of `f`.
@@ -110,7 +108,7 @@ impl Shared {
             let bar = self.bar.try_access().ok_or(ENODEV)?;
             bar.try_write32(value, offset)
         };
-        f(dev, &mut admin, &ring)
+        f(dev, admin, &ring)
     }
 
     pub(crate) fn claim_qid(&self) -> Result<u16> {
@@ -131,40 +129,31 @@ impl Shared {
 
     pub(crate) fn quarantine(&self, what: Quarantined) {
         dev_warn!(self.dev, "keeping memory the controller may still use until it is disabled\n");
-        let mut list = self.quarantine.lock();
-        if list.reserve(1, GFP_KERNEL).is_err() {
-            // Out of memory even for the list entry: leaking is the only safe choice.
-            dev_err!(self.dev, "leaking DMA memory: no room to keep it\n");
-            core::mem::forget(what);
-            return;
-        }
-        if let Err(e) = list.push_within_capacity(what) {
-            core::mem::forget(e);
-        }
+        self.dma.lock().quarantine(what);
     }
 
-    pub(crate) fn register_file(&self, file: *mut bindings::file) -> Result {
+    /// A new open file: its id, and its mappings registered for zapping.
+    pub(crate) fn register_file(&self, file: *mut bindings::file) -> Result<FileId> {
         self.files.lock().push(FilePtr(file), GFP_KERNEL)?;
-        Ok(())
+        Ok(self.next_file.fetch_add(1, Relaxed))
     }
 
     pub(crate) fn unregister_file(&self, file: *mut bindings::file) {
         self.files.lock().retain(|f| f.0 != file);
     }
 
-    /// Unbind, step 1: fail every new call and remove every user mapping
-    /// (doorbells and queues), so no process rings a doorbell any more.
-    pub(crate) fn revoke(&self) {
+    /// Unbind: fail every new call, remove every user mapping (no process
+    /// rings a doorbell or touches queue memory any more), wait out an
+    /// admin command in flight, stop the controller with `stop`, then free
+    /// all DMA memory while the device is still bound.
+    pub(crate) fn shut_down(&self, stop: impl FnOnce()) {
         self.gone.store(true, Release);
         for f in self.files.lock().iter() {
             shim::zap_file(f.0);
         }
-    }
-
-    /// Unbind, step 2: wait out an admin command in flight, then `f`
-    /// (which stops the controller) with the admin queue held.
-    pub(crate) fn quiesce(&self, f: impl FnOnce()) {
-        let _admin = self.admin.lock();
-        f();
+        let mut admin = self.admin.lock();
+        stop();
+        *admin = None;
+        self.dma.lock().clear();
     }
 }

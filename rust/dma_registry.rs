@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Every piece of memory the controller may DMA into, in one place.
+//!
+//! Files only hold names for it (queue IDs, buffer handles). The registry
+//! lives in the shared state, so unbind can free all of it once the
+//! controller is disabled: nothing the device can DMA into outlives the
+//! binding, and nothing is freed while the device may still use it.
+
+use kernel::prelude::*;
+
+use crate::qpair::QPair;
+use crate::shim::HostMap;
+
+/// Which open file a piece of memory belongs to.
+pub(crate) type FileId = u64;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QueueState {
+    /// Created on the controller.
+    Live,
+    /// Deleted on the controller; kept until close because it may be mapped.
+    Retired,
+}
+
+pub(crate) struct QueueEntry {
+    pub(crate) file: FileId,
+    pub(crate) state: QueueState,
+    pub(crate) q: QPair,
+}
+
+pub(crate) struct MapEntry {
+    pub(crate) file: FileId,
+    pub(crate) handle: u32,
+    pub(crate) map: HostMap,
+}
+
+/// Memory whose DMA state is unknown (a delete failed or timed out).
+pub(crate) enum Quarantined {
+    Queue(#[allow(dead_code)] QPair),
+    Buffer(#[allow(dead_code)] HostMap),
+}
+
+#[derive(Default)]
+pub(crate) struct DmaRegistry {
+    pub(crate) queues: KVec<QueueEntry>,
+    pub(crate) maps: KVec<MapEntry>,
+    pub(crate) quarantine: KVec<Quarantined>,
+}
+
+impl DmaRegistry {
+    pub(crate) fn live_queue(&self, file: FileId, qid: u16) -> Option<&QPair> {
+        self.queues.iter().find(|e| e.file == file && e.state == QueueState::Live && e.q.qid == qid).map(|e| &e.q)
+    }
+
+    pub(crate) fn live_count(&self, file: FileId) -> usize {
+        self.queues.iter().filter(|e| e.file == file && e.state == QueueState::Live).count()
+    }
+
+    /// Remove and return the live queue `qid` of `file`.
+    pub(crate) fn take_live(&mut self, file: FileId, qid: u16) -> Option<QPair> {
+        let i = self.queues.iter().position(|e| e.file == file && e.state == QueueState::Live && e.q.qid == qid)?;
+        self.queues.remove(i).ok().map(|e| e.q)
+    }
+
+    /// Remove and return every entry of `file`. On allocation failure
+    /// nothing moves (the entries stay until unbind frees them).
+    pub(crate) fn take_file(&mut self, file: FileId) -> Result<(KVec<QueueEntry>, KVec<MapEntry>)> {
+        let mut queues = KVec::with_capacity(self.queues.iter().filter(|e| e.file == file).count(), GFP_KERNEL)?;
+        let mut maps = KVec::with_capacity(self.maps.iter().filter(|e| e.file == file).count(), GFP_KERNEL)?;
+        let mut i = 0;
+        while i < self.queues.len() {
+            if self.queues[i].file != file {
+                i += 1;
+            } else if let Ok(e) = self.queues.remove(i) {
+                // Capacity was reserved above: this cannot fail.
+                let _ = queues.push_within_capacity(e);
+            }
+        }
+        let mut i = 0;
+        while i < self.maps.len() {
+            if self.maps[i].file != file {
+                i += 1;
+            } else if let Ok(e) = self.maps.remove(i) {
+                let _ = maps.push_within_capacity(e);
+            }
+        }
+        Ok((queues, maps))
+    }
+
+    /// Free everything: only once the controller can no longer DMA.
+    pub(crate) fn clear(&mut self) {
+        self.queues.clear();
+        self.maps.clear();
+        self.quarantine.clear();
+    }
+
+    /// Keep `what` until the controller is disabled. Leaks it if even the
+    /// list entry can't be allocated: freeing it could corrupt memory.
+    pub(crate) fn quarantine(&mut self, what: Quarantined) {
+        if self.quarantine.reserve(1, GFP_KERNEL).is_err() {
+            core::mem::forget(what);
+            return;
+        }
+        if let Err(e) = self.quarantine.push_within_capacity(what) {
+            core::mem::forget(e);
+        }
+    }
+}
