@@ -3,6 +3,7 @@
 #   host   cargo test of the userspace crates
 #   gpu    the device library as host C++ (kernels/ host-test)
 #   isa    fences present in the disassembly of every AMD target
+#   runner the VM runner itself: passing, failing and hung tests are counted right
 #   vm     kselftests + KUnit in the QEMU VM, against the emulated NVMe
 #   dkms   the module built through DKMS, then loaded and smoke-tested in the VM
 # A suite that fails to build or run counts as one failure.
@@ -15,8 +16,9 @@ pass=0 fail=0 skip=0 broken=()
 # Add the counts from a log's closing "N passed, N failed[, N skipped]" line.
 count_plain() {
     local line
-    line=$(grep -E '^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
+    line=$(grep -E '^(# )?([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
     [ -n "$line" ] || return 1
+    line=${line#\# }
     pass=$((pass + $(sed -E 's/^([A-Za-z]+: )?([0-9]+) passed.*/\2/' <<<"$line")))
     fail=$((fail + $(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")))
     grep -q skipped <<<"$line" && skip=$((skip + $(sed -E 's/.* ([0-9]+) skipped.*/\1/' <<<"$line")))
@@ -57,6 +59,7 @@ suite() {
 suite host count_cargo make -s -C "$ROOT" host-test
 suite gpu count_plain make -s -C "$ROOT"/kernels host-test
 suite isa count_plain_all make -s -C "$ROOT" isa-check
+suite runner count_plain bash "$ROOT"/tests/vm/selftest.sh
 suite vm count_plain make -s -C "$ROOT" vm-test
 suite dkms count_plain make -s -C "$ROOT" dkms-check
 

@@ -4,7 +4,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 [ -f "$ROOT/gpunvme.ko" ] || { echo "suite: $ROOT/gpunvme.ko missing (make module)" >&2; exit 1; }
-tests=("$ROOT"/tests/selftests/build/*)
+# The bench's own check first (devices, IOMMU mode), then the selftests.
+tests=("$ROOT"/tests/vm/vm-env.sh "$ROOT"/tests/selftests/build/*)
 files=(--file "$ROOT/gpunvme.ko")
 cli="$ROOT/userspace/target/release/gpunvme"
 [ -x "$cli" ] && files+=(--file "$cli")
