@@ -115,6 +115,7 @@ impl MiscDevice for OpenFile {
             uapi::IOC_DESTROY_QPAIR => me.destroy_qpair(arg),
             uapi::IOC_MAP_HOST => me.map_host(arg),
             uapi::IOC_UNMAP => me.unmap(arg),
+            uapi::IOC_EXPORT => me.export(arg),
             _ => {
                 dev_warn!(me.shared.dev, "unknown ioctl {:#x}\n", cmd);
                 Err(ENOTTY)

@@ -10,7 +10,7 @@
 use kernel::prelude::*;
 
 use crate::qpair::QPair;
-use crate::shim::HostMap;
+use crate::shim::{Export, HostMap};
 
 /// Which open file a piece of memory belongs to.
 pub(crate) type FileId = u64;
@@ -23,9 +23,11 @@ pub(crate) enum QueueState {
     Retired,
 }
 
+/// Fields drop in order: the exports are revoked before the memory goes.
 pub(crate) struct QueueEntry {
     pub(crate) file: FileId,
     pub(crate) state: QueueState,
+    pub(crate) exports: KVec<Export>,
     pub(crate) q: QPair,
 }
 
@@ -53,11 +55,16 @@ impl DmaRegistry {
         self.queues.iter().find(|e| e.file == file && e.state == QueueState::Live && e.q.qid == qid).map(|e| &e.q)
     }
 
+    pub(crate) fn live_entry_mut(&mut self, file: FileId, qid: u16) -> Option<&mut QueueEntry> {
+        self.queues.iter_mut().find(|e| e.file == file && e.state == QueueState::Live && e.q.qid == qid)
+    }
+
     pub(crate) fn live_count(&self, file: FileId) -> usize {
         self.queues.iter().filter(|e| e.file == file && e.state == QueueState::Live).count()
     }
 
-    /// Remove and return the live queue `qid` of `file`.
+    /// Remove and return the live queue `qid` of `file`; its exports are
+    /// revoked here (peers stop using it before the controller forgets it).
     pub(crate) fn take_live(&mut self, file: FileId, qid: u16) -> Option<QPair> {
         let i = self.queues.iter().position(|e| e.file == file && e.state == QueueState::Live && e.q.qid == qid)?;
         self.queues.remove(i).ok().map(|e| e.q)

@@ -24,7 +24,7 @@ use crate::command;
 use crate::dma_registry::{FileId, MapEntry, QueueEntry, QueueState, Quarantined};
 use crate::qpair::{self, MapKind, QPair};
 use crate::shared::Shared;
-use crate::shim::{self, HostMap};
+use crate::shim::{self, Export, HostMap};
 use crate::uapi::{self, check_header};
 
 pub(crate) struct OpenState {
@@ -122,7 +122,8 @@ impl OpenState {
                 return Err(e);
             }
             let sizes = (q.sq.size() as u64, q.cq.size() as u64);
-            let _ = dma.queues.push_within_capacity(QueueEntry { file: self.id, state: QueueState::Live, q });
+            let entry = QueueEntry { file: self.id, state: QueueState::Live, exports: KVec::new(), q };
+            let _ = dma.queues.push_within_capacity(entry);
             Ok(sizes)
         });
         let (sq_size, cq_size) = created.inspect_err(|_| sh.release_qid(qid))?;
@@ -154,7 +155,8 @@ impl OpenState {
             Ok(()) => {
                 sh.release_qid(q.qid);
                 let mut dma = sh.dma.lock();
-                if dma.queues.push(QueueEntry { file: self.id, state: QueueState::Retired, q }, GFP_KERNEL).is_err() {
+                let entry = QueueEntry { file: self.id, state: QueueState::Retired, exports: KVec::new(), q };
+                if dma.queues.push(entry, GFP_KERNEL).is_err() {
                     // Dropped (freed) instead; the controller no longer uses
                     // it, and this file's mappings go first.
                     shim::zap_file(self.file);
@@ -178,6 +180,52 @@ impl OpenState {
             return Err(ENOENT);
         };
         self.retire(q)?;
+        Ok(0)
+    }
+
+    pub(crate) fn export(&self, arg: usize) -> Result<isize> {
+        let (mut req, mut writer) = read_arg!(self, uapi::Export, arg, "EXPORT");
+        let sh = &self.shared;
+        let allowed = (bindings::O_CLOEXEC | bindings::O_RDWR) as u32;
+        if req.flags & !allowed != 0 || req.pad0 != 0 {
+            dev_warn!(sh.dev, "EXPORT: flags {:#x}: only O_CLOEXEC and O_RDWR are allowed\n", req.flags);
+            return Err(EINVAL);
+        }
+        // The device must stay bound while the export is made: hold the admin lock.
+        let (length, fd) = sh.with_admin(|_, _, _| {
+            let mut dma = sh.dma.lock();
+            let Some(e) = dma.live_entry_mut(self.id, req.qid) else {
+                dev_warn!(sh.dev, "EXPORT: qid {} is not a live queue pair of this file\n", req.qid);
+                return Err(ENOENT);
+            };
+            e.exports.reserve(1, GFP_KERNEL)?;
+            let (export, fd, length) = match req.kind {
+                uapi::EXPORT_DOORBELL => {
+                    let (page, _, _) = qpair::doorbell_page(sh.cap, req.qid).ok_or(EINVAL)?;
+                    let (x, fd) = Export::mmio(&sh.dev, page as u64, 4096, req.flags)?;
+                    (x, fd, 4096)
+                }
+                uapi::EXPORT_SQ => {
+                    let (x, fd) = Export::memory(&sh.dev, e.q.sq.as_mut_ptr().cast(), e.q.sq.dma_address(), e.q.sq.size(), req.flags)?;
+                    (x, fd, e.q.sq.size() as u64)
+                }
+                uapi::EXPORT_CQ => {
+                    let (x, fd) = Export::memory(&sh.dev, e.q.cq.as_mut_ptr().cast(), e.q.cq.dma_address(), e.q.cq.size(), req.flags)?;
+                    (x, fd, e.q.cq.size() as u64)
+                }
+                k => {
+                    dev_warn!(sh.dev, "EXPORT: unknown kind {}\n", k);
+                    return Err(EINVAL);
+                }
+            };
+            let _ = e.exports.push_within_capacity(export);
+            Ok((length, fd))
+        })?;
+        req.fd = fd;
+        req.length = length;
+        // The fd is already installed; if the copy fails the caller can't
+        // learn it, but it is revoked with the queue pair all the same.
+        writer.write(&req)?;
         Ok(0)
     }
 

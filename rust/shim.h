@@ -17,4 +17,10 @@ void gpunvme_shim_zap_file(struct file *file);
 struct gpunvme_hostmap *gpunvme_shim_map_user(struct device *dev, u64 uaddr, u64 len,
 					      u64 *dma_addrs, int *err);
 void gpunvme_shim_unmap_user(struct gpunvme_hostmap *map);
+struct gpunvme_export;
+struct gpunvme_export *gpunvme_shim_export_mmio(struct device *dev, u64 bar_offset, u64 len,
+						u32 flags, int *fd, int *err);
+struct gpunvme_export *gpunvme_shim_export_mem(struct device *dev, void *cpu, dma_addr_t dma,
+					       size_t size, u32 flags, int *fd, int *err);
+void gpunvme_shim_export_revoke(struct gpunvme_export *exp);
 #endif

@@ -100,3 +100,50 @@ impl Drop for HostMap {
         unsafe { gpunvme_shim_unmap_user(self.0.as_ptr()) }
     }
 }
+
+extern "C" {
+    fn gpunvme_shim_export_mmio(dev: *mut c_void, bar_offset: u64, len: u64, flags: u32, fd: *mut i32, err: *mut i32) -> *mut c_void;
+    fn gpunvme_shim_export_mem(dev: *mut c_void, cpu: *mut c_void, dma: u64, size: usize, flags: u32, fd: *mut i32, err: *mut i32) -> *mut c_void;
+    fn gpunvme_shim_export_revoke(exp: *mut c_void);
+}
+
+/// A dma-buf this module exported (see `rust/dmabuf_exporter.c`). Dropping
+/// it revokes every importer's mapping; the dma-buf itself lives on until
+/// its last fd and attachment are gone, answering ENODEV.
+pub(crate) struct Export(NonNull<c_void>);
+
+// SAFETY: the export object is reference-counted kernel memory; revoking
+// takes the dma-buf's own lock and may run on any thread.
+unsafe impl Send for Export {}
+// SAFETY: no `&self` method touches it.
+unsafe impl Sync for Export {}
+
+impl Export {
+    /// Export `len` bytes of BAR0 at `bar_offset` (peer-to-peer importers
+    /// only); installs an fd in the calling process.
+    pub(crate) fn mmio(dev: &Device, bar_offset: u64, len: u64, flags: u32) -> Result<(Self, i32)> {
+        let (mut fd, mut err) = (-1i32, 0i32);
+        // SAFETY: `dev` is the PCI device gpunvme is bound to (callers hold
+        // the admin lock with the device bound); the shim checks the range.
+        let p = unsafe { gpunvme_shim_export_mmio(raw(dev), bar_offset, len, flags, &mut fd, &mut err) };
+        NonNull::new(p).map(|p| (Self(p), fd)).ok_or_else(|| Error::from_errno(err))
+    }
+
+    /// Export coherent memory (`cpu`, `dma`, `size`) of `dev`.
+    /// The caller revokes (drops) the export before freeing that memory.
+    pub(crate) fn memory(dev: &Device, cpu: *mut u8, dma: u64, size: usize, flags: u32) -> Result<(Self, i32)> {
+        let (mut fd, mut err) = (-1i32, 0i32);
+        // SAFETY: `cpu`/`dma`/`size` describe a live coherent allocation of
+        // `dev`, which outlives this export's unrevoked life (caller contract).
+        let p = unsafe { gpunvme_shim_export_mem(raw(dev), cpu.cast(), dma, size, flags, &mut fd, &mut err) };
+        NonNull::new(p).map(|p| (Self(p), fd)).ok_or_else(|| Error::from_errno(err))
+    }
+}
+
+impl Drop for Export {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from an export call and is revoked once;
+        // this drops the module's reference.
+        unsafe { gpunvme_shim_export_revoke(self.0.as_ptr()) }
+    }
+}

@@ -126,6 +126,25 @@ pub(crate) struct Unmap {
     pub(crate) reserved: [u64; 2],
 }
 
+/// `struct gpunvme_export`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Export {
+    pub(crate) size: u32,
+    pub(crate) version: u32,
+    pub(crate) qid: u16,
+    pub(crate) kind: u16,
+    pub(crate) flags: u32,
+    pub(crate) fd: i32,
+    pub(crate) pad0: u32,
+    pub(crate) length: u64,
+    pub(crate) reserved: [u64; 2],
+}
+
+pub(crate) const EXPORT_DOORBELL: u16 = 1;
+pub(crate) const EXPORT_SQ: u16 = 2;
+pub(crate) const EXPORT_CQ: u16 = 3;
+
 macro_rules! plain_uapi_struct {
     ($($t:ty),*) => {$(
         // SAFETY: `repr(C)` integers and integer arrays only, every padding
@@ -135,7 +154,7 @@ macro_rules! plain_uapi_struct {
         unsafe impl AsBytes for $t {}
     )*};
 }
-plain_uapi_struct!(QpairCreate, QpairDestroy, MapHost, Unmap);
+plain_uapi_struct!(QpairCreate, QpairDestroy, MapHost, Unmap, Export);
 
 pub(crate) const MAX_MAP_BYTES: u64 = 64 << 20;
 pub(crate) const MIN_QUEUE_DEPTH: u32 = 2;
@@ -145,6 +164,7 @@ pub(crate) const IOC_CREATE_QPAIR: u32 = _IOWR::<QpairCreate>(IOC_MAGIC, 0x01);
 pub(crate) const IOC_DESTROY_QPAIR: u32 = _IOW::<QpairDestroy>(IOC_MAGIC, 0x02);
 pub(crate) const IOC_MAP_HOST: u32 = _IOWR::<MapHost>(IOC_MAGIC, 0x03);
 pub(crate) const IOC_UNMAP: u32 = _IOW::<Unmap>(IOC_MAGIC, 0x04);
+pub(crate) const IOC_EXPORT: u32 = _IOWR::<Export>(IOC_MAGIC, 0x05);
 
 /// Why an ioctl argument header was refused; the caller logs it.
 #[derive(Debug, PartialEq, Eq)]
@@ -179,8 +199,8 @@ mod tests {
         static gpunvme_uapi_layout_info: [usize; 23];
         static gpunvme_uapi_ioc_get_info: u32;
         static gpunvme_uapi_version: u32;
-        static gpunvme_uapi_layout_others: [usize; 25];
-        static gpunvme_uapi_iocs: [u32; 4];
+        static gpunvme_uapi_layout_others: [usize; 31];
+        static gpunvme_uapi_iocs: [u32; 5];
         static gpunvme_uapi_limits: [u64; 2];
     }
 
@@ -211,12 +231,18 @@ mod tests {
             size_of::<Unmap>(),
             offset_of!(Unmap, handle),
             offset_of!(Unmap, reserved),
+            size_of::<Export>(),
+            offset_of!(Export, qid),
+            offset_of!(Export, kind),
+            offset_of!(Export, flags),
+            offset_of!(Export, fd),
+            offset_of!(Export, length),
             0,
         ];
         // SAFETY: the C object defines these read-only tables at link time.
         let (layout, iocs, limits) = unsafe { (gpunvme_uapi_layout_others, gpunvme_uapi_iocs, gpunvme_uapi_limits) };
         assert_eq!(mirror, layout);
-        assert_eq!([IOC_CREATE_QPAIR, IOC_DESTROY_QPAIR, IOC_MAP_HOST, IOC_UNMAP], iocs);
+        assert_eq!([IOC_CREATE_QPAIR, IOC_DESTROY_QPAIR, IOC_MAP_HOST, IOC_UNMAP, IOC_EXPORT], iocs);
         assert_eq!([MAX_MAP_BYTES, u64::from(MIN_QUEUE_DEPTH)], limits);
     }
 

@@ -63,6 +63,12 @@ const size_t gpunvme_uapi_layout_others[] = {
 	sizeof(struct gpunvme_unmap),
 	offsetof(struct gpunvme_unmap, handle),
 	offsetof(struct gpunvme_unmap, reserved),
+	sizeof(struct gpunvme_export),
+	offsetof(struct gpunvme_export, qid),
+	offsetof(struct gpunvme_export, kind),
+	offsetof(struct gpunvme_export, flags),
+	offsetof(struct gpunvme_export, fd),
+	offsetof(struct gpunvme_export, length),
 	0,
 };
 
@@ -71,6 +77,7 @@ const unsigned int gpunvme_uapi_iocs[] = {
 	GPUNVME_IOC_DESTROY_QPAIR,
 	GPUNVME_IOC_MAP_HOST,
 	GPUNVME_IOC_UNMAP,
+	GPUNVME_IOC_EXPORT,
 };
 
 const u64 gpunvme_uapi_limits[] = { GPUNVME_MAX_MAP_BYTES, GPUNVME_MIN_QUEUE_DEPTH };

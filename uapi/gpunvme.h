@@ -216,9 +216,49 @@ struct gpunvme_unmap {
 	__u64 reserved[2];
 };
 
+/* What GPUNVME_IOC_EXPORT exports. */
+#define GPUNVME_EXPORT_DOORBELL 1	/* the 4 KiB BAR0 page holding the pair's doorbells */
+#define GPUNVME_EXPORT_SQ       2	/* the SQ memory (sq_size bytes) */
+#define GPUNVME_EXPORT_CQ       3	/* the CQ memory (cq_size bytes) */
+
+/**
+ * struct gpunvme_export - export part of a queue pair as a dma-buf, for a
+ * GPU (or any DMA peer) to import into its own address space.
+ * @qid:    in: a live queue pair of this file.
+ * @kind:   in: GPUNVME_EXPORT_*.
+ * @flags:  in: O_CLOEXEC and O_RDWR only (for the new fd).
+ * @fd:     out: the dma-buf file descriptor.
+ * @length: out: its size in bytes. For the doorbell, the queue's doorbells
+ *          are at sq_db / cq_db from GPUNVME_IOC_CREATE_QPAIR.
+ * @reserved: in: zero.
+ *
+ * The doorbell dma-buf is MMIO, exported like VFIO exports a BAR: only
+ * importers that allow peer-to-peer and implement invalidate_mappings may
+ * attach (EOPNOTSUPP otherwise), and mapping fails with the p2pdma error
+ * (EINVAL) when the PCI topology between the importer and the controller
+ * has no peer-to-peer path; the kernel log names both devices. Queue
+ * memory can be imported by any revocable importer.
+ *
+ * Every export is revoked when its queue pair is destroyed, its file closed
+ * or the controller unbound: importers get invalidate_mappings and later
+ * maps fail with ENODEV. Errors: ENOENT (no such live queue pair), EINVAL.
+ */
+struct gpunvme_export {
+	__u32 size;
+	__u32 version;
+	__u16 qid;
+	__u16 kind;
+	__u32 flags;
+	__s32 fd;
+	__u32 __pad0;
+	__u64 length;
+	__u64 reserved[2];
+};
+
 #define GPUNVME_IOC_CREATE_QPAIR  _IOWR(GPUNVME_IOC_MAGIC, 0x01, struct gpunvme_qpair_create)
 #define GPUNVME_IOC_DESTROY_QPAIR _IOW(GPUNVME_IOC_MAGIC, 0x02, struct gpunvme_qpair_destroy)
 #define GPUNVME_IOC_MAP_HOST      _IOWR(GPUNVME_IOC_MAGIC, 0x03, struct gpunvme_map_host)
 #define GPUNVME_IOC_UNMAP         _IOW(GPUNVME_IOC_MAGIC, 0x04, struct gpunvme_unmap)
+#define GPUNVME_IOC_EXPORT        _IOWR(GPUNVME_IOC_MAGIC, 0x05, struct gpunvme_export)
 
 #endif /* _UAPI_GPUNVME_H */

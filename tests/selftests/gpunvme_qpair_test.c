@@ -320,6 +320,50 @@ TEST_F(io, killed_process_leaves_controller_usable)
 	EXPECT_EQ(0, qp_destroy(&q));
 }
 
+static int export_one(int fd, uint16_t qid, uint16_t kind, struct gpunvme_export *e)
+{
+	UAPI_INIT(*e);
+	e->qid = qid;
+	e->kind = kind;
+	e->flags = O_CLOEXEC;
+	return ioctl(fd, GPUNVME_IOC_EXPORT, e) ? -errno : 0;
+}
+
+/* Exports are dma-buf fds of the right size; bad requests are refused. */
+TEST_F(io, export_dmabufs)
+{
+	struct qp q;
+	struct gpunvme_export e;
+	char link[64], target[128];
+	ASSERT_EQ(0, qp_create(self->fd, 64, &q));
+	ASSERT_EQ(0, export_one(self->fd, q.c.qid, GPUNVME_EXPORT_DOORBELL, &e));
+	EXPECT_EQ(4096, e.length);
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", e.fd);
+	ssize_t n = readlink(link, target, sizeof(target) - 1);
+	ASSERT_LT(0, n);
+	target[n] = 0;
+	EXPECT_EQ(0, strncmp(target, "/dmabuf:", 8)) TH_LOG("fd is %s", target);
+	close(e.fd);
+	ASSERT_EQ(0, export_one(self->fd, q.c.qid, GPUNVME_EXPORT_SQ, &e));
+	EXPECT_EQ(q.c.sq_size, e.length);
+	int sq_fd = e.fd;
+	ASSERT_EQ(0, export_one(self->fd, q.c.qid, GPUNVME_EXPORT_CQ, &e));
+	EXPECT_EQ(q.c.cq_size, e.length);
+	close(e.fd);
+	EXPECT_EQ(-EINVAL, export_one(self->fd, q.c.qid, 9, &e));
+	EXPECT_EQ(-ENOENT, export_one(self->fd, q.c.qid + 1, GPUNVME_EXPORT_CQ, &e));
+	UAPI_INIT(e);
+	e.qid = q.c.qid;
+	e.kind = GPUNVME_EXPORT_CQ;
+	e.flags = O_NONBLOCK;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_EXPORT, &e));
+	EXPECT_EQ(EINVAL, errno);
+	/* Destroying revokes; the fd a peer holds stays a valid, dead dma-buf. */
+	EXPECT_EQ(0, qp_destroy(&q));
+	EXPECT_EQ(-ENOENT, export_one(self->fd, q.c.qid, GPUNVME_EXPORT_CQ, &e));
+	EXPECT_EQ(0, close(sq_fd));
+}
+
 static sigjmp_buf fault_jmp;
 static void on_sigbus(int sig) { (void)sig; siglongjmp(fault_jmp, 1); }
 

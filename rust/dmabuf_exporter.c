@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * dma-buf exporter for a queue pair's doorbell page and queue memory.
+ *
+ * The doorbell page is MMIO: it is exported the way VFIO exports a BAR
+ * (drivers/vfio/pci/vfio_pci_dmabuf.c): a p2pdma provider on BAR0 and
+ * dma_buf_phys_vec_to_sgt(), which picks the bus address or an IOMMU
+ * mapping through the host bridge, or refuses an unsupported topology.
+ * Only peer-to-peer importers that can be revoked may attach.
+ *
+ * Queue memory is coherent DMA memory of the NVMe device; an importer gets
+ * it mapped for itself through dma_get_sgtable() + dma_map_sgtable().
+ *
+ * Every export is revocable: the module revokes it when the queue pair is
+ * destroyed or the controller unbound, before that memory is freed; maps
+ * fail with ENODEV afterwards. The dma-buf pins this module (owner).
+ */
+#include <linux/dma-buf.h>
+#include <linux/dma-buf-mapping.h>
+#include <linux/dma-mapping.h>
+#include <linux/dma-resv.h>
+#include <linux/pci.h>
+#include <linux/pci-p2pdma.h>
+#include <linux/slab.h>
+#include "shim.h"
+
+MODULE_IMPORT_NS("DMA_BUF");
+
+struct gpunvme_export {
+	struct dma_buf *dmabuf;
+	struct device *dev;	/* the NVMe controller */
+	bool mmio;
+	bool revoked;
+	/* mmio */
+	struct p2pdma_provider *provider;
+	struct phys_vec phys;
+	/* memory */
+	void *cpu;
+	dma_addr_t dma;
+	size_t size;
+};
+
+static int gpunvme_export_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
+{
+	struct gpunvme_export *exp = dmabuf->priv;
+
+	if (exp->revoked)
+		return -ENODEV;
+	if (exp->mmio && !attach->peer2peer) {
+		dev_warn(exp->dev, "doorbell dma-buf: %s is not a peer-to-peer importer; refused\n",
+			 dev_name(attach->dev));
+		return -EOPNOTSUPP;
+	}
+	if (!dma_buf_attach_revocable(attach)) {
+		dev_warn(exp->dev, "dma-buf: importer %s cannot be revoked (no invalidate_mappings); refused\n",
+			 dev_name(attach->dev));
+		return -EOPNOTSUPP;
+	}
+	return 0;
+}
+
+static struct sg_table *gpunvme_export_map(struct dma_buf_attachment *attach,
+					   enum dma_data_direction dir)
+{
+	struct gpunvme_export *exp = attach->dmabuf->priv;
+	struct sg_table *sgt;
+	int ret;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	if (exp->revoked)
+		return ERR_PTR(-ENODEV);
+
+	if (exp->mmio) {
+		sgt = dma_buf_phys_vec_to_sgt(attach, exp->provider, &exp->phys, 1,
+					      exp->phys.len, dir);
+		if (IS_ERR(sgt))
+			dev_warn(exp->dev,
+				 "doorbell dma-buf: no peer-to-peer path from %s to this controller (%pe); the bridge mode is the fallback\n",
+				 dev_name(attach->dev), sgt);
+		return sgt;
+	}
+
+	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL);
+	if (!sgt)
+		return ERR_PTR(-ENOMEM);
+	ret = dma_get_sgtable(exp->dev, sgt, exp->cpu, exp->dma, exp->size);
+	if (ret)
+		goto free;
+	ret = dma_map_sgtable(attach->dev, sgt, dir, 0);
+	if (ret)
+		goto table;
+	return sgt;
+table:
+	sg_free_table(sgt);
+free:
+	kfree(sgt);
+	return ERR_PTR(ret);
+}
+
+static void gpunvme_export_unmap(struct dma_buf_attachment *attach, struct sg_table *sgt,
+				 enum dma_data_direction dir)
+{
+	struct gpunvme_export *exp = attach->dmabuf->priv;
+
+	if (exp->mmio) {
+		dma_buf_free_sgt(attach, sgt, dir);
+		return;
+	}
+	dma_unmap_sgtable(attach->dev, sgt, dir, 0);
+	sg_free_table(sgt);
+	kfree(sgt);
+}
+
+static void gpunvme_export_release(struct dma_buf *dmabuf)
+{
+	kfree(dmabuf->priv);
+}
+
+static const struct dma_buf_ops gpunvme_export_ops = {
+	.attach = gpunvme_export_attach,
+	.map_dma_buf = gpunvme_export_map,
+	.unmap_dma_buf = gpunvme_export_unmap,
+	.release = gpunvme_export_release,
+};
+
+/* Export and install an fd; on success the module holds one reference. */
+static struct gpunvme_export *export_common(struct gpunvme_export *exp, size_t size, u32 flags,
+					    int *fd, int *err)
+{
+	DEFINE_DMA_BUF_EXPORT_INFO(info);
+	int ret;
+
+	info.ops = &gpunvme_export_ops;
+	info.size = size;
+	info.flags = flags;
+	info.priv = exp;
+	exp->dmabuf = dma_buf_export(&info);
+	if (IS_ERR(exp->dmabuf)) {
+		ret = PTR_ERR(exp->dmabuf);
+		kfree(exp);
+		*err = ret;
+		return NULL;
+	}
+	get_dma_buf(exp->dmabuf);
+	ret = dma_buf_fd(exp->dmabuf, flags);
+	if (ret < 0) {
+		dma_buf_put(exp->dmabuf);
+		dma_buf_put(exp->dmabuf);	/* release frees exp */
+		*err = ret;
+		return NULL;
+	}
+	*fd = ret;
+	return exp;
+}
+
+struct gpunvme_export *gpunvme_shim_export_mmio(struct device *dev, u64 bar_offset, u64 len,
+						u32 flags, int *fd, int *err)
+{
+	struct pci_dev *pdev = to_pci_dev(dev);
+	struct gpunvme_export *exp;
+	int ret;
+
+	if (bar_offset + len > pci_resource_len(pdev, 0)) {
+		*err = -EINVAL;
+		return NULL;
+	}
+	ret = pcim_p2pdma_init(pdev);
+	if (ret) {
+		*err = ret;
+		return NULL;
+	}
+	exp = kzalloc(sizeof(*exp), GFP_KERNEL);
+	if (!exp) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	exp->dev = dev;
+	exp->mmio = true;
+	exp->provider = pcim_p2pdma_provider(pdev, 0);
+	if (!exp->provider) {
+		kfree(exp);
+		*err = -EOPNOTSUPP;
+		return NULL;
+	}
+	exp->phys.paddr = pci_resource_start(pdev, 0) + bar_offset;
+	exp->phys.len = len;
+	return export_common(exp, len, flags, fd, err);
+}
+
+struct gpunvme_export *gpunvme_shim_export_mem(struct device *dev, void *cpu, dma_addr_t dma,
+					       size_t size, u32 flags, int *fd, int *err)
+{
+	struct gpunvme_export *exp = kzalloc(sizeof(*exp), GFP_KERNEL);
+
+	if (!exp) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	exp->dev = dev;
+	exp->cpu = cpu;
+	exp->dma = dma;
+	exp->size = size;
+	return export_common(exp, size, flags, fd, err);
+}
+
+void gpunvme_shim_export_revoke(struct gpunvme_export *exp)
+{
+	struct dma_buf *dmabuf = exp->dmabuf;
+
+	dma_resv_lock(dmabuf->resv, NULL);
+	exp->revoked = true;
+	dma_buf_invalidate_mappings(dmabuf);
+	dma_resv_unlock(dmabuf->resv);
+	/* Importers finish with their fences; bounded, like every wait here. */
+	if (dma_resv_wait_timeout(dmabuf->resv, DMA_RESV_USAGE_BOOKKEEP, false, 5 * HZ) <= 0)
+		dev_warn(exp->dev, "dma-buf revoke: importer fences still pending after 5 s\n");
+	dma_buf_put(dmabuf);
+}

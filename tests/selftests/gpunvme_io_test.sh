@@ -1,0 +1,194 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# Block I/O through queue pairs driven by the `gpunvme` CLI (the Rust
+# library): patterns written and verified byte-exact, single I/O, 2 and 4
+# queue pairs at once, queue wrap, multi-round, a transfer of exactly MDTS,
+# the last LBA, LBA Out of Range reaching the caller; then the controller
+# goes back to the kernel nvme driver and dd must read the same bytes.
+. "$(dirname "$0")/ktap.sh"
+DIR=${GPUNVME_DIR:-/opt/gpunvme}
+BDF=${GPUNVME_BDF:-0000:00:04.0}
+PATH=$DIR:$PATH
+T=/tmp/gpunvme_io.$$
+mkdir -p "$T"
+
+driver_of() { basename "$(readlink "/sys/bus/pci/devices/$1/driver" 2>/dev/null)" 2>/dev/null; }
+
+setup() {
+	[ -d /sys/module/gpunvme ] || insmod "$DIR/gpunvme.ko" || return 1
+	[ "$(driver_of "$BDF")" = gpunvme ] || gpunvme bind "$BDF" || return 1
+	gpunvme info --json "$BDF" > "$T/info.json" || return 1
+	LBA_SIZE=$(sed -n 's/.*"lba_size": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
+	CAP=$(sed -n 's/.*"capacity_lbas": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
+	MDTS=$(sed -n 's/.*"max_transfer_bytes": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
+	QUEUES=$(sed -n 's/.*"io_queues": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
+	[ -n "$MDTS" ] || MDTS=2097152   # "no limit": the library caps at 2 MiB
+	[ -n "$LBA_SIZE" ] && [ -n "$CAP" ] || { cat "$T/info.json"; return 1; }
+	MDTS_BLOCKS=$((MDTS / LBA_SIZE))
+	[ "$MDTS_BLOCKS" -gt 65536 ] && MDTS_BLOCKS=65536
+	echo "lba_size $LBA_SIZE capacity $CAP mdts $MDTS ($MDTS_BLOCKS blocks) io_queues $QUEUES"
+}
+
+wv() { # seed lba count [extra args]: write then verify in a second process
+	s=$1 l=$2 c=$3
+	shift 3
+	gpunvme write "$BDF" --pattern "$s" --lba "$l" --count "$c" "$@" || return 1
+	gpunvme verify "$BDF" --pattern "$s" --lba "$l" --count "$c" "$@"
+}
+
+single_io() { wv 11 0 1; }
+
+read_out_matches_pattern() {
+	gpunvme read "$BDF" --lba 0 --count 1 --out "$T/r0" || return 1
+	gpunvme pattern --seed 11 --lba 0 --count 1 --lba-size "$LBA_SIZE" > "$T/p0" || return 1
+	cmp "$T/r0" "$T/p0"
+}
+
+verify_detects_a_wrong_seed() {
+	if out=$(gpunvme verify "$BDF" --pattern 12 --lba 0 --count 1 2>&1); then
+		echo "verify with the wrong seed passed"; return 1
+	fi
+	echo "$out"
+	echo "$out" | grep -q "first mismatch at LBA 0"
+}
+
+multi_block() { wv 21 64 256; }
+
+# Several rounds over one range with different seeds: each overwrite lands.
+multi_round() {
+	for s in 31 32 33 34; do wv $s 1024 96 --depth 8 || return 1; done
+}
+
+# depth 4 (3 in flight), one block per command: 96 commands, 24 laps of the
+# SQ and CQ, so the phase tag flips many times.
+queue_wrap() {
+	out=$(gpunvme write "$BDF" --pattern 41 --lba 2048 --count 96 --depth 4 --max-blocks 1 2>&1) || { echo "$out"; return 1; }
+	echo "$out"
+	echo "$out" | grep -q "96 command(s) on qid [0-9]* of depth 4" || return 1
+	gpunvme verify "$BDF" --pattern 41 --lba 2048 --count 96 --depth 2 --max-blocks 3
+}
+
+qpairs_parallel() { # N: N processes, each with its own queue pair
+	n=$1 i=0 pids=""
+	while [ $i -lt "$n" ]; do
+		gpunvme write "$BDF" --pattern $((50 + i)) --lba $((4096 + i * 512)) --count 512 --max-blocks 8 > "$T/q$i.log" 2>&1 &
+		pids="$pids $!"
+		i=$((i + 1))
+	done
+	rc=0
+	for p in $pids; do wait "$p" || rc=1; done
+	cat "$T"/q*.log
+	[ $rc = 0 ] || return 1
+	i=0
+	while [ $i -lt "$n" ]; do
+		gpunvme verify "$BDF" --pattern $((50 + i)) --lba $((4096 + i * 512)) --count 512 || return 1
+		i=$((i + 1))
+	done
+}
+two_qpairs() { qpairs_parallel 2; }
+four_qpairs() {
+	[ "${QUEUES:-0}" -ge 4 ] || { echo "controller granted $QUEUES I/O queues"; return 1; }
+	qpairs_parallel 4
+}
+
+# 4 queue pairs in one process (one thread each) at QD 8, reads.
+bench_four_qpairs() {
+	gpunvme bench "$BDF" --qpairs 1,4 --qd 1,8 --ops 400 --range-mib 4 --json "$T/bench.json" || return 1
+	grep -q '"qpairs": 4' "$T/bench.json"
+}
+
+exactly_mdts() {
+	out=$(gpunvme write "$BDF" --pattern 61 --lba 8192 --count "$MDTS_BLOCKS" 2>&1) || { echo "$out"; return 1; }
+	echo "$out"
+	echo "$out" | grep -q " 1 command(s)" || return 1
+	gpunvme verify "$BDF" --pattern 61 --lba 8192 --count "$MDTS_BLOCKS" || return 1
+	# One block more: two commands.
+	l=$((8192 + MDTS_BLOCKS * 2))
+	out=$(gpunvme write "$BDF" --pattern 62 --lba $l --count $((MDTS_BLOCKS + 1)) 2>&1) || { echo "$out"; return 1; }
+	echo "$out"
+	echo "$out" | grep -q " 2 command(s)" || return 1
+	gpunvme verify "$BDF" --pattern 62 --lba $l --count $((MDTS_BLOCKS + 1))
+}
+
+last_lba() {
+	wv 71 $((CAP - 1)) 1 || return 1
+	wv 72 $((CAP - 9)) 8
+}
+
+# The client-side check refuses; --no-range-check lets the controller answer.
+lba_out_of_range() {
+	if out=$(gpunvme read "$BDF" --lba "$CAP" --count 1 2>&1); then echo "read past the end succeeded"; return 1; fi
+	echo "client side: $out"
+	echo "$out" | grep -q "beyond namespace" || return 1
+	for args in "--lba $CAP --count 1" "--lba $((CAP - 1)) --count 2"; do
+		# shellcheck disable=SC2086
+		if out=$(gpunvme read "$BDF" $args --no-range-check 2>&1); then echo "unchecked read $args succeeded"; return 1; fi
+		echo "controller: $out"
+		echo "$out" | grep -q "LBA Out of Range (SCT 0x0, SC 0x80" || return 1
+	done
+	# And a write that spans the end must not have written the in-range block.
+	if gpunvme write "$BDF" --pattern 99 --lba $((CAP - 1)) --count 2 --no-range-check 2>/dev/null; then return 1; fi
+	gpunvme verify "$BDF" --pattern 71 --lba $((CAP - 1)) --count 1
+}
+
+to_kernel_nvme() {
+	modprobe nvme 2>/dev/null
+	gpunvme unbind --to-nvme "$BDF" || return 1
+	i=0
+	while [ $i -lt 100 ]; do
+		NVME=$(gpunvme list | grep "^$BDF" | sed -n 's/.*: \(nvme[0-9]*n1\).*/\1/p')
+		[ -n "$NVME" ] && [ -b "/dev/$NVME" ] && break
+		sleep 0.1
+		i=$((i + 1))
+	done
+	[ -b "/dev/$NVME" ] || { gpunvme list; return 1; }
+	echo "$BDF is /dev/$NVME"
+}
+
+dd_cmp() { # seed lba count
+	dd if="/dev/$NVME" of="$T/dd" bs="$LBA_SIZE" skip="$2" count="$3" 2>/dev/null || return 1
+	gpunvme pattern --seed "$1" --lba "$2" --count "$3" --lba-size "$LBA_SIZE" > "$T/ref" || return 1
+	cmp "$T/dd" "$T/ref" || { echo "LBA $2 count $3 differs"; return 1; }
+}
+
+kernel_reads_same_bytes() {
+	[ -n "$NVME" ] || return 1
+	dd_cmp 11 0 1 && dd_cmp 21 64 256 && dd_cmp 34 1024 96 && dd_cmp 41 2048 96 &&
+	dd_cmp 50 4096 512 && dd_cmp 51 4608 512 &&
+	dd_cmp 61 8192 "$MDTS_BLOCKS" && dd_cmp 62 $((8192 + MDTS_BLOCKS * 2)) $((MDTS_BLOCKS + 1)) &&
+	dd_cmp 71 $((CAP - 1)) 1 && dd_cmp 72 $((CAP - 9)) 8
+}
+
+back_to_gpunvme() {
+	gpunvme bind "$BDF" || return 1
+	gpunvme verify "$BDF" --pattern 21 --lba 64 --count 256
+}
+
+ktap_plan 16
+ktap_check "setup: module loaded, controller bound" setup
+# setup ran in a subshell: read the values again here.
+LBA_SIZE=$(sed -n 's/.*"lba_size": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
+CAP=$(sed -n 's/.*"capacity_lbas": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
+MDTS=$(sed -n 's/.*"max_transfer_bytes": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
+QUEUES=$(sed -n 's/.*"io_queues": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
+[ -n "$MDTS" ] || MDTS=2097152
+MDTS_BLOCKS=$((MDTS / ${LBA_SIZE:-512}))
+[ "$MDTS_BLOCKS" -gt 65536 ] && MDTS_BLOCKS=65536
+ktap_check "single I/O: write + verify one block" single_io
+ktap_check "read --out equals gpunvme pattern" read_out_matches_pattern
+ktap_check "verify reports the first mismatch" verify_detects_a_wrong_seed
+ktap_check "multi-block write + verify" multi_block
+ktap_check "multi-round overwrite" multi_round
+ktap_check "queue wrap (depth 4, 96 commands)" queue_wrap
+ktap_check "2 queue pairs in parallel" two_qpairs
+ktap_check "4 queue pairs in parallel" four_qpairs
+ktap_check "bench: 1 and 4 queue pairs in one process" bench_four_qpairs
+ktap_check "transfer of exactly MDTS (and MDTS + 1 block)" exactly_mdts
+ktap_check "last LBA of the namespace" last_lba
+ktap_check "LBA out of range reaches the caller" lba_out_of_range
+ktap_check "rebind to the kernel nvme driver" to_kernel_nvme
+NVME=$(gpunvme list | grep "^$BDF" | sed -n 's/.*: \(nvme[0-9]*n1\).*/\1/p')
+ktap_check "kernel nvme reads the same bytes (dd vs gpunvme pattern)" kernel_reads_same_bytes
+ktap_check "bind back to gpunvme, data intact" back_to_gpunvme
+rm -rf "$T"
+ktap_done
