@@ -116,6 +116,7 @@ impl MiscDevice for OpenFile {
             uapi::IOC_MAP_HOST => me.map_host(arg),
             uapi::IOC_UNMAP => me.unmap(arg),
             uapi::IOC_EXPORT => me.export(arg),
+            uapi::IOC_MAP_DMABUF => me.map_dmabuf(arg),
             _ => {
                 dev_warn!(me.shared.dev, "unknown ioctl {:#x}\n", cmd);
                 Err(ENOTTY)

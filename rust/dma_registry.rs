@@ -10,7 +10,13 @@
 use kernel::prelude::*;
 
 use crate::qpair::QPair;
-use crate::shim::{Export, HostMap};
+use crate::shim::{Export, HostMap, Import};
+
+/// Memory outside the module that the controller was given access to.
+pub(crate) enum Mapped {
+    Host(#[allow(dead_code)] HostMap),
+    DmaBuf(#[allow(dead_code)] Import),
+}
 
 /// Which open file a piece of memory belongs to.
 pub(crate) type FileId = u64;
@@ -34,13 +40,13 @@ pub(crate) struct QueueEntry {
 pub(crate) struct MapEntry {
     pub(crate) file: FileId,
     pub(crate) handle: u32,
-    pub(crate) map: HostMap,
+    pub(crate) map: Mapped,
 }
 
 /// Memory whose DMA state is unknown (a delete failed or timed out).
 pub(crate) enum Quarantined {
     Queue(#[allow(dead_code)] QPair),
-    Buffer(#[allow(dead_code)] HostMap),
+    Buffer(#[allow(dead_code)] Mapped),
 }
 
 #[derive(Default)]

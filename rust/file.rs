@@ -21,10 +21,10 @@ use kernel::{
 };
 
 use crate::command;
-use crate::dma_registry::{FileId, MapEntry, QueueEntry, QueueState, Quarantined};
+use crate::dma_registry::{FileId, MapEntry, Mapped, QueueEntry, QueueState, Quarantined};
 use crate::qpair::{self, MapKind, QPair};
 use crate::shared::Shared;
-use crate::shim::{self, Export, HostMap};
+use crate::shim::{self, Export, HostMap, Import};
 use crate::uapi::{self, check_header};
 
 pub(crate) struct OpenState {
@@ -242,7 +242,7 @@ impl OpenState {
         let handle = self.next_handle.fetch_add(1, Relaxed);
         sh.with_admin(|dev, _, _| {
             let map = HostMap::new(dev, req.addr, req.len, &mut addrs)?;
-            sh.dma.lock().maps.push(MapEntry { file: self.id, handle, map }, GFP_KERNEL)?;
+            sh.dma.lock().maps.push(MapEntry { file: self.id, handle, map: Mapped::Host(map) }, GFP_KERNEL)?;
             Ok(())
         })
         .inspect_err(|e| dev_warn!(sh.dev, "MAP_HOST: {:#x}+{:#x} failed: {:?}\n", req.addr, req.len, e))?;
@@ -262,7 +262,38 @@ impl OpenState {
         Ok(0)
     }
 
-    fn drop_map(&self, handle: u32) -> Option<HostMap> {
+    pub(crate) fn map_dmabuf(&self, arg: usize) -> Result<isize> {
+        let (mut req, mut writer) = read_arg!(self, uapi::MapDmabuf, arg, "MAP_DMABUF");
+        let sh = &self.shared;
+        let max = uapi::MAX_MAP_BYTES / 4096;
+        if req.max_pages == 0 || req.max_pages > max {
+            dev_warn!(sh.dev, "MAP_DMABUF: max_pages {} outside 1..={}\n", req.max_pages, max);
+            return Err(EINVAL);
+        }
+        let mut addrs = KVVec::from_elem(0u64, req.max_pages as usize, GFP_KERNEL)?;
+        let handle = self.next_handle.fetch_add(1, Relaxed);
+        let len = sh.with_admin(|_, _, _| {
+            let (import, len) = Import::new(&sh.dev, req.fd, &mut addrs)?;
+            sh.dma.lock().maps.push(MapEntry { file: self.id, handle, map: Mapped::DmaBuf(import) }, GFP_KERNEL)?;
+            Ok(len)
+        })?;
+        let copied = (|| -> Result {
+            let mut out = UserSlice::new(UserPtr::from_addr(req.dma_addrs as usize), (len / 4096) as usize * 8).writer();
+            for a in addrs.iter().take((len / 4096) as usize) {
+                out.write(a)?;
+            }
+            req.handle = handle;
+            req.len = len;
+            writer.write(&req)
+        })();
+        if let Err(e) = copied {
+            self.drop_map(handle);
+            return Err(e);
+        }
+        Ok(0)
+    }
+
+    fn drop_map(&self, handle: u32) -> Option<Mapped> {
         let mut dma = self.shared.dma.lock();
         let i = dma.maps.iter().position(|m| m.file == self.id && m.handle == handle)?;
         dma.maps.remove(i).ok().map(|m| m.map)

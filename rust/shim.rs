@@ -147,3 +147,39 @@ impl Drop for Export {
         unsafe { gpunvme_shim_export_revoke(self.0.as_ptr()) }
     }
 }
+
+extern "C" {
+    fn gpunvme_shim_import(dev: *mut c_void, fd: i32, dma_addrs: *mut u64, max_pages: u64, len: *mut u64, err: *mut i32) -> *mut c_void;
+    fn gpunvme_shim_unimport(imp: *mut c_void);
+}
+
+/// A dma-buf imported for the controller's DMA (see `rust/dmabuf_importer.c`):
+/// attached peer-to-peer, pinned and mapped; detached on drop.
+pub(crate) struct Import(NonNull<c_void>);
+
+// SAFETY: the import is owned kernel memory; teardown takes the dma-buf's
+// own lock and may run on any thread.
+unsafe impl Send for Import {}
+// SAFETY: no `&self` method touches it.
+unsafe impl Sync for Import {}
+
+impl Import {
+    /// Import dma-buf `fd` for `dev`; the DMA address of each 4 KiB page
+    /// goes to `dma_addrs` (at most its length). Returns the byte length.
+    pub(crate) fn new(dev: &Device, fd: i32, dma_addrs: &mut [u64]) -> Result<(Self, u64)> {
+        let (mut len, mut err) = (0u64, 0i32);
+        // SAFETY: `dma_addrs` has room for the `max_pages` passed; the shim
+        // takes its own reference on the dma-buf behind `fd`.
+        let p = unsafe {
+            gpunvme_shim_import(raw(dev), fd, dma_addrs.as_mut_ptr(), dma_addrs.len() as u64, &mut len, &mut err)
+        };
+        NonNull::new(p).map(|p| (Self(p), len)).ok_or_else(|| Error::from_errno(err))
+    }
+}
+
+impl Drop for Import {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from gpunvme_shim_import; released once.
+        unsafe { gpunvme_shim_unimport(self.0.as_ptr()) }
+    }
+}

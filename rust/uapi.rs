@@ -141,6 +141,20 @@ pub(crate) struct Export {
     pub(crate) reserved: [u64; 2],
 }
 
+/// `struct gpunvme_map_dmabuf`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct MapDmabuf {
+    pub(crate) size: u32,
+    pub(crate) version: u32,
+    pub(crate) fd: i32,
+    pub(crate) handle: u32,
+    pub(crate) max_pages: u64,
+    pub(crate) dma_addrs: u64,
+    pub(crate) len: u64,
+    pub(crate) reserved: [u64; 4],
+}
+
 pub(crate) const EXPORT_DOORBELL: u16 = 1;
 pub(crate) const EXPORT_SQ: u16 = 2;
 pub(crate) const EXPORT_CQ: u16 = 3;
@@ -154,7 +168,7 @@ macro_rules! plain_uapi_struct {
         unsafe impl AsBytes for $t {}
     )*};
 }
-plain_uapi_struct!(QpairCreate, QpairDestroy, MapHost, Unmap, Export);
+plain_uapi_struct!(QpairCreate, QpairDestroy, MapHost, Unmap, Export, MapDmabuf);
 
 pub(crate) const MAX_MAP_BYTES: u64 = 64 << 20;
 pub(crate) const MIN_QUEUE_DEPTH: u32 = 2;
@@ -165,6 +179,7 @@ pub(crate) const IOC_DESTROY_QPAIR: u32 = _IOW::<QpairDestroy>(IOC_MAGIC, 0x02);
 pub(crate) const IOC_MAP_HOST: u32 = _IOWR::<MapHost>(IOC_MAGIC, 0x03);
 pub(crate) const IOC_UNMAP: u32 = _IOW::<Unmap>(IOC_MAGIC, 0x04);
 pub(crate) const IOC_EXPORT: u32 = _IOWR::<Export>(IOC_MAGIC, 0x05);
+pub(crate) const IOC_MAP_DMABUF: u32 = _IOWR::<MapDmabuf>(IOC_MAGIC, 0x06);
 
 /// Why an ioctl argument header was refused; the caller logs it.
 #[derive(Debug, PartialEq, Eq)]
@@ -199,8 +214,8 @@ mod tests {
         static gpunvme_uapi_layout_info: [usize; 23];
         static gpunvme_uapi_ioc_get_info: u32;
         static gpunvme_uapi_version: u32;
-        static gpunvme_uapi_layout_others: [usize; 31];
-        static gpunvme_uapi_iocs: [u32; 5];
+        static gpunvme_uapi_layout_others: [usize; 37];
+        static gpunvme_uapi_iocs: [u32; 6];
         static gpunvme_uapi_limits: [u64; 2];
     }
 
@@ -237,12 +252,18 @@ mod tests {
             offset_of!(Export, flags),
             offset_of!(Export, fd),
             offset_of!(Export, length),
+            size_of::<MapDmabuf>(),
+            offset_of!(MapDmabuf, fd),
+            offset_of!(MapDmabuf, handle),
+            offset_of!(MapDmabuf, max_pages),
+            offset_of!(MapDmabuf, dma_addrs),
+            offset_of!(MapDmabuf, len),
             0,
         ];
         // SAFETY: the C object defines these read-only tables at link time.
         let (layout, iocs, limits) = unsafe { (gpunvme_uapi_layout_others, gpunvme_uapi_iocs, gpunvme_uapi_limits) };
         assert_eq!(mirror, layout);
-        assert_eq!([IOC_CREATE_QPAIR, IOC_DESTROY_QPAIR, IOC_MAP_HOST, IOC_UNMAP, IOC_EXPORT], iocs);
+        assert_eq!([IOC_CREATE_QPAIR, IOC_DESTROY_QPAIR, IOC_MAP_HOST, IOC_UNMAP, IOC_EXPORT, IOC_MAP_DMABUF], iocs);
         assert_eq!([MAX_MAP_BYTES, u64::from(MIN_QUEUE_DEPTH)], limits);
     }
 

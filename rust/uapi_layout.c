@@ -69,6 +69,12 @@ const size_t gpunvme_uapi_layout_others[] = {
 	offsetof(struct gpunvme_export, flags),
 	offsetof(struct gpunvme_export, fd),
 	offsetof(struct gpunvme_export, length),
+	sizeof(struct gpunvme_map_dmabuf),
+	offsetof(struct gpunvme_map_dmabuf, fd),
+	offsetof(struct gpunvme_map_dmabuf, handle),
+	offsetof(struct gpunvme_map_dmabuf, max_pages),
+	offsetof(struct gpunvme_map_dmabuf, dma_addrs),
+	offsetof(struct gpunvme_map_dmabuf, len),
 	0,
 };
 
@@ -78,6 +84,7 @@ const unsigned int gpunvme_uapi_iocs[] = {
 	GPUNVME_IOC_MAP_HOST,
 	GPUNVME_IOC_UNMAP,
 	GPUNVME_IOC_EXPORT,
+	GPUNVME_IOC_MAP_DMABUF,
 };
 
 const u64 gpunvme_uapi_limits[] = { GPUNVME_MAX_MAP_BYTES, GPUNVME_MIN_QUEUE_DEPTH };

@@ -202,7 +202,40 @@ struct gpunvme_map_host {
 };
 
 /**
- * struct gpunvme_unmap - undo GPUNVME_IOC_MAP_HOST.
+ * struct gpunvme_map_dmabuf - import a dma-buf (GPU memory) for the
+ * controller's DMA, the way RDMA imports GPU memory.
+ * @fd:        in: the dma-buf file descriptor (the module takes its own
+ *             reference; the fd may be closed afterwards).
+ * @max_pages: in: room in @dma_addrs, in 4 KiB pages.
+ * @dma_addrs: in: user pointer to __u64[max_pages]; out (through it): the
+ *             DMA address of each 4 KiB page, ready for PRP entries.
+ * @len:       out: bytes mapped (the whole dma-buf).
+ * @handle:    out: names the mapping for GPUNVME_IOC_UNMAP.
+ * @reserved:  in: zero.
+ *
+ * The attachment allows peer-to-peer and is pinned. An exporter that would
+ * have to move the buffer to system memory to reach the controller (no
+ * peer-to-peer path) is refused with EOPNOTSUPP, never silently migrated.
+ * When the exporter revokes or moves the buffer, the mapping is removed at
+ * once: I/O to its addresses then fails in the IOMMU and the command
+ * completes with an error status.
+ * Errors: EBADF, EINVAL (size not 4 KiB multiple, more pages than
+ * max_pages, unaligned segments), EOPNOTSUPP, ETIMEDOUT (exporter fences),
+ * ENODEV.
+ */
+struct gpunvme_map_dmabuf {
+	__u32 size;
+	__u32 version;
+	__s32 fd;
+	__u32 handle;
+	__u64 max_pages;
+	__u64 dma_addrs;
+	__u64 len;
+	__u64 reserved[4];
+};
+
+/**
+ * struct gpunvme_unmap - undo GPUNVME_IOC_MAP_HOST or GPUNVME_IOC_MAP_DMABUF.
  * @handle: in.
  * Errors: ENOENT (unknown handle, e.g. unmapped twice), EBUSY (this file
  * still has queue pairs on the controller, which may DMA into the buffer:
@@ -260,5 +293,6 @@ struct gpunvme_export {
 #define GPUNVME_IOC_MAP_HOST      _IOWR(GPUNVME_IOC_MAGIC, 0x03, struct gpunvme_map_host)
 #define GPUNVME_IOC_UNMAP         _IOW(GPUNVME_IOC_MAGIC, 0x04, struct gpunvme_unmap)
 #define GPUNVME_IOC_EXPORT        _IOWR(GPUNVME_IOC_MAGIC, 0x05, struct gpunvme_export)
+#define GPUNVME_IOC_MAP_DMABUF    _IOWR(GPUNVME_IOC_MAGIC, 0x06, struct gpunvme_map_dmabuf)
 
 #endif /* _UAPI_GPUNVME_H */

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * dma-buf importer for data buffers (GPUNVME_IOC_MAP_DMABUF), the way RDMA
+ * imports GPU memory (drivers/infiniband/core/umem_dmabuf.c): a dynamic
+ * attachment to the NVMe device that allows peer-to-peer, pinned, mapped,
+ * with the exporter's fences waited for (bounded).
+ *
+ * An exporter that cannot reach the controller peer-to-peer clears
+ * attach->peer2peer and would hand out (migrate to) system memory instead:
+ * that is refused, so "GPU memory" never silently becomes host memory.
+ *
+ * When the exporter invalidates the mapping, it is unmapped at once: the
+ * IOMMU then rejects the controller's DMA to it, so later I/O on that
+ * buffer completes with an error instead of touching moved memory.
+ */
+#include <linux/dma-buf.h>
+#include <linux/dma-resv.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+#include "shim.h"
+
+struct gpunvme_import {
+	struct dma_buf *dmabuf;
+	struct dma_buf_attachment *attach;
+	struct sg_table *sgt;
+	bool pinned;
+};
+
+static void gpunvme_import_invalidate(struct dma_buf_attachment *attach)
+{
+	struct gpunvme_import *imp = attach->importer_priv;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	if (imp->sgt) {
+		dma_buf_unmap_attachment(attach, imp->sgt, DMA_BIDIRECTIONAL);
+		imp->sgt = NULL;
+		dev_warn(attach->dev, "dma-buf import invalidated by its exporter: I/O to it now fails\n");
+	}
+}
+
+static const struct dma_buf_attach_ops gpunvme_import_ops = {
+	.allow_peer2peer = true,
+	.invalidate_mappings = gpunvme_import_invalidate,
+};
+
+static void import_teardown(struct gpunvme_import *imp)
+{
+	if (imp->attach) {
+		dma_resv_lock(imp->dmabuf->resv, NULL);
+		if (imp->sgt)
+			dma_buf_unmap_attachment(imp->attach, imp->sgt, DMA_BIDIRECTIONAL);
+		if (imp->pinned)
+			dma_buf_unpin(imp->attach);
+		dma_resv_unlock(imp->dmabuf->resv);
+		dma_buf_detach(imp->dmabuf, imp->attach);
+	}
+	dma_buf_put(imp->dmabuf);
+	kfree(imp);
+}
+
+struct gpunvme_import *gpunvme_shim_import(struct device *dev, int fd, u64 *dma_addrs,
+					   u64 max_pages, u64 *len, int *err)
+{
+	struct gpunvme_import *imp;
+	struct scatterlist *sg;
+	u64 filled = 0;
+	long waited;
+	int i, ret;
+
+	imp = kzalloc(sizeof(*imp), GFP_KERNEL);
+	if (!imp) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	imp->dmabuf = dma_buf_get(fd);
+	if (IS_ERR(imp->dmabuf)) {
+		*err = PTR_ERR(imp->dmabuf);
+		kfree(imp);
+		return NULL;
+	}
+	if (imp->dmabuf->size % PAGE_SIZE || imp->dmabuf->size / PAGE_SIZE > max_pages) {
+		dev_warn(dev, "MAP_DMABUF: %zu bytes: need a multiple of 4 KiB and at most %llu pages\n",
+			 imp->dmabuf->size, max_pages);
+		ret = -EINVAL;
+		goto out;
+	}
+	imp->attach = dma_buf_dynamic_attach(imp->dmabuf, dev, &gpunvme_import_ops, imp);
+	if (IS_ERR(imp->attach)) {
+		ret = PTR_ERR(imp->attach);
+		imp->attach = NULL;
+		dev_warn(dev, "MAP_DMABUF: attach to %s's dma-buf failed: %d\n",
+			 imp->dmabuf->exp_name, ret);
+		goto out;
+	}
+	if (!imp->attach->peer2peer) {
+		dev_warn(dev, "MAP_DMABUF: exporter %s has no peer-to-peer path to this controller and would move the buffer to system memory; refused\n",
+			 imp->dmabuf->exp_name);
+		ret = -EOPNOTSUPP;
+		goto out;
+	}
+
+	dma_resv_lock(imp->dmabuf->resv, NULL);
+	ret = dma_buf_pin(imp->attach);
+	if (!ret) {
+		imp->pinned = true;
+		imp->sgt = dma_buf_map_attachment(imp->attach, DMA_BIDIRECTIONAL);
+		if (IS_ERR(imp->sgt)) {
+			ret = PTR_ERR(imp->sgt);
+			imp->sgt = NULL;
+		}
+	}
+	dma_resv_unlock(imp->dmabuf->resv);
+	if (ret) {
+		dev_warn(dev, "MAP_DMABUF: pin/map of %s's dma-buf failed: %d\n", imp->dmabuf->exp_name, ret);
+		goto out;
+	}
+	/* The exporter may still be filling or moving it. */
+	waited = dma_resv_wait_timeout(imp->dmabuf->resv, DMA_RESV_USAGE_KERNEL, true, 5 * HZ);
+	if (waited <= 0) {
+		ret = waited ? waited : -ETIMEDOUT;
+		dev_warn(dev, "MAP_DMABUF: exporter fences not signalled within 5 s\n");
+		goto out;
+	}
+	for_each_sgtable_dma_sg(imp->sgt, sg, i) {
+		dma_addr_t a = sg_dma_address(sg);
+		unsigned int n, l = sg_dma_len(sg);
+
+		if (a % PAGE_SIZE || l % PAGE_SIZE) {
+			dev_warn(dev, "MAP_DMABUF: segment %pad+%u not 4 KiB aligned; refused\n", &a, l);
+			ret = -EINVAL;
+			goto out;
+		}
+		for (n = 0; n < l / PAGE_SIZE && filled < max_pages; n++)
+			dma_addrs[filled++] = a + (u64)n * PAGE_SIZE;
+	}
+	*len = filled * PAGE_SIZE;
+	return imp;
+out:
+	import_teardown(imp);
+	*err = ret;
+	return NULL;
+}
+
+void gpunvme_shim_unimport(struct gpunvme_import *imp)
+{
+	import_teardown(imp);
+}

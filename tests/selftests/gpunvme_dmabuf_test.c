@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * GPU-memory path without a GPU: dma-bufs imported with MAP_DMABUF as data
+ * buffers. udmabuf (memfd -> dma-buf) stands in for VRAM; a queue pair's own
+ * exported SQ memory stands in for a buffer whose exporter revokes it.
+ */
+#include <linux/udmabuf.h>
+#include <sys/syscall.h>
+
+#include "kselftest_harness.h"
+#include "vmenv.h"
+#include "nvme_io.h"
+
+#define OPC_WRITE 0x01
+#define OPC_READ  0x02
+
+static int open_bound_node(void)
+{
+	char name[32];
+	if (load_module() || bind_gpunvme(gpunvme_bdf()))
+		return -1;
+	for (int i = 0; i < 8; i++) {
+		struct gpunvme_info info;
+		snprintf(name, sizeof(name), "/dev/gpunvme%d", i);
+		int fd = open(name, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		UAPI_INIT(info);
+		if (!ioctl(fd, GPUNVME_IOC_GET_INFO, &info) && !strcmp(info.bdf, gpunvme_bdf()))
+			return fd;
+		close(fd);
+	}
+	return -1;
+}
+
+/* A udmabuf of `len` bytes; its memory mapped at *mem. */
+static int make_udmabuf(size_t len, uint8_t **mem)
+{
+	int memfd = syscall(SYS_memfd_create, "vram-standin", MFD_ALLOW_SEALING);
+	if (memfd < 0 || ftruncate(memfd, len) || fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK))
+		return -1;
+	*mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	int dev = open("/dev/udmabuf", O_RDWR);
+	if (dev < 0 || *mem == MAP_FAILED)
+		return -1;
+	struct udmabuf_create c = { .memfd = memfd, .flags = UDMABUF_FLAGS_CLOEXEC, .offset = 0, .size = len };
+	int fd = ioctl(dev, UDMABUF_CREATE, &c);
+	close(dev);
+	close(memfd);
+	return fd;
+}
+
+static int map_dmabuf(int fd, int buf_fd, uint64_t *addrs, uint64_t max_pages, struct gpunvme_map_dmabuf *m)
+{
+	UAPI_INIT(*m);
+	m->fd = buf_fd;
+	m->max_pages = max_pages;
+	m->dma_addrs = (uintptr_t)addrs;
+	return ioctl(fd, GPUNVME_IOC_MAP_DMABUF, m) ? -errno : 0;
+}
+
+FIXTURE(dmabuf) {
+	int fd;
+	uint32_t lbs;
+};
+
+FIXTURE_SETUP(dmabuf)
+{
+	struct gpunvme_info info;
+	self->fd = open_bound_node();
+	ASSERT_LE(0, self->fd);
+	UAPI_INIT(info);
+	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_GET_INFO, &info));
+	self->lbs = info.ns[0].lba_size;
+}
+
+FIXTURE_TEARDOWN(dmabuf)
+{
+	close(self->fd);
+}
+
+/* NVMe writes come from the dma-buf and reads land in it, byte-exact. */
+TEST_F(dmabuf, udmabuf_data_path)
+{
+	const size_t len = 16 * 4096;
+	uint8_t *mem;
+	uint64_t addrs[16];
+	struct gpunvme_map_dmabuf m;
+	int buf = make_udmabuf(len, &mem);
+	ASSERT_LE(0, buf);
+	ASSERT_EQ(0, map_dmabuf(self->fd, buf, addrs, 16, &m));
+	EXPECT_EQ(len, m.len);
+	close(buf); /* the module holds its own reference */
+
+	struct qp q;
+	ASSERT_EQ(0, qp_create(self->fd, 32, &q));
+	uint32_t per = 4096 / self->lbs;
+	for (int pg = 0; pg < 8; pg++)
+		for (int i = 0; i < 4096; i++)
+			mem[pg * 4096 + i] = pattern_byte(9, 3000 + pg * per + i / self->lbs, i % self->lbs);
+	for (int pg = 0; pg < 8; pg++)
+		ASSERT_EQ(0, qp_sync(&q, rw_cmd(OPC_WRITE, 1, 3000 + pg * per, per, addrs[pg], 0)));
+	memset(mem + 8 * 4096, 0xee, 8 * 4096);
+	/* Read back all 8 pages in one command: PRP1 + PRP2 would not do, so
+	 * two pages at a time. */
+	for (int pg = 0; pg < 8; pg += 2)
+		ASSERT_EQ(0, qp_sync(&q, rw_cmd(OPC_READ, 1, 3000 + pg * per, 2 * per, addrs[8 + pg], addrs[9 + pg])));
+	long bad = -1;
+	for (int i = 0; i < 8 * 4096 && bad < 0; i++)
+		if (mem[8 * 4096 + i] != pattern_byte(9, 3000 + i / self->lbs, i % self->lbs))
+			bad = i;
+	EXPECT_EQ(-1, bad);
+	EXPECT_EQ(0, qp_destroy(&q));
+	struct gpunvme_unmap u;
+	UAPI_INIT(u);
+	u.handle = m.handle;
+	EXPECT_EQ(0, ioctl(self->fd, GPUNVME_IOC_UNMAP, &u));
+}
+
+TEST_F(dmabuf, bad_imports)
+{
+	uint64_t addrs[4];
+	struct gpunvme_map_dmabuf m;
+	int notbuf = open("/proc/self/status", O_RDONLY);
+	EXPECT_EQ(-EINVAL, map_dmabuf(self->fd, notbuf, addrs, 4, &m));
+	close(notbuf);
+	EXPECT_EQ(-EBADF, map_dmabuf(self->fd, 12345, addrs, 4, &m));
+	uint8_t *mem;
+	int buf = make_udmabuf(8 * 4096, &mem);
+	ASSERT_LE(0, buf);
+	EXPECT_EQ(-EINVAL, map_dmabuf(self->fd, buf, addrs, 4, &m)); /* 8 pages, room for 4 */
+	EXPECT_EQ(-EINVAL, map_dmabuf(self->fd, buf, addrs, 0, &m));
+	close(buf);
+}
+
+/*
+ * Revocation: import the SQ memory that queue pair A exports, read data
+ * into it through queue pair B (it lands in A's SQ, seen through A's
+ * mapping), destroy A (its exports are revoked, so the import is unmapped),
+ * and the same read no longer reaches that memory: the IOMMU blocks it.
+ * (QEMU's controller still reports success for a DMA the IOMMU dropped, as
+ * posted PCIe writes do on hardware; the memory is what the test checks.)
+ */
+TEST_F(dmabuf, revoked_import_fails_io)
+{
+	struct qp a, b;
+	struct gpunvme_export e;
+	struct gpunvme_map_dmabuf m;
+	uint64_t addrs[16];
+	ASSERT_EQ(0, qp_create(self->fd, 256, &a)); /* SQ: 16 KiB */
+	ASSERT_EQ(0, qp_create(self->fd, 16, &b));
+	UAPI_INIT(e);
+	e.qid = a.c.qid;
+	e.kind = GPUNVME_EXPORT_SQ;
+	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_EXPORT, &e));
+	ASSERT_EQ(0, map_dmabuf(self->fd, e.fd, addrs, 16, &m));
+	EXPECT_EQ(a.c.sq_size, m.len);
+
+	/* Known data on disk, then read into the imported buffer. */
+	struct hostbuf hb;
+	uint32_t per = 4096 / self->lbs;
+	ASSERT_EQ(0, hostbuf_map(self->fd, 4096, &hb));
+	for (int i = 0; i < 4096; i++)
+		hb.p[i] = pattern_byte(21, 5000 + i / self->lbs, i % self->lbs);
+	ASSERT_EQ(0, qp_sync(&b, rw_cmd(OPC_WRITE, 1, 5000, per, hb.dma[0], 0)));
+	ASSERT_EQ(0, qp_sync(&b, rw_cmd(OPC_READ, 1, 5000, per, addrs[1], 0)));
+	const volatile uint8_t *asq = (const volatile uint8_t *)a.sq + 4096;
+	long bad = -1;
+	for (int i = 0; i < 4096 && bad < 0; i++)
+		if (asq[i] != pattern_byte(21, 5000 + i / self->lbs, i % self->lbs))
+			bad = i;
+	EXPECT_EQ(-1, bad);
+
+	/* Destroy A but keep its SQ mapped: the memory stays allocated until close. */
+	struct gpunvme_qpair_destroy d;
+	UAPI_INIT(d);
+	d.qid = a.c.qid;
+	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_DESTROY_QPAIR, &d)); /* revokes the export */
+	volatile uint8_t *w = (volatile uint8_t *)a.sq + 4096;
+	for (int i = 0; i < 4096; i++)
+		w[i] = 0x5a;
+	int st = qp_sync(&b, rw_cmd(OPC_READ, 1, 5000, per, addrs[1], 0));
+	EXPECT_LE(0, st) TH_LOG("no completion: %d", st);
+	bad = -1;
+	for (int i = 0; i < 4096 && bad < 0; i++)
+		if (asq[i] != 0x5a)
+			bad = i;
+	EXPECT_EQ(-1, bad) TH_LOG("the controller wrote into a revoked buffer (status %#x)", st);
+
+	EXPECT_EQ(0, qp_destroy(&b));
+	struct gpunvme_unmap u;
+	UAPI_INIT(u);
+	u.handle = m.handle;
+	EXPECT_EQ(0, ioctl(self->fd, GPUNVME_IOC_UNMAP, &u));
+	close(e.fd);
+}
+
+TEST_HARNESS_MAIN
