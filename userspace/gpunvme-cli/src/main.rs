@@ -1,5 +1,9 @@
 //! `gpunvme`: command-line tool for the gpunvme kernel module.
 
+mod bench;
+mod blockio;
+mod uring;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -77,6 +81,54 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Read LBAs through a queue pair of this process: to --out FILE, or a
+    /// hex dump on stdout. Needs root.
+    Read {
+        #[command(flatten)]
+        range: blockio::Range,
+        /// Write the raw bytes here instead of a hex dump.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Write LBAs with the deterministic pattern of --pattern SEED (each
+    /// block from seed and LBA: see `gpunvme pattern`), then flush.
+    Write {
+        #[command(flatten)]
+        range: blockio::Range,
+        /// Pattern seed.
+        #[arg(long, value_name = "SEED")]
+        pattern: u64,
+    },
+    /// Read LBAs and check every byte against the pattern of --pattern
+    /// SEED; prints the first mismatch and fails on any.
+    Verify {
+        #[command(flatten)]
+        range: blockio::Range,
+        /// Pattern seed.
+        #[arg(long, value_name = "SEED")]
+        pattern: u64,
+    },
+    /// Print the pattern bytes `write --pattern SEED` puts in LBAs
+    /// (raw, to stdout), e.g. to compare with what dd reads.
+    Pattern {
+        /// Pattern seed.
+        #[arg(long)]
+        seed: u64,
+        /// First logical block.
+        #[arg(long)]
+        lba: u64,
+        /// Number of logical blocks.
+        #[arg(long, default_value_t = 1)]
+        count: u64,
+        /// Bytes per logical block.
+        #[arg(long, default_value_t = 512)]
+        lba_size: usize,
+    },
+    /// 4 KiB random-read benchmark: IOPS and latency p50/p99 at each queue
+    /// depth (default 1, 8, 32) with each number of queue pairs (default 1,
+    /// 4); with --block-device, the same matrix on a kernel nvme device
+    /// (O_DIRECT io_uring, or pread threads with --pread). Table on stdout.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -127,6 +179,16 @@ fn run(cli: Cli) -> Res {
             Ok(())
         }
         Cmd::Probe { json } => probe(&sysfs, json),
+        Cmd::Read { range, out } => blockio::read(&sysfs, &range, out),
+        Cmd::Write { range, pattern } => blockio::write(&sysfs, &range, pattern),
+        Cmd::Verify { range, pattern } => blockio::verify(&sysfs, &range, pattern),
+        Cmd::Pattern {
+            seed,
+            lba,
+            count,
+            lba_size,
+        } => blockio::print_pattern(seed, lba, count, lba_size),
+        Cmd::Bench(a) => bench::bench(&sysfs, &a),
     }
 }
 

@@ -59,15 +59,96 @@ fn help_lists_exactly_the_subcommands() {
         .collect();
     assert_eq!(
         names,
-        ["list", "info", "bind", "unbind", "probe", "help"],
+        [
+            "list", "info", "bind", "unbind", "probe", "read", "write", "verify", "pattern",
+            "bench", "help"
+        ],
         "{out}"
     );
-    for sub in ["list", "info", "bind", "unbind", "probe"] {
+    for sub in [
+        "list", "info", "bind", "unbind", "probe", "read", "write", "verify", "pattern", "bench",
+    ] {
         let o = gpunvme(&[sub, "--help"]);
         assert!(o.status.success(), "{sub} --help");
     }
     assert!(stdout(&gpunvme(&["unbind", "--help"])).contains("--to-nvme"));
     assert!(stdout(&gpunvme(&["info", "--help"])).contains("--json"));
+    for sub in ["read", "write", "verify"] {
+        let h = stdout(&gpunvme(&[sub, "--help"]));
+        for opt in [
+            "--dev",
+            "--nsid",
+            "--lba",
+            "--count",
+            "--no-range-check",
+            "--timeout-ms",
+        ] {
+            assert!(h.contains(opt), "{sub} --help lacks {opt}");
+        }
+    }
+    assert!(stdout(&gpunvme(&["write", "--help"])).contains("--pattern"));
+    let b = stdout(&gpunvme(&["bench", "--help"]));
+    for opt in [
+        "--block-device",
+        "--qd",
+        "--qpairs",
+        "--duration-ms",
+        "--ops",
+        "--json",
+    ] {
+        assert!(b.contains(opt), "bench --help lacks {opt}");
+    }
+}
+
+#[test]
+fn pattern_prints_the_expected_blocks() {
+    let o = gpunvme(&[
+        "pattern",
+        "--seed",
+        "7",
+        "--lba",
+        "100",
+        "--count",
+        "3",
+        "--lba-size",
+        "512",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(o.stdout.len(), 3 * 512);
+    assert_eq!(&o.stdout[..8], &100u64.to_le_bytes());
+    assert_eq!(&o.stdout[8..16], &7u64.to_le_bytes());
+    assert_eq!(&o.stdout[1024..1032], &102u64.to_le_bytes());
+    // A 4096-byte block starts with the 512-byte block of the same LBA.
+    let big = gpunvme(&[
+        "pattern",
+        "--seed",
+        "7",
+        "--lba",
+        "101",
+        "--lba-size",
+        "4096",
+    ]);
+    assert_eq!(big.stdout.len(), 4096);
+    assert_eq!(&big.stdout[..512], &o.stdout[512..1024]);
+    assert!(
+        !gpunvme(&["pattern", "--seed", "1", "--lba", "0", "--lba-size", "3"])
+            .status
+            .success()
+    );
+}
+
+#[test]
+fn io_commands_on_a_missing_node_fail_cleanly() {
+    let o = gpunvme(&["read", "--dev", "97", "--lba", "0"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("/dev/gpunvme97"), "{e}");
+    assert!(
+        !gpunvme(&["write", "--dev", "97", "--lba", "0"])
+            .status
+            .success(),
+        "--pattern is required"
+    );
 }
 
 #[test]

@@ -3,6 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 use gpunvme_sys as sys;
 use serde::Serialize;
@@ -157,11 +158,28 @@ impl Info {
     }
 }
 
+/// What the file has alive on the kernel side, for the UNMAP-while-queues
+/// rule (see [`crate::DmaBuffer`]).
+#[derive(Debug, Default)]
+pub(crate) struct Lifecycle {
+    /// Queue pairs created through this file and not yet destroyed.
+    pub(crate) live_qpairs: usize,
+    /// Host mappings whose UNMAP got EBUSY: unmapped when the last queue
+    /// pair goes (or the file closes), then their memory is unmapped.
+    pub(crate) deferred: Vec<(u32, crate::map::Mapping)>,
+}
+
 /// An open gpunvme device node. Opening needs CAP_SYS_RAWIO.
+///
+/// Queue pairs ([`crate::QueuePair`]) and DMA buffers
+/// ([`crate::DmaBuffer`]) borrow it: they belong to this file, and closing
+/// it (dropping the `Controller`) releases whatever is left on the kernel
+/// side.
 #[derive(Debug)]
 pub struct Controller {
     file: File,
     path: PathBuf,
+    state: Mutex<Lifecycle>,
 }
 
 impl Controller {
@@ -173,7 +191,11 @@ impl Controller {
             .write(true)
             .open(&path)
             .map_err(|e| Error::io("open the gpunvme device node", &path, e))?;
-        Ok(Controller { file, path })
+        Ok(Controller {
+            file,
+            path,
+            state: Mutex::new(Lifecycle::default()),
+        })
     }
 
     /// Opens `/dev/gpunvme<n>`.
@@ -206,9 +228,23 @@ impl Controller {
         Info::from_raw(&raw)
     }
 
+    /// The open descriptor (for mmap).
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+
+    pub(crate) fn lifecycle(&self) -> MutexGuard<'_, Lifecycle> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Host mappings whose UNMAP is waiting for the queue pairs to go.
+    pub fn deferred_unmaps(&self) -> usize {
+        self.lifecycle().deferred.len()
+    }
+
     /// # Safety
     /// `arg` must be valid for the access `request` encodes.
-    unsafe fn ioctl(
+    pub(crate) unsafe fn ioctl(
         &self,
         name: &'static str,
         request: sys::IoctlRequest,

@@ -38,6 +38,35 @@ pub enum Error {
     /// The kernel or sysfs returned something this crate does not accept,
     /// or the caller passed an invalid argument.
     Invalid(String),
+    /// The controller completed a command with an error status.
+    Nvme {
+        /// Queue pair.
+        qid: u16,
+        /// Command identifier.
+        cid: u16,
+        /// What the command was, e.g. `Read of 1 block(s) at LBA 9 (nsid 1)`.
+        command: String,
+        /// The completion status (SCT, SC, DNR, ...).
+        status: crate::status::Status,
+    },
+    /// A command did not complete before its deadline.
+    Timeout {
+        /// Queue pair.
+        qid: u16,
+        /// The command waited for; `None` when waiting for any.
+        cid: Option<u16>,
+        /// How long was waited.
+        waited: std::time::Duration,
+        /// What was outstanding, e.g. `Read of 8 block(s) at LBA 0 (nsid 1)`.
+        command: String,
+    },
+    /// The queue pair already has depth - 1 commands outstanding.
+    QueueFull {
+        /// Queue pair.
+        qid: u16,
+        /// Commands outstanding.
+        outstanding: usize,
+    },
 }
 
 impl Error {
@@ -46,6 +75,14 @@ impl Error {
         match self {
             Error::Io { source, .. } => source.raw_os_error(),
             Error::Ioctl { errno, .. } => Some(*errno),
+            _ => None,
+        }
+    }
+
+    /// The NVMe completion status, if the controller failed the command.
+    pub fn nvme_status(&self) -> Option<crate::status::Status> {
+        match self {
+            Error::Nvme { status, .. } => Some(*status),
             _ => None,
         }
     }
@@ -71,6 +108,10 @@ fn ioctl_hint(errno: i32) -> &'static str {
         libc::ENODEV => "the controller was unbound from gpunvme since the node was opened",
         libc::ENOTTY => "not a gpunvme device node, or the module does not know this ioctl",
         libc::EFAULT => "bad user pointer",
+        libc::ENOSPC => "no I/O queue pair left on the controller (info.io_queues in use)",
+        libc::EBUSY => "this file still has queue pairs: destroy them first",
+        libc::ENOENT => "no such queue pair or mapping on this file",
+        libc::EIO => "the controller failed the command; the kernel log has its status",
         _ => "",
     }
 }
@@ -108,6 +149,36 @@ impl fmt::Display for Error {
             Error::Refused(m) => write!(f, "refused: {m}"),
             Error::NotFound(m) => write!(f, "not found: {m}"),
             Error::Invalid(m) => write!(f, "invalid: {m}"),
+            Error::Nvme {
+                qid,
+                cid,
+                command,
+                status,
+            } => write!(f, "NVMe {command} failed on qid {qid} cid {cid}: {status}"),
+            Error::Timeout {
+                qid,
+                cid,
+                waited,
+                command,
+            } => {
+                write!(
+                    f,
+                    "timeout after {:.3} s waiting on qid {qid}",
+                    waited.as_secs_f64()
+                )?;
+                match cid {
+                    Some(c) => write!(f, " cid {c}")?,
+                    None => write!(f, " for any completion")?,
+                }
+                if !command.is_empty() {
+                    write!(f, " ({command})")?;
+                }
+                Ok(())
+            }
+            Error::QueueFull { qid, outstanding } => write!(
+                f,
+                "queue pair {qid} is full: {outstanding} commands outstanding (depth - 1)"
+            ),
         }
     }
 }

@@ -1,0 +1,590 @@
+//! `gpunvme bench`: 4 KiB random reads, QD 1/8/32 x 1/4 queue pairs, on a
+//! gpunvme controller (queue pairs polled from this process) and/or on a
+//! kernel nvme block device with O_DIRECT: io_uring (raw syscalls, one
+//! ring of QD reads per "queue pair" thread, completions by interrupt),
+//! or with --pread (or when io_uring is unavailable) synchronous pread
+//! from QD x queue-pairs threads.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use gpunvme::{Controller, DmaBuffer, Prp, QueuePair, Sqe};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::blockio::Target;
+use crate::uring::Uring;
+use crate::Res;
+
+const BS: usize = 4096;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Also (or, without BDF/--dev, only) measure this kernel nvme block
+    /// device, e.g. /dev/nvme0n1: O_DIRECT io_uring, one ring of QD reads
+    /// per queue-pair thread.
+    #[arg(long, value_name = "DEV")]
+    pub block_device: Option<PathBuf>,
+    /// On the block device use synchronous O_DIRECT pread from QD x
+    /// queue-pairs threads instead of io_uring.
+    #[arg(long)]
+    pub pread: bool,
+    /// Namespace ID on the gpunvme controller.
+    #[arg(long, default_value_t = 1)]
+    pub nsid: u32,
+    /// Read randomly within the first MiB of the namespace/device (default:
+    /// all of it, at most 1024).
+    #[arg(long, value_name = "MIB")]
+    pub range_mib: Option<u64>,
+    /// Queue depths per queue pair (per thread group on the block device).
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 8, 32])]
+    pub qd: Vec<u32>,
+    /// Queue pair counts.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 4])]
+    pub qpairs: Vec<u32>,
+    /// Length of each measurement in milliseconds.
+    #[arg(
+        long,
+        default_value_t = 1000,
+        value_name = "MS",
+        conflicts_with = "ops"
+    )]
+    pub duration_ms: u64,
+    /// Fixed number of reads per measurement instead of a duration.
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// Random seed of the LBA sequence.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the results (both runs, and ratios when both ran) as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Cell {
+    qpairs: u32,
+    qd: u32,
+    ops: u64,
+    seconds: f64,
+    iops: f64,
+    mib_per_s: f64,
+    lat_us_p50: f64,
+    lat_us_p99: f64,
+    lat_us_mean: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skipped: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Run {
+    target: &'static str,
+    device: String,
+    method: String,
+    range_bytes: u64,
+    results: Vec<Cell>,
+}
+
+#[derive(Clone, Copy)]
+struct Stop {
+    deadline: Option<Instant>,
+    ops: Option<u64>,
+}
+
+impl Stop {
+    fn done(&self, n: u64) -> bool {
+        self.ops.is_some_and(|o| n >= o) || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
+fn cell(qpairs: u32, qd: u32, mut lat_ns: Vec<u64>, secs: f64) -> Cell {
+    lat_ns.sort_unstable();
+    let ops = lat_ns.len() as u64;
+    let mean = if ops == 0 {
+        0.0
+    } else {
+        lat_ns.iter().sum::<u64>() as f64 / ops as f64 / 1000.0
+    };
+    Cell {
+        qpairs,
+        qd,
+        ops,
+        seconds: secs,
+        iops: ops as f64 / secs.max(1e-9),
+        mib_per_s: ops as f64 * BS as f64 / secs.max(1e-9) / (1 << 20) as f64,
+        lat_us_p50: percentile(&lat_ns, 0.50),
+        lat_us_p99: percentile(&lat_ns, 0.99),
+        lat_us_mean: mean,
+        skipped: None,
+    }
+}
+
+fn skipped(qpairs: u32, qd: u32, why: String) -> Cell {
+    let mut c = cell(qpairs, qd, Vec::new(), 0.0);
+    c.iops = 0.0;
+    c.skipped = Some(why);
+    c
+}
+
+/// One queue pair's worker: keeps `qd` reads in flight over random 4 KiB
+/// blocks until `stop`; returns per-read latencies in ns.
+#[allow(clippy::too_many_arguments)]
+fn gpunvme_worker(
+    ctrl: &Controller,
+    buf: &DmaBuffer<'_>,
+    nsid: u32,
+    lba_size: u64,
+    blocks4k: u64,
+    qd: u32,
+    stop: Stop,
+    seed: u64,
+) -> gpunvme::Result<Vec<u64>> {
+    let mut qp = QueuePair::create(ctrl, qd + 1)?;
+    let per = (BS as u64 / lba_size).max(1) as u32;
+    let mut rng = Rng(seed | 1);
+    let mut slot_of: BTreeMap<u16, (usize, Instant)> = BTreeMap::new();
+    let mut lat = Vec::with_capacity(1 << 16);
+    let mut issued = 0u64;
+    let mk = |slot: usize, rng: &mut Rng| {
+        let lba = (rng.next() % blocks4k) * BS as u64 / lba_size;
+        Sqe::read(
+            nsid,
+            lba,
+            per,
+            Prp {
+                prp1: buf.dma_addrs()[slot],
+                prp2: 0,
+            },
+        )
+    };
+    for slot in 0..qd as usize {
+        if stop.done(issued) {
+            break;
+        }
+        let cid = qp.push(mk(slot, &mut rng))?;
+        slot_of.insert(cid, (slot, Instant::now()));
+        issued += 1;
+    }
+    qp.ring();
+    while qp.outstanding() > 0 {
+        let c = qp.wait_any()?;
+        let now = Instant::now();
+        let (slot, t0) = slot_of.remove(&c.cid).expect("known cid");
+        lat.push((now - t0).as_nanos() as u64);
+        if !stop.done(issued) {
+            let cid = qp.submit(mk(slot, &mut rng))?;
+            slot_of.insert(cid, (slot, Instant::now()));
+            issued += 1;
+        }
+    }
+    drop(qp);
+    Ok(lat)
+}
+
+fn stop_for(a: &BenchArgs, qpairs: u32) -> Stop {
+    Stop {
+        deadline: a
+            .ops
+            .is_none()
+            .then(|| Instant::now() + Duration::from_millis(a.duration_ms)),
+        ops: a.ops.map(|o| o.div_ceil(qpairs as u64)),
+    }
+}
+
+fn range_bytes(a: &BenchArgs, capacity: u64) -> u64 {
+    let want = a.range_mib.map_or(1024 << 20, |m| m << 20);
+    want.min(capacity) / BS as u64 * BS as u64
+}
+
+fn gpunvme_run(
+    sysfs: &gpunvme::sysfs::Sysfs,
+    a: &BenchArgs,
+) -> Result<Run, Box<dyn std::error::Error>> {
+    let ctrl = crate::blockio::open(sysfs, &a.target)?;
+    let info = ctrl.info()?;
+    let ns = *info
+        .namespaces
+        .iter()
+        .find(|n| n.nsid == a.nsid)
+        .ok_or_else(|| format!("no namespace {} on {}", a.nsid, info.bdf))?;
+    let lba_size = ns.lba_size as u64;
+    if lba_size > BS as u64 {
+        return Err(format!("LBA size {lba_size} is larger than the 4 KiB read size").into());
+    }
+    let range = range_bytes(a, ns.capacity_bytes());
+    let blocks4k = range / BS as u64;
+    if blocks4k == 0 {
+        return Err("namespace smaller than 4 KiB".into());
+    }
+    let mut results = Vec::new();
+    for &qpairs in &a.qpairs {
+        for &qd in &a.qd {
+            if qpairs > info.io_queues {
+                results.push(skipped(
+                    qpairs,
+                    qd,
+                    format!("controller granted {} I/O queues", info.io_queues),
+                ));
+                continue;
+            }
+            if qd + 1 > info.max_queue_entries || qd == 0 {
+                results.push(skipped(
+                    qpairs,
+                    qd,
+                    format!("max queue entries {}", info.max_queue_entries),
+                ));
+                continue;
+            }
+            // Buffers outlive every queue pair of the cell (no deferred UNMAP).
+            let bufs = (0..qpairs)
+                .map(|_| DmaBuffer::new(&ctrl, qd as usize))
+                .collect::<gpunvme::Result<Vec<_>>>()?;
+            let stop = stop_for(a, qpairs);
+            let t = Instant::now();
+            let lats: Vec<gpunvme::Result<Vec<u64>>> = std::thread::scope(|s| {
+                let hs: Vec<_> = bufs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, buf)| {
+                        let ctrl = &ctrl;
+                        let seed = a
+                            .seed
+                            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                            .wrapping_add(i as u64 + 1);
+                        s.spawn(move || {
+                            gpunvme_worker(ctrl, buf, a.nsid, lba_size, blocks4k, qd, stop, seed)
+                        })
+                    })
+                    .collect();
+                hs.into_iter()
+                    .map(|h| h.join().expect("bench worker panicked"))
+                    .collect()
+            });
+            let secs = t.elapsed().as_secs_f64();
+            let mut all = Vec::new();
+            for l in lats {
+                all.extend(l?);
+            }
+            results.push(cell(qpairs, qd, all, secs));
+        }
+    }
+    Ok(Run {
+        target: "gpunvme",
+        device: info.bdf.clone(),
+        method: "gpunvme queue pairs mapped into this process, polled, one thread per queue pair"
+            .into(),
+        range_bytes: range,
+        results,
+    })
+}
+
+/// Anonymous page-aligned buffer of `n` blocks for O_DIRECT.
+struct Aligned(*mut u8, usize);
+impl Aligned {
+    fn new(n: usize) -> std::io::Result<Self> {
+        // SAFETY: fresh anonymous mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                n * BS,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Aligned(p.cast(), n))
+    }
+    fn block(&self, i: usize) -> *mut u8 {
+        assert!(i < self.1);
+        // SAFETY: inside the mapping.
+        unsafe { self.0.add(i * BS) }
+    }
+}
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: our mapping of n blocks.
+        unsafe { libc::munmap(self.0.cast(), self.1 * BS) };
+    }
+}
+
+/// One io_uring "queue pair": `qd` O_DIRECT reads in flight.
+#[allow(clippy::needless_range_loop)]
+fn uring_worker(
+    fd: i32,
+    blocks4k: u64,
+    qd: u32,
+    stop: Stop,
+    seed: u64,
+) -> Result<Vec<u64>, String> {
+    let mut ring = Uring::new(qd).map_err(|e| format!("io_uring_setup({qd}): {e}"))?;
+    let buf = Aligned::new(qd as usize).map_err(|e| e.to_string())?;
+    let mut rng = Rng(seed | 1);
+    let mut t0 = vec![Instant::now(); qd as usize];
+    let mut lat = Vec::with_capacity(1 << 14);
+    let (mut issued, mut outstanding) = (0u64, 0u32);
+    for slot in 0..qd as usize {
+        if stop.done(issued) {
+            break;
+        }
+        let off = (rng.next() % blocks4k) * BS as u64;
+        t0[slot] = Instant::now();
+        ring.push_read(fd, buf.block(slot), BS as u32, off, slot as u64);
+        issued += 1;
+        outstanding += 1;
+    }
+    let mut done = Vec::with_capacity(qd as usize);
+    while outstanding > 0 {
+        ring.enter(1).map_err(|e| format!("io_uring_enter: {e}"))?;
+        done.clear();
+        ring.reap(&mut done);
+        let now = Instant::now();
+        for &(slot, res) in &done {
+            let slot = slot as usize;
+            outstanding -= 1;
+            if res != BS as i32 {
+                return Err(format!(
+                    "io_uring read returned {res} ({})",
+                    std::io::Error::from_raw_os_error(-res)
+                ));
+            }
+            lat.push((now - t0[slot]).as_nanos() as u64);
+            if !stop.done(issued) {
+                let off = (rng.next() % blocks4k) * BS as u64;
+                t0[slot] = Instant::now();
+                ring.push_read(fd, buf.block(slot), BS as u32, off, slot as u64);
+                issued += 1;
+                outstanding += 1;
+            }
+        }
+    }
+    Ok(lat)
+}
+
+fn kernel_run(a: &BenchArgs, dev: &PathBuf) -> Result<Run, Box<dyn std::error::Error>> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(dev)
+        .map_err(|e| format!("cannot open {} with O_DIRECT: {e}", dev.display()))?;
+    let fd = f.as_raw_fd();
+    // SAFETY: plain lseek on our descriptor.
+    let size = unsafe { libc::lseek(fd, 0, libc::SEEK_END) };
+    if size < BS as i64 {
+        return Err(format!("{}: size {size}", dev.display()).into());
+    }
+    let range = range_bytes(a, size as u64);
+    let blocks4k = range / BS as u64;
+    let uring = if a.pread {
+        Err("--pread".to_string())
+    } else {
+        Uring::new(1)
+            .map(drop)
+            .map_err(|e| format!("io_uring unavailable: {e}"))
+    };
+    let method = match &uring {
+        Ok(()) => "kernel block device: O_DIRECT io_uring (raw syscalls), one ring of qd reads per queue-pair thread, interrupt completions".to_string(),
+        Err(why) => format!("kernel block device: O_DIRECT pread, qd x qpairs synchronous threads ({why})"),
+    };
+    let mut results = Vec::new();
+    for &qpairs in &a.qpairs {
+        for &qd in &a.qd {
+            if uring.is_ok() {
+                let stop = stop_for(a, qpairs);
+                let t = Instant::now();
+                let lats: Vec<Result<Vec<u64>, String>> = std::thread::scope(|s| {
+                    let hs: Vec<_> = (0..qpairs)
+                        .map(|i| {
+                            let seed = a
+                                .seed
+                                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                                .wrapping_add(i as u64 + 1);
+                            s.spawn(move || uring_worker(fd, blocks4k, qd, stop, seed))
+                        })
+                        .collect();
+                    hs.into_iter()
+                        .map(|h| h.join().expect("bench thread panicked"))
+                        .collect()
+                });
+                let secs = t.elapsed().as_secs_f64();
+                let mut all = Vec::new();
+                for l in lats {
+                    all.extend(l?);
+                }
+                results.push(cell(qpairs, qd, all, secs));
+                continue;
+            }
+            let threads = qpairs * qd;
+            let stop = Stop {
+                deadline: a
+                    .ops
+                    .is_none()
+                    .then(|| Instant::now() + Duration::from_millis(a.duration_ms)),
+                ops: a.ops.map(|o| o.div_ceil(threads as u64)),
+            };
+            let failed = AtomicBool::new(false);
+            let t = Instant::now();
+            let lats: Vec<Result<Vec<u64>, String>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..threads)
+                    .map(|i| {
+                        let failed = &failed;
+                        let seed = a
+                            .seed
+                            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                            .wrapping_add(i as u64 + 1);
+                        s.spawn(move || -> Result<Vec<u64>, String> {
+                            let buf = Aligned::new(1).map_err(|e| e.to_string())?;
+                            let mut rng = Rng(seed | 1);
+                            let mut lat = Vec::with_capacity(1 << 14);
+                            let mut n = 0u64;
+                            while !stop.done(n) && !failed.load(Ordering::Relaxed) {
+                                let off = (rng.next() % blocks4k) * BS as u64;
+                                let t0 = Instant::now();
+                                // SAFETY: buf is BS bytes, ours; fd is open.
+                                let r = unsafe {
+                                    libc::pread(fd, buf.block(0).cast(), BS, off as libc::off_t)
+                                };
+                                if r != BS as isize {
+                                    failed.store(true, Ordering::Relaxed);
+                                    return Err(format!(
+                                        "pread at {off}: {}",
+                                        std::io::Error::last_os_error()
+                                    ));
+                                }
+                                lat.push(t0.elapsed().as_nanos() as u64);
+                                n += 1;
+                            }
+                            Ok(lat)
+                        })
+                    })
+                    .collect();
+                hs.into_iter()
+                    .map(|h| h.join().expect("bench thread panicked"))
+                    .collect()
+            });
+            let secs = t.elapsed().as_secs_f64();
+            let mut all = Vec::new();
+            for l in lats {
+                all.extend(l?);
+            }
+            results.push(cell(qpairs, qd, all, secs));
+        }
+    }
+    drop(f);
+    Ok(Run {
+        target: "kernel",
+        device: dev.display().to_string(),
+        method,
+        range_bytes: range,
+        results,
+    })
+}
+
+fn print_run(r: &Run) {
+    println!(
+        "{} {} ({}), range {} MiB, 4 KiB random reads",
+        r.target,
+        r.device,
+        r.method,
+        r.range_bytes >> 20
+    );
+    println!(
+        "{:>7} {:>4} {:>10} {:>10} {:>9} {:>10} {:>10}",
+        "QPAIRS", "QD", "OPS", "IOPS", "MiB/s", "P50_US", "P99_US"
+    );
+    for c in &r.results {
+        match &c.skipped {
+            Some(w) => println!("{:>7} {:>4} skipped: {w}", c.qpairs, c.qd),
+            None => println!(
+                "{:>7} {:>4} {:>10} {:>10.0} {:>9.1} {:>10.1} {:>10.1}",
+                c.qpairs, c.qd, c.ops, c.iops, c.mib_per_s, c.lat_us_p50, c.lat_us_p99
+            ),
+        }
+    }
+}
+
+pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
+    if a.qd.iter().chain(&a.qpairs).any(|&v| v == 0) {
+        return Err("--qd and --qpairs values must be at least 1".into());
+    }
+    let want_gpunvme = a.target.bdf.is_some() || a.target.dev.is_some() || a.block_device.is_none();
+    let mut runs = Vec::new();
+    if want_gpunvme {
+        runs.push(gpunvme_run(sysfs, a)?);
+        print_run(runs.last().unwrap());
+    }
+    if let Some(dev) = &a.block_device {
+        if !runs.is_empty() {
+            println!();
+        }
+        runs.push(kernel_run(a, dev)?);
+        print_run(runs.last().unwrap());
+    }
+    let mut ratios = Vec::new();
+    if let [g, k] = runs.as_slice() {
+        println!();
+        println!(
+            "{:>7} {:>4} {:>22} {:>22}",
+            "QPAIRS", "QD", "IOPS gpunvme/kernel", "P50 kernel/gpunvme"
+        );
+        for (cg, ck) in g.results.iter().zip(&k.results) {
+            if cg.skipped.is_some()
+                || ck.skipped.is_some()
+                || ck.iops == 0.0
+                || cg.lat_us_p50 == 0.0
+            {
+                continue;
+            }
+            let ri = cg.iops / ck.iops;
+            let rl = ck.lat_us_p50 / cg.lat_us_p50;
+            println!("{:>7} {:>4} {:>22.2} {:>22.2}", cg.qpairs, cg.qd, ri, rl);
+            ratios.push(json!({
+                "qpairs": cg.qpairs, "qd": cg.qd,
+                "iops_gpunvme_over_kernel": ri,
+                "p50_latency_kernel_over_gpunvme": rl,
+            }));
+        }
+    }
+    if let Some(p) = &a.json {
+        let v = json!({
+            "block_size": BS,
+            "pattern": "random reads, 4 KiB aligned, uniform over the range",
+            "duration_ms": if a.ops.is_none() { Some(a.duration_ms) } else { None },
+            "ops": a.ops,
+            "seed": a.seed,
+            "runs": runs,
+            "ratios": ratios,
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&v)? + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,602 @@
+//! An I/O submission/completion queue pair, driven from this process
+//! through mmap'ed queue memory and the doorbell page
+//! (`GPUNVME_IOC_CREATE_QPAIR` / `GPUNVME_IOC_DESTROY_QPAIR`).
+//!
+//! Memory ordering: SQE stores are volatile, then a release fence (plus
+//! `dsb st` on aarch64, where a DMB does not order normal memory against
+//! device memory), then the volatile doorbell store. Completions are
+//! polled with a volatile load of CQE DW3 (phase tag); on a match an
+//! acquire fence comes before the rest of the entry is read.
+
+use std::collections::VecDeque;
+use std::ptr;
+use std::sync::atomic::{fence, Ordering};
+use std::time::{Duration, Instant};
+
+use gpunvme_sys as sys;
+
+use crate::command::{Cqe, Sqe, CQE_SIZE, SQE_SIZE};
+use crate::controller::Controller;
+use crate::dma::unmap_handle;
+use crate::error::{Error, Result};
+use crate::map::Mapping;
+use crate::status::Status;
+
+/// Default deadline of every wait.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A completion, matched to the command that caused it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// Command identifier.
+    pub cid: u16,
+    /// The submitted entry (opcode, LBA range, ...).
+    pub sqe: Sqe,
+    /// The completion entry.
+    pub cqe: Cqe,
+}
+
+impl Completion {
+    /// The status.
+    pub fn status(&self) -> Status {
+        self.cqe.status
+    }
+
+    /// `Ok(self)` on Successful Completion, else [`Error::Nvme`].
+    pub fn ok(self, qid: u16) -> Result<Self> {
+        if self.cqe.status.is_success() {
+            Ok(self)
+        } else {
+            Err(Error::Nvme {
+                qid,
+                cid: self.cid,
+                command: self.sqe.describe(),
+                status: self.cqe.status,
+            })
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Free,
+    InFlight(Sqe),
+    Done(Completion),
+}
+
+/// Pure queue bookkeeping (ring indices, phase, CIDs), separate from the
+/// memory so it can be unit-tested.
+#[derive(Debug)]
+pub(crate) struct Ring {
+    pub(crate) depth: u32,
+    pub(crate) sq_tail: u32,
+    pub(crate) cq_head: u32,
+    pub(crate) phase: bool,
+    slots: Vec<Slot>,
+    free: Vec<u16>,
+    ready: VecDeque<u16>,
+    outstanding: usize,
+}
+
+impl Ring {
+    pub(crate) fn new(depth: u32) -> Self {
+        // At most depth - 1 commands in flight, so depth - 1 CIDs.
+        let n = depth as usize - 1;
+        Ring {
+            depth,
+            sq_tail: 0,
+            cq_head: 0,
+            phase: true,
+            slots: vec![Slot::Free; n],
+            free: (0..n as u16).rev().collect(),
+            ready: VecDeque::new(),
+            outstanding: 0,
+        }
+    }
+
+    /// Takes a CID and an SQ slot; returns (cid, slot index).
+    fn push(&mut self, mut sqe: Sqe) -> Option<(u16, u32, Sqe)> {
+        let cid = self.free.pop()?;
+        sqe.set_cid(cid);
+        self.slots[cid as usize] = Slot::InFlight(sqe);
+        self.outstanding += 1;
+        let slot = self.sq_tail;
+        self.sq_tail = (self.sq_tail + 1) % self.depth;
+        Some((cid, slot, sqe))
+    }
+
+    /// Records a CQE that matched the phase; advances the head.
+    fn complete(&mut self, cqe: Cqe) -> std::result::Result<(), String> {
+        self.cq_head += 1;
+        if self.cq_head == self.depth {
+            self.cq_head = 0;
+            self.phase = !self.phase;
+        }
+        let cid = cqe.cid;
+        match self.slots.get(cid as usize) {
+            Some(Slot::InFlight(sqe)) => {
+                let sqe = *sqe;
+                self.slots[cid as usize] = Slot::Done(Completion { cid, sqe, cqe });
+                self.ready.push_back(cid);
+                Ok(())
+            }
+            _ => Err(format!(
+                "controller completed cid {cid}, which is not outstanding (status {})",
+                cqe.status
+            )),
+        }
+    }
+
+    fn take(&mut self, cid: u16) -> Option<Completion> {
+        match self.slots.get(cid as usize) {
+            Some(Slot::Done(c)) => {
+                let c = *c;
+                self.slots[cid as usize] = Slot::Free;
+                self.free.push(cid);
+                self.outstanding -= 1;
+                self.ready.retain(|&r| r != cid);
+                Some(c)
+            }
+            _ => None,
+        }
+    }
+
+    fn take_any(&mut self) -> Option<Completion> {
+        let cid = *self.ready.front()?;
+        self.take(cid)
+    }
+
+    fn in_flight(&self, cid: u16) -> Option<Sqe> {
+        match self.slots.get(cid as usize) {
+            Some(Slot::InFlight(s)) => Some(*s),
+            _ => None,
+        }
+    }
+}
+
+/// Release barrier between queue-memory stores and a doorbell store.
+#[inline(always)]
+fn doorbell_barrier() {
+    fence(Ordering::Release);
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction; touches no memory.
+    unsafe {
+        std::arch::asm!("dsb st", options(nostack, preserves_flags))
+    };
+}
+
+/// Busy-poll pacing: spin, and past 256 empty polls give the CPU away
+/// (returns at once on an idle core; keeps oversubscribed pollers, e.g.
+/// more queue-pair threads than CPUs, from starving each other).
+#[inline(always)]
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 256 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// An I/O queue pair owned by this process. Dropping it unmaps the queue
+/// memory and destroys the pair on the controller (outstanding commands
+/// are aborted by the controller when the SQ is deleted).
+#[derive(Debug)]
+pub struct QueuePair<'c> {
+    ctrl: &'c Controller,
+    qid: u16,
+    ring: Ring,
+    sq: Option<Mapping>,
+    cq: Option<Mapping>,
+    db: Option<Mapping>,
+    sq_db: *mut u32,
+    cq_db: *mut u32,
+    unrung: bool,
+    timeout: Duration,
+}
+
+// SAFETY: the raw pointers point into mappings owned by `self`; the
+// controller reference is Sync. One thread at a time drives a QueuePair
+// (`&mut self` on every queue operation).
+unsafe impl Send for QueuePair<'_> {}
+
+fn map_err(ctrl: &Controller, what: &str, e: std::io::Error) -> Error {
+    Error::io(format!("mmap the {what}"), ctrl.path(), e)
+}
+
+impl<'c> QueuePair<'c> {
+    /// Creates a queue pair of `depth` entries (2 ..= max_queue_entries)
+    /// and maps its SQ, CQ and doorbell page.
+    pub fn create(ctrl: &'c Controller, depth: u32) -> Result<Self> {
+        if !(sys::GPUNVME_MIN_QUEUE_DEPTH..=65536).contains(&depth) {
+            return Err(Error::Invalid(format!(
+                "queue depth {depth} is outside {}..=65536",
+                sys::GPUNVME_MIN_QUEUE_DEPTH
+            )));
+        }
+        let mut c = sys::gpunvme_qpair_create {
+            size: std::mem::size_of::<sys::gpunvme_qpair_create>() as u32,
+            version: sys::GPUNVME_UAPI_VERSION,
+            depth,
+            ..Default::default()
+        };
+        let mut st = ctrl.lifecycle();
+        // SAFETY: GPUNVME_IOC_CREATE_QPAIR takes a struct
+        // gpunvme_qpair_create; `c` is one.
+        unsafe {
+            ctrl.ioctl(
+                "GPUNVME_IOC_CREATE_QPAIR",
+                sys::GPUNVME_IOC_CREATE_QPAIR,
+                &mut c as *mut _ as *mut _,
+            )?
+        };
+        st.live_qpairs += 1;
+        drop(st);
+        // From here on, an early return drops `qp`, which destroys the pair.
+        let mut qp = QueuePair {
+            ctrl,
+            qid: c.qid,
+            ring: Ring::new(depth),
+            sq: None,
+            cq: None,
+            db: None,
+            sq_db: ptr::null_mut(),
+            cq_db: ptr::null_mut(),
+            unrung: false,
+            timeout: DEFAULT_TIMEOUT,
+        };
+        let d = depth as u64;
+        if c.sq_size < d * SQE_SIZE as u64 || c.cq_size < d * CQE_SIZE as u64 {
+            return Err(Error::Invalid(format!(
+                "CREATE_QPAIR returned sq_size {} / cq_size {} for depth {depth}",
+                c.sq_size, c.cq_size
+            )));
+        }
+        if c.sq_db % 4 != 0 || c.cq_db % 4 != 0 || c.sq_db > 4092 || c.cq_db > 4092 {
+            return Err(Error::Invalid(format!(
+                "CREATE_QPAIR returned doorbell offsets {:#x}/{:#x}, not dwords in one page",
+                c.sq_db, c.cq_db
+            )));
+        }
+        let fd = ctrl.raw_fd();
+        qp.sq = Some(
+            Mapping::shared(fd, c.sq_offset, c.sq_size as usize)
+                .map_err(|e| map_err(ctrl, "SQ", e))?,
+        );
+        qp.cq = Some(
+            Mapping::shared(fd, c.cq_offset, c.cq_size as usize)
+                .map_err(|e| map_err(ctrl, "CQ", e))?,
+        );
+        let db = Mapping::shared(fd, c.db_offset, 4096)
+            .map_err(|e| map_err(ctrl, "doorbell page", e))?;
+        // SAFETY: both offsets were checked to be dwords inside the page.
+        unsafe {
+            qp.sq_db = db.ptr().add(c.sq_db as usize).cast();
+            qp.cq_db = db.ptr().add(c.cq_db as usize).cast();
+        }
+        qp.db = Some(db);
+        Ok(qp)
+    }
+
+    /// Queue ID.
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    /// Entries per queue.
+    pub fn depth(&self) -> u32 {
+        self.ring.depth
+    }
+
+    /// Most commands outstanding at once: depth - 1.
+    pub fn capacity(&self) -> usize {
+        self.ring.depth as usize - 1
+    }
+
+    /// Commands submitted and not yet taken back (completed or not).
+    pub fn outstanding(&self) -> usize {
+        self.ring.outstanding
+    }
+
+    /// Deadline of each wait.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Sets the deadline of each wait.
+    pub fn set_timeout(&mut self, t: Duration) {
+        self.timeout = t;
+    }
+
+    /// Writes `sqe` (with a fresh CID) at the SQ tail without ringing the
+    /// doorbell; [`QueuePair::ring`] makes it visible. Returns the CID.
+    pub fn push(&mut self, sqe: Sqe) -> Result<u16> {
+        let (cid, slot, sqe) = self.ring.push(sqe).ok_or(Error::QueueFull {
+            qid: self.qid,
+            outstanding: self.ring.outstanding,
+        })?;
+        let base = self.sq.as_ref().expect("live queue").ptr();
+        // SAFETY: slot < depth and the SQ mapping holds depth entries of
+        // 64 bytes (checked at create); 64-byte entries keep dwords aligned.
+        unsafe {
+            let e = base.add(slot as usize * SQE_SIZE).cast::<u32>();
+            for (i, w) in sqe.dw.iter().enumerate() {
+                ptr::write_volatile(e.add(i), w.to_le());
+            }
+        }
+        self.unrung = true;
+        Ok(cid)
+    }
+
+    /// Rings the SQ tail doorbell if anything was pushed since the last ring.
+    pub fn ring(&mut self) {
+        if !self.unrung {
+            return;
+        }
+        doorbell_barrier();
+        // SAFETY: sq_db points at a dword of the live doorbell mapping.
+        unsafe { ptr::write_volatile(self.sq_db, self.ring.sq_tail) };
+        self.unrung = false;
+    }
+
+    /// [`push`](Self::push) then [`ring`](Self::ring).
+    pub fn submit(&mut self, sqe: Sqe) -> Result<u16> {
+        let cid = self.push(sqe)?;
+        self.ring();
+        Ok(cid)
+    }
+
+    /// Consumes every completion the controller has posted, then writes
+    /// the CQ head doorbell once. Returns how many were consumed.
+    pub fn reap(&mut self) -> Result<usize> {
+        let base = self.cq.as_ref().expect("live queue").ptr();
+        let mut n = 0;
+        let mut bad = None;
+        loop {
+            // SAFETY: cq_head < depth, the CQ mapping holds depth 16-byte
+            // entries; volatile because the controller writes them.
+            let cqe = unsafe {
+                let e = base
+                    .add(self.ring.cq_head as usize * CQE_SIZE)
+                    .cast::<u32>();
+                let dw3 = u32::from_le(ptr::read_volatile(e.add(3)));
+                if (dw3 & (1 << 16) != 0) != self.ring.phase {
+                    break;
+                }
+                fence(Ordering::Acquire);
+                Cqe::from_dwords([
+                    u32::from_le(ptr::read_volatile(e)),
+                    u32::from_le(ptr::read_volatile(e.add(1))),
+                    u32::from_le(ptr::read_volatile(e.add(2))),
+                    dw3,
+                ])
+            };
+            if let Err(m) = self.ring.complete(cqe) {
+                bad.get_or_insert(m);
+            }
+            n += 1;
+        }
+        if n > 0 {
+            // The entries were read (above) before the slots are handed back.
+            doorbell_barrier();
+            // SAFETY: cq_db points at a dword of the live doorbell mapping.
+            unsafe { ptr::write_volatile(self.cq_db, self.ring.cq_head) };
+        }
+        match bad {
+            Some(m) => Err(Error::Invalid(format!("qid {}: {m}", self.qid))),
+            None => Ok(n),
+        }
+    }
+
+    /// Takes a completion of `cid` if it has arrived (raw status).
+    pub fn try_take(&mut self, cid: u16) -> Result<Option<Completion>> {
+        self.reap()?;
+        Ok(self.ring.take(cid))
+    }
+
+    fn timeout_err(&self, cid: Option<u16>, waited: Duration) -> Error {
+        let command = match cid {
+            Some(c) => self
+                .ring
+                .in_flight(c)
+                .map(|s| s.describe())
+                .unwrap_or_default(),
+            None => format!("{} command(s) outstanding", self.ring.outstanding),
+        };
+        Error::Timeout {
+            qid: self.qid,
+            cid,
+            waited,
+            command,
+        }
+    }
+
+    /// Waits for `cid` and returns its completion whatever its status.
+    /// On timeout the command stays outstanding.
+    pub fn wait_raw(&mut self, cid: u16) -> Result<Completion> {
+        self.ring();
+        if self.ring.in_flight(cid).is_none()
+            && !matches!(self.ring.slots.get(cid as usize), Some(Slot::Done(_)))
+        {
+            return Err(Error::Invalid(format!(
+                "qid {}: cid {cid} is not outstanding",
+                self.qid
+            )));
+        }
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            self.reap()?;
+            if let Some(c) = self.ring.take(cid) {
+                return Ok(c);
+            }
+            let waited = start.elapsed();
+            if waited >= self.timeout {
+                return Err(self.timeout_err(Some(cid), waited));
+            }
+            backoff(&mut spins);
+        }
+    }
+
+    /// Waits for `cid`; an error status becomes [`Error::Nvme`].
+    pub fn wait(&mut self, cid: u16) -> Result<Completion> {
+        let qid = self.qid;
+        self.wait_raw(cid)?.ok(qid)
+    }
+
+    /// Waits for any outstanding command, oldest completion first, and
+    /// returns it whatever its status.
+    pub fn wait_any_raw(&mut self) -> Result<Completion> {
+        self.ring();
+        if self.ring.outstanding == 0 {
+            return Err(Error::Invalid(format!(
+                "qid {}: nothing outstanding to wait for",
+                self.qid
+            )));
+        }
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if let Some(c) = self.ring.take_any() {
+                return Ok(c);
+            }
+            self.reap()?;
+            if let Some(c) = self.ring.take_any() {
+                return Ok(c);
+            }
+            let waited = start.elapsed();
+            if waited >= self.timeout {
+                return Err(self.timeout_err(None, waited));
+            }
+            backoff(&mut spins);
+        }
+    }
+
+    /// Waits for any outstanding command; an error status becomes
+    /// [`Error::Nvme`] (carrying the CID).
+    pub fn wait_any(&mut self) -> Result<Completion> {
+        let qid = self.qid;
+        self.wait_any_raw()?.ok(qid)
+    }
+
+    /// Waits for every outstanding command; returns the completions, or
+    /// the first error once everything has completed (or timed out).
+    pub fn drain(&mut self) -> Result<Vec<Completion>> {
+        let mut out = Vec::with_capacity(self.ring.outstanding);
+        let mut first = None;
+        while self.ring.outstanding > 0 {
+            match self.wait_any() {
+                Ok(c) => out.push(c),
+                Err(e @ Error::Nvme { .. }) => {
+                    first.get_or_insert(e);
+                }
+                Err(e) => return Err(first.unwrap_or(e)),
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Submits one command and waits for it.
+    pub fn execute(&mut self, sqe: Sqe) -> Result<Completion> {
+        let cid = self.submit(sqe)?;
+        self.wait(cid)
+    }
+}
+
+impl Drop for QueuePair<'_> {
+    fn drop(&mut self) {
+        // No user access to the queues from here on.
+        self.sq_db = ptr::null_mut();
+        self.cq_db = ptr::null_mut();
+        drop((self.sq.take(), self.cq.take(), self.db.take()));
+        let mut st = self.ctrl.lifecycle();
+        let mut d = sys::gpunvme_qpair_destroy {
+            size: std::mem::size_of::<sys::gpunvme_qpair_destroy>() as u32,
+            version: sys::GPUNVME_UAPI_VERSION,
+            qid: self.qid,
+            ..Default::default()
+        };
+        // SAFETY: GPUNVME_IOC_DESTROY_QPAIR takes a struct
+        // gpunvme_qpair_destroy; `d` is one. A failure (ENODEV after
+        // unbind, EIO) leaves the pair to the file's close.
+        let _ = unsafe {
+            self.ctrl.ioctl(
+                "GPUNVME_IOC_DESTROY_QPAIR",
+                sys::GPUNVME_IOC_DESTROY_QPAIR,
+                &mut d as *mut _ as *mut _,
+            )
+        };
+        st.live_qpairs = st.live_qpairs.saturating_sub(1);
+        if st.live_qpairs == 0 {
+            for (handle, map) in std::mem::take(&mut st.deferred) {
+                let _ = unmap_handle(self.ctrl, handle);
+                drop(map);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cqe(cid: u16, phase: bool, sc: u8) -> Cqe {
+        Cqe::from_dwords([
+            0,
+            0,
+            0,
+            (cid as u32) | ((phase as u32) << 16) | ((sc as u32) << 17),
+        ])
+    }
+
+    #[test]
+    fn ring_wraps_flips_phase_and_recycles_cids() {
+        let mut r = Ring::new(4);
+        assert_eq!(r.free.len(), 3, "depth - 1 in flight");
+        let mut seen_slots = vec![];
+        for lap in 0..5 {
+            let mut cids = vec![];
+            for _ in 0..3 {
+                let (cid, slot, s) = r.push(Sqe::read(1, lap, 1, Default::default())).unwrap();
+                assert_eq!(s.cid(), cid);
+                seen_slots.push(slot);
+                cids.push(cid);
+            }
+            assert!(r.push(Sqe::flush(1)).is_none(), "full at depth - 1");
+            for &cid in cids.iter().rev() {
+                let phase = r.phase;
+                r.complete(cqe(cid, phase, 0)).unwrap();
+            }
+            // Out-of-order completions come back in arrival order.
+            let c = r.take_any().unwrap();
+            assert_eq!(c.cid, cids[2]);
+            assert_eq!(c.sqe.slba(), lap);
+            assert_eq!(r.take(cids[0]).unwrap().cid, cids[0]);
+            assert!(r.take(cids[0]).is_none());
+            assert!(r.take_any().is_some());
+            assert_eq!(r.outstanding, 0);
+        }
+        // 15 entries through a 4-deep ring: tail went round 3 times.
+        assert_eq!(&seen_slots[..8], &[0, 1, 2, 3, 0, 1, 2, 3]);
+        assert_eq!(r.sq_tail, 15 % 4);
+        assert_eq!(r.cq_head, 15 % 4);
+        // Phase flipped on each of the 3 wraps: starts at 1, now 0.
+        assert!(!r.phase);
+    }
+
+    #[test]
+    fn unknown_cid_is_reported() {
+        let mut r = Ring::new(2);
+        assert!(r.complete(cqe(0, true, 0)).unwrap_err().contains("cid 0"));
+        let mut r = Ring::new(2);
+        let (cid, ..) = r.push(Sqe::flush(1)).unwrap();
+        r.complete(cqe(cid, true, 0x80)).unwrap();
+        let c = r.take(cid).unwrap();
+        let e = c.ok(3).unwrap_err().to_string();
+        assert!(e.contains("LBA Out of Range"), "{e}");
+        assert!(e.contains("qid 3 cid 0"), "{e}");
+    }
+}
