@@ -21,7 +21,7 @@ KLLVM ?= -19
 CARGO ?= cargo
 
 .PHONY: all deps kernel module selftests userspace kernels vm-test host-test \
-	isa-check demo check clean dkms-install dkms-check
+	isa-check demo check clean dkms-install dkms-check bench
 
 all: module userspace
 
@@ -58,6 +58,10 @@ demo: deps module userspace
 	bash $(ROOT)/tests/vm/run.sh --file $(ROOT)/gpunvme.ko \
 		--file $(ROOT)/userspace/target/release/gpunvme \
 		--script $(ROOT)/tests/vm/demo.sh
+
+# Polled path vs the kernel nvme driver, one VM run: table, JSON and SVG.
+bench: deps module userspace
+	bash $(ROOT)/tests/bench/run.sh
 
 check: deps
 	@bash $(ROOT)/tests/check.sh

@@ -1,26 +1,43 @@
 #!/bin/sh
 # make demo, inside the VM: the path as far as it exists today.
-# Two NVMe controllers: gpunvme takes one through driver_override, the
-# in-kernel nvme driver keeps the other.
+# Two NVMe controllers. The kernel's nvme driver takes both by class;
+# gpunvme binds nothing by itself and takes one over only when asked.
 set -e
 step() { printf '\n==> %s\n' "$*"; }
 
-step "load gpunvme (it binds nothing by itself)"
-insmod "$GPUNVME_DIR/gpunvme.ko"
+# The VM runner pre-sets driver_override on the gpunvme controller; start
+# from a plain machine instead.
+echo "" > "/sys/bus/pci/devices/$GPUNVME_BDF/driver_override"
+
+step "load nvme and gpunvme: nvme claims both controllers, gpunvme none"
 modprobe nvme
+insmod "$GPUNVME_DIR/gpunvme.ko"
+i=0
+until ls /sys/bus/pci/devices/$KERNEL_NVME_BDF/nvme/*/ 2>/dev/null | grep -q 'n1$'; do
+	i=$((i + 1)); [ $i -lt 200 ] || break; sleep 0.05
+done
 gpunvme list
 
-step "hand $GPUNVME_BDF to gpunvme"
+step "move $GPUNVME_BDF from nvme to gpunvme (driver_override, never by class)"
 gpunvme bind "$GPUNVME_BDF"
 gpunvme list
 
-step "what the controller says about itself (GET_INFO)"
+step "what the controller says about itself (GET_INFO: registers + Identify)"
 gpunvme info "$GPUNVME_BDF"
+
+step "write a known pattern through gpunvme's own queues, read it back, verify every byte"
+gpunvme write "$GPUNVME_BDF" --lba 0 --count 256 --pattern 42
+gpunvme verify "$GPUNVME_BDF" --lba 0 --count 256 --pattern 42
+
+step "polled path (gpunvme) vs the kernel nvme driver on the other controller"
+kdev=/dev/$(ls "/sys/bus/pci/devices/$KERNEL_NVME_BDF/nvme/")n1
+echo "(QEMU/TCG numbers: compare the two paths with each other, not with hardware)"
+gpunvme bench "$GPUNVME_BDF" --block-device "$kdev" --qd 1,8 --qpairs 1 --duration-ms 300
 
 step "what this machine can do for a GPU"
 gpunvme probe || true
 
-step "give the controller back to the kernel's nvme driver"
+step "give the controller back to the kernel's nvme driver; the data is still there"
 gpunvme unbind --to-nvme "$GPUNVME_BDF"
 gpunvme list
 rmmod gpunvme

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Inside the VM: gpunvme's polled path on one emulated controller and the
+# kernel nvme driver (io_uring, O_DIRECT) on the other, same controller
+# model, one run. The JSON goes to the console between markers.
+set -e
+insmod "$GPUNVME_DIR/gpunvme.ko"
+gpunvme bind "$GPUNVME_BDF"
+modprobe nvme
+echo nvme > "/sys/bus/pci/devices/$KERNEL_NVME_BDF/driver_override"
+echo "$KERNEL_NVME_BDF" > /sys/bus/pci/drivers_probe
+i=0
+while [ -z "$(ls /sys/bus/pci/devices/$KERNEL_NVME_BDF/nvme/*/ 2>/dev/null | grep 'n1$')" ]; do
+	i=$((i + 1)); [ $i -lt 200 ] || { echo "kernel nvme namespace did not appear"; exit 1; }
+	sleep 0.05
+done
+ctrl=$(ls "/sys/bus/pci/devices/$KERNEL_NVME_BDF/nvme/")
+gpunvme bench "$GPUNVME_BDF" --block-device "/dev/${ctrl}n1" --range-mib 32 \
+	--duration-ms "${BENCH_MS:-1000}" --json /tmp/bench.json
+echo "@@BENCH-JSON-BEGIN"
+cat /tmp/bench.json
+echo
+echo "@@BENCH-JSON-END"
