@@ -241,18 +241,25 @@ TEST(identify_matches_nvme_driver)
 	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/nvme/%s/firmware_rev", bdf, ctrl);
 	ASSERT_EQ(0, read_attr(path, fw, sizeof(fw)));
 
-	unsigned long long sectors[GPUNVME_MAX_NS];
-	unsigned int lbs[GPUNVME_MAX_NS];
+	/* The driver's nvmeXnY numbering is its own; match namespaces by NSID. */
+	unsigned long long sectors[GPUNVME_MAX_NS + 1] = { 0 };
+	unsigned int lbs[GPUNVME_MAX_NS + 1] = { 0 };
 	int nns = 0;
 	for (int n = 1; n <= GPUNVME_MAX_NS; n++) {
-		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/nvme/%s/%sn%d/size", bdf, ctrl, ctrl, n);
+		char base[256];
+		snprintf(base, sizeof(base), "/sys/bus/pci/devices/%s/nvme/%s/%sn%d", bdf, ctrl, ctrl, n);
+		snprintf(path, sizeof(path), "%s/nsid", base);
 		if (read_attr(path, buf, sizeof(buf)))
 			break;
-		sectors[nns] = strtoull(buf, NULL, 10);
-		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/nvme/%s/%sn%d/queue/logical_block_size",
-			 bdf, ctrl, ctrl, n);
+		unsigned long nsid = strtoul(buf, NULL, 10);
+		ASSERT_TRUE(nsid >= 1 && nsid <= GPUNVME_MAX_NS);
+		snprintf(path, sizeof(path), "%s/size", base);
 		ASSERT_EQ(0, read_attr(path, buf, sizeof(buf)));
-		lbs[nns++] = strtoul(buf, NULL, 10);
+		sectors[nsid] = strtoull(buf, NULL, 10);
+		snprintf(path, sizeof(path), "%s/queue/logical_block_size", base);
+		ASSERT_EQ(0, read_attr(path, buf, sizeof(buf)));
+		lbs[nsid] = strtoul(buf, NULL, 10);
+		nns++;
 	}
 
 	ASSERT_EQ(0, bind_gpunvme(bdf));
@@ -267,9 +274,12 @@ TEST(identify_matches_nvme_driver)
 	EXPECT_STREQ(fw, info.firmware);
 	ASSERT_EQ(nns, info.num_namespaces);
 	for (int i = 0; i < nns; i++) {
-		EXPECT_EQ(i + 1, info.ns[i].nsid);
-		EXPECT_EQ(lbs[i], info.ns[i].lba_size);
-		EXPECT_EQ(sectors[i] * 512, info.ns[i].capacity_lbas * info.ns[i].lba_size);
+		uint32_t id = info.ns[i].nsid;
+		ASSERT_TRUE(id >= 1 && id <= GPUNVME_MAX_NS);
+		if (i)
+			EXPECT_LT(info.ns[i - 1].nsid, id); /* lowest NSID first */
+		EXPECT_EQ(lbs[id], info.ns[i].lba_size) TH_LOG("nsid %u", id);
+		EXPECT_EQ(sectors[id] * 512, info.ns[i].capacity_lbas * info.ns[i].lba_size) TH_LOG("nsid %u", id);
 	}
 	EXPECT_EQ(4096, info.page_size);
 	EXPECT_LT(0, info.io_queues);

@@ -1,12 +1,58 @@
 #!/usr/bin/env bash
-# The VM suite: the module, the CLI and every selftest in one boot.
+# The VM suite: the module, the CLI and every selftest, in two boots.
+#  1. the default bench: one namespace of 512-byte blocks per controller;
+#  2. a variant: the gpunvme controller gets a second namespace with 4 KiB
+#     blocks; the identify, namespace and I/O tests run again, and the disk
+#     images are checked on the host afterwards for the patterns written.
 # Expects `make module selftests userspace` to have run (make vm-test does).
-set -euo pipefail
+set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 [ -f "$ROOT/gpunvme.ko" ] || { echo "suite: $ROOT/gpunvme.ko missing (make module)" >&2; exit 1; }
-# The bench's own check first (devices, IOMMU mode), then the selftests.
-tests=("$ROOT"/tests/vm/vm-env.sh "$ROOT"/tests/selftests/build/*)
-files=(--file "$ROOT/gpunvme.ko")
 cli="$ROOT/userspace/target/release/gpunvme"
-[ -x "$cli" ] && files+=(--file "$cli")
-exec bash "$ROOT/tests/vm/run.sh" "${files[@]}" "$@" -- "${tests[@]}"
+[ -x "$cli" ] || { echo "suite: $cli missing (make userspace)" >&2; exit 1; }
+B="$ROOT/tests/selftests/build"
+work=$(mktemp -d /tmp/gpunvme-suite.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+pass=0 fail=0 skip=0
+
+add() { # the closing "N passed, N failed[, N skipped]" line of a log
+    local line
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
+    if [ -z "$line" ]; then fail=$((fail + 1)); return; fi
+    pass=$((pass + $(sed -E 's/^([0-9]+) passed.*/\1/' <<<"$line")))
+    fail=$((fail + $(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")))
+    grep -q skipped <<<"$line" && skip=$((skip + $(sed -E 's/.* ([0-9]+) skipped.*/\1/' <<<"$line")))
+}
+
+echo "=== boot 1: default controllers"
+bash "$ROOT/tests/vm/run.sh" --file "$ROOT/gpunvme.ko" --file "$cli" "$@" -- \
+    "$ROOT/tests/vm/vm-env.sh" "$B"/* 2>&1 | tee "$work/boot1.log"
+add "$work/boot1.log"
+
+echo "=== boot 2: two namespaces (512 B and 4 KiB blocks), images checked on the host"
+truncate -s 32M "$work/ns2.img"
+printf 'EXPECT_NAMESPACES=2\nEXPECT_LBS_NS2=4096\n' > "$work/variant.env"
+QEMU_EXTRA="${QEMU_EXTRA:-} -drive file=$work/ns2.img,if=none,id=ns2,format=raw -device nvme-ns,drive=ns2,bus=gpunvme0,nsid=2,logical_block_size=4096,physical_block_size=4096" \
+bash "$ROOT/tests/vm/run.sh" --keep-images "$work" --file "$ROOT/gpunvme.ko" --file "$cli" \
+    --file "$work/variant.env:/opt/gpunvme/variant.env" "$@" -- \
+    "$B/gpunvme_info_test" "$B/gpunvme_ns_test.sh" 2>&1 | tee "$work/boot2.log"
+add "$work/boot2.log"
+
+# The VM is gone: what gpunvme wrote must be in the images, byte-exact.
+check_image() { # name image lba count lba_size seed
+    if cmp -s <("$cli" pattern --seed "$6" --lba "$3" --count "$4" --lba-size "$5") \
+              <(dd if="$2" bs="$5" skip="$3" count="$4" status=none); then
+        echo "ok - host: $1"; pass=$((pass + 1))
+    else
+        echo "not ok - host: $1"; fail=$((fail + 1))
+    fi
+}
+ns1_blocks=$(( $(stat -c %s "$work/gpunvme0.img") / 512 ))
+ns2_blocks=$(( $(stat -c %s "$work/ns2.img") / 4096 ))
+check_image "ns1 image holds the first-block pattern" "$work/gpunvme0.img" 0 8 512 101
+check_image "ns1 image holds the last-block pattern" "$work/gpunvme0.img" $((ns1_blocks - 8)) 8 512 201
+check_image "ns2 image (4 KiB LBAs) holds the first-block pattern" "$work/ns2.img" 0 8 4096 102
+check_image "ns2 image holds the last-block pattern" "$work/ns2.img" $((ns2_blocks - 8)) 8 4096 202
+
+if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
+[ "$fail" = 0 ]

@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The direct-doorbell path end to end, with a real DMA peer: gpunvme exports
+ * a queue pair's doorbell page and CQ as dma-bufs; the stand-in
+ * (gpunvme_standin: QEMU's edu DMA engine) imports both like a GPU driver
+ * would, and then
+ *  - the CPU writes a READ SQE into the mmapped SQ,
+ *  - edu rings the SQ tail doorbell by DMA through its own vIOMMU mapping
+ *    (the only doorbell write for that queue),
+ *  - edu DMA-reads the CQE from the CQ dma-buf; cid/phase/status checked,
+ *  - edu rings the CQ head doorbell; the data in the host buffer is checked.
+ * Plus revocation (destroy / close while imported: ENODEV, no oops) and the
+ * unsupported-topology case: on q35 the host bridge (8086:29c0) is not in
+ * p2pdma's allowlist, so P2P to the BAR works only when the CPU is an AMD
+ * Zen (family >= 0x17): with the runner's default -cpu the doorbell map must
+ * fail with EINVAL and a log line; with QEMU_EXTRA="-cpu EPYC" it must work.
+ */
+#include <sys/mman.h>
+
+#include "kselftest_harness.h"
+#include "vmenv.h"
+#include "nvme_io.h"
+#include "standin_env.h"
+
+#define OPC_WRITE 0x01
+#define OPC_READ  0x02
+
+/* cpu_supports_p2pdma() in drivers/pci/p2pdma.c, as seen from userspace. */
+static int cpu_is_zen(char *desc, size_t len)
+{
+	char line[256], vendor[64] = "?";
+	int family = -1;
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "vendor_id : %63s", vendor) == 1)
+			continue;
+		if (sscanf(line, "cpu family : %d", &family) == 1)
+			break;
+	}
+	fclose(f);
+	snprintf(desc, len, "%s family %#x", vendor, family);
+	return !strcmp(vendor, "AuthenticAMD") && family >= 0x17;
+}
+
+static int open_gpunvme(void)
+{
+	char name[32];
+	if (load_module() || bind_gpunvme(gpunvme_bdf()))
+		return -1;
+	for (int i = 0; i < 8; i++) {
+		struct gpunvme_info info;
+		snprintf(name, sizeof(name), "/dev/gpunvme%d", i);
+		int fd = open(name, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		UAPI_INIT(info);
+		if (!ioctl(fd, GPUNVME_IOC_GET_INFO, &info) && !strcmp(info.bdf, gpunvme_bdf()))
+			return fd;
+		close(fd);
+	}
+	return -1;
+}
+
+static int export_one(int fd, uint16_t qid, uint16_t kind, int *out)
+{
+	struct gpunvme_export e;
+	UAPI_INIT(e);
+	e.qid = qid;
+	e.kind = kind;
+	e.flags = O_CLOEXEC | O_RDWR;
+	if (ioctl(fd, GPUNVME_IOC_EXPORT, &e))
+		return -errno;
+	*out = e.fd;
+	return 0;
+}
+
+FIXTURE(db) {
+	int nv;		/* /dev/gpunvmeN */
+	int sd;		/* /dev/gpunvme_standin */
+	int zen;
+	char cpu[96];
+	struct gpunvme_info info;
+	struct hostbuf buf;
+	struct qp q;
+	int db_fd, cq_fd;
+};
+
+FIXTURE_SETUP(db)
+{
+	self->db_fd = self->cq_fd = -1;
+	self->zen = cpu_is_zen(self->cpu, sizeof(self->cpu));
+	self->nv = open_gpunvme();
+	ASSERT_LE(0, self->nv) TH_LOG("gpunvme on %s", gpunvme_bdf());
+	self->sd = standin_open();
+	ASSERT_LE(0, self->sd) TH_LOG("gpunvme_standin on %s: %s", edu_bdf(), strerror(-self->sd));
+	UAPI_INIT(self->info);
+	ASSERT_EQ(0, ioctl(self->nv, GPUNVME_IOC_GET_INFO, &self->info));
+	ASSERT_EQ(0, hostbuf_map(self->nv, 4 * 4096, &self->buf));
+	ASSERT_EQ(0, qp_create(self->nv, 8, &self->q));
+	ASSERT_EQ(0, export_one(self->nv, self->q.c.qid, GPUNVME_EXPORT_DOORBELL, &self->db_fd));
+	ASSERT_EQ(0, export_one(self->nv, self->q.c.qid, GPUNVME_EXPORT_CQ, &self->cq_fd));
+}
+
+FIXTURE_TEARDOWN(db)
+{
+	if (self->db_fd >= 0)
+		close(self->db_fd);
+	if (self->cq_fd >= 0)
+		close(self->cq_fd);
+	close(self->sd);
+	close(self->nv);
+}
+
+/* The doorbell import succeeds exactly when p2pdma allows this topology. */
+TEST_F(db, doorbell_import_matches_topology)
+{
+	struct standin_import d;
+	char dev[40];
+	snprintf(dev, sizeof(dev), "%s", edu_bdf());
+	int before = klog_count("no peer-to-peer path", dev);
+	int r = standin_import(self->sd, self->db_fd, &d);
+
+	TH_LOG("CPU %s; doorbell import: %s", self->cpu, r ? strerror(-r) : "ok");
+	if (self->zen) {
+		ASSERT_EQ(0, r);
+		TH_LOG("doorbell page at edu dma %#llx + %#llx", (unsigned long long)d.dma_addr,
+		       (unsigned long long)d.len);
+		EXPECT_EQ(4096, d.len);
+		EXPECT_EQ(0, standin_release(self->sd, d.handle));
+	} else {
+		/* The exporter's map fails with the p2pdma error, verbatim. */
+		EXPECT_EQ(-EINVAL, r);
+		EXPECT_LT(before, klog_count("no peer-to-peer path", dev))
+			TH_LOG("no log line naming %s", dev);
+		klog_show("peer-to-peer", 3);
+	}
+	/* Queue memory needs no P2P path: the CQ imports everywhere. */
+	struct standin_import c;
+	ASSERT_EQ(0, standin_import(self->sd, self->cq_fd, &c));
+	EXPECT_LE(self->q.c.cq_size, c.len);
+}
+
+/* One READ, doorbells rung by edu only; CQE read by edu. */
+TEST_F(db, standin_rings_doorbell_and_reads_cqe)
+{
+	const uint32_t nsid = self->info.ns[0].nsid, lbs = self->info.ns[0].lba_size;
+	const uint64_t lba = 64;
+	const uint32_t nlb = 4096 / lbs, seed = 0x5eed1234;
+	struct standin_import d, c;
+	struct qp w;
+
+	if (!self->zen)
+		SKIP(return, "CPU %s: no P2P path to the doorbell BAR here (run with QEMU_EXTRA=\"-cpu EPYC\")",
+		     self->cpu);
+	/* The pattern goes to the disk through a second, CPU-rung queue pair. */
+	for (uint32_t i = 0; i < 4096; i++)
+		self->buf.p[i] = pattern_byte(seed, lba + i / lbs, i % lbs);
+	ASSERT_EQ(0, qp_create(self->nv, 4, &w));
+	ASSERT_EQ(0, qp_sync(&w, rw_cmd(OPC_WRITE, nsid, lba, nlb, self->buf.dma[0], 0)));
+	ASSERT_EQ(0, qp_destroy(&w));
+	memset(self->buf.p, 0, 2 * 4096);
+
+	ASSERT_EQ(0, standin_import(self->sd, self->db_fd, &d));
+	ASSERT_EQ(0, standin_import(self->sd, self->cq_fd, &c));
+	TH_LOG("doorbell at edu dma %#llx, CQ at %#llx; sq_db %#x cq_db %#x",
+	       (unsigned long long)d.dma_addr, (unsigned long long)c.dma_addr,
+	       self->q.c.sq_db, self->q.c.cq_db);
+
+	/* CPU builds the SQE; edu rings. */
+	uint16_t cid = qp_push(&self->q, rw_cmd(OPC_READ, nsid, lba, nlb, self->buf.dma[1], 0));
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	ASSERT_EQ(0, standin_write32(self->sd, d.handle, self->q.c.sq_db, self->q.tail));
+
+	/* edu polls the CQ (each read is ~400 ms of edu time): 10 s deadline. */
+	struct cqe e = { 0 };
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		ASSERT_EQ(0, standin_read(self->sd, c.handle, 0, &e, sizeof(e)));
+		if ((e.status & 1) == 1)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		ASSERT_GT(10, t.tv_sec - t0.tv_sec) TH_LOG("no CQE seen by edu within 10 s");
+	}
+	TH_LOG("CQE via edu: cid %u status %#x sq_head %u sq_id %u", e.cid, e.status, e.sq_head, e.sq_id);
+	EXPECT_EQ(cid, e.cid);
+	EXPECT_EQ(0, e.status >> 1);
+	EXPECT_EQ(self->q.c.qid, e.sq_id);
+	EXPECT_EQ(1, e.sq_head);
+	/* The same CQE as the CPU sees it. */
+	EXPECT_EQ(0, memcmp(&e, (void *)&self->q.cq[0], sizeof(e)));
+
+	/* edu also rings the CQ head doorbell. */
+	ASSERT_EQ(0, standin_write32(self->sd, d.handle, self->q.c.cq_db, 1));
+	self->q.head = 1;
+
+	long bad = -1;
+	for (uint32_t i = 0; i < 4096 && bad < 0; i++)
+		if (self->buf.p[4096 + i] != pattern_byte(seed, lba + i / lbs, i % lbs))
+			bad = i;
+	EXPECT_EQ(-1, bad) TH_LOG("data differs at byte %ld", bad);
+
+	/* The queue keeps working after edu's rings (CPU path now). */
+	EXPECT_EQ(0, qp_sync(&self->q, rw_cmd(OPC_READ, nsid, lba, nlb, self->buf.dma[2], 0)));
+	EXPECT_EQ(0, memcmp(self->buf.p + 4096, self->buf.p + 2 * 4096, 4096));
+}
+
+/* Destroying the queue pair revokes the imports: ENODEV, no DMA, no oops. */
+TEST_F(db, revoke_on_destroy)
+{
+	struct standin_import d = { 0 }, c;
+	int have_db = standin_import(self->sd, self->db_fd, &d) == 0;
+	ASSERT_EQ(0, standin_import(self->sd, self->cq_fd, &c));
+	uint8_t cqe[16];
+	ASSERT_EQ(0, standin_read(self->sd, c.handle, 0, cqe, 16));
+
+	int before = klog_count("revoked by its exporter", NULL);
+	ASSERT_EQ(0, qp_destroy(&self->q));
+	EXPECT_LE(before + 1 + have_db, klog_count("revoked by its exporter", NULL));
+	if (have_db)
+		EXPECT_EQ(-ENODEV, standin_write32(self->sd, d.handle, self->q.c.sq_db, 1));
+	EXPECT_EQ(-ENODEV, standin_read(self->sd, c.handle, 0, cqe, 16));
+	EXPECT_EQ(-ENODEV, standin_write32(self->sd, c.handle, 0, 1));
+	/* A new import of a revoked export is refused by the exporter. */
+	struct standin_import again;
+	EXPECT_NE(0, standin_import(self->sd, self->cq_fd, &again));
+	if (have_db)
+		EXPECT_EQ(0, standin_release(self->sd, d.handle));
+	EXPECT_EQ(0, standin_release(self->sd, c.handle));
+}
+
+/* Closing the gpunvme file revokes too; the dma-bufs outlive it safely. */
+TEST_F(db, revoke_on_close)
+{
+	struct standin_import c;
+	uint8_t cqe[16];
+	ASSERT_EQ(0, standin_import(self->sd, self->cq_fd, &c));
+	ASSERT_EQ(0, standin_read(self->sd, c.handle, 0, cqe, 16));
+	/* The queue mappings hold the file open: drop them, then close. */
+	munmap((void *)self->q.sq, self->q.c.sq_size);
+	munmap((void *)self->q.cq, self->q.c.cq_size);
+	munmap((void *)self->q.db, 4096);
+	int before = klog_count("revoked by its exporter", NULL);
+	close(self->nv);
+	EXPECT_LT(before, klog_count("revoked by its exporter", NULL));
+	EXPECT_EQ(-ENODEV, standin_read(self->sd, c.handle, 0, cqe, 16));
+	EXPECT_EQ(0, standin_release(self->sd, c.handle));
+	self->nv = open_gpunvme();
+	ASSERT_LE(0, self->nv);
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Helpers for the stand-in tests inside the VM: load gpunvme_standin.ko,
+ * hand the edu device to it, open /dev/gpunvme_standin, and look for new
+ * vIOMMU (DMAR) fault lines in the kernel log.
+ */
+#ifndef GPUNVME_STANDIN_ENV_H
+#define GPUNVME_STANDIN_ENV_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/klog.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "standin_uapi.h"
+
+static inline const char *standin_env(const char *name, const char *dflt)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : dflt;
+}
+
+static inline const char *edu_bdf(void) { return standin_env("EDU_BDF", "0000:00:06.0"); }
+
+static inline int standin_sysfs_write(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = write(fd, val, strlen(val));
+	int err = n < 0 ? -errno : 0;
+	close(fd);
+	return err;
+}
+
+static inline int standin_load(void)
+{
+	char ko[256];
+	if (access("/sys/module/gpunvme_standin", F_OK) == 0)
+		return 0;
+	snprintf(ko, sizeof(ko), "%s/gpunvme_standin.ko", standin_env("GPUNVME_DIR", "/opt/gpunvme"));
+	int fd = open(ko, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = syscall(SYS_finit_module, fd, "", 0);
+	int err = r && errno != EEXIST ? -errno : 0;
+	close(fd);
+	return err;
+}
+
+static inline int edu_bound(void)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "/sys/bus/pci/drivers/gpunvme_standin/%s", edu_bdf());
+	return access(path, F_OK) == 0;
+}
+
+/* Load the module, bind edu to it (driver_override), open the node. */
+static inline int standin_open(void)
+{
+	char path[256];
+	int r = standin_load();
+	if (r) {
+		fprintf(stderr, "# loading gpunvme_standin.ko: %s\n", strerror(-r));
+		return r;
+	}
+	if (!edu_bound()) {
+		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/driver_override", edu_bdf());
+		if ((r = standin_sysfs_write(path, "gpunvme_standin")))
+			return r;
+		if ((r = standin_sysfs_write("/sys/bus/pci/drivers_probe", edu_bdf())))
+			return r;
+		if (!edu_bound())
+			return -ENODEV;
+	}
+	int fd = open("/dev/gpunvme_standin", O_RDWR | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static inline int edu_unbind(void)
+{
+	return standin_sysfs_write("/sys/bus/pci/drivers/gpunvme_standin/unbind", edu_bdf());
+}
+
+static inline int standin_import(int fd, int dmabuf, struct standin_import *imp)
+{
+	memset(imp, 0, sizeof(*imp));
+	imp->fd = dmabuf;
+	return ioctl(fd, STANDIN_IOC_IMPORT, imp) ? -errno : 0;
+}
+
+static inline int standin_write32(int fd, uint32_t handle, uint64_t off, uint32_t val)
+{
+	struct standin_write32 w = { .handle = handle, .value = val, .offset = off };
+	return ioctl(fd, STANDIN_IOC_WRITE32, &w) ? -errno : 0;
+}
+
+static inline int standin_read(int fd, uint32_t handle, uint64_t off, void *buf, uint32_t len)
+{
+	struct standin_read r = { .handle = handle, .len = len, .offset = off,
+				  .buf = (uint64_t)(uintptr_t)buf };
+	return ioctl(fd, STANDIN_IOC_READ, &r) ? -errno : 0;
+}
+
+static inline int standin_release(int fd, uint32_t handle)
+{
+	struct standin_release r = { .handle = handle };
+	return ioctl(fd, STANDIN_IOC_RELEASE, &r) ? -errno : 0;
+}
+
+/* Kernel log lines containing all of `a` and `b` (either may be NULL). */
+static inline int klog_count(const char *a, const char *b)
+{
+	int len = klogctl(10 /* SYSLOG_ACTION_SIZE_BUFFER */, NULL, 0);
+	if (len <= 0)
+		return -1;
+	char *buf = malloc(len + 1);
+	if (!buf)
+		return -1;
+	int n = klogctl(3 /* SYSLOG_ACTION_READ_ALL */, buf, len);
+	int count = 0;
+	if (n < 0) {
+		free(buf);
+		return -1;
+	}
+	buf[n] = 0;
+	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+		if ((!a || strstr(line, a)) && (!b || strstr(line, b)))
+			count++;
+	free(buf);
+	return count;
+}
+
+/* Wait (up to ms) until klog_count(a, b) exceeds `before`; returns the count. */
+static inline int klog_wait_more(const char *a, const char *b, int before, int ms)
+{
+	int now = klog_count(a, b);
+	for (int i = 0; i < ms / 10 && now <= before; i++) {
+		usleep(10000);
+		now = klog_count(a, b);
+	}
+	return now;
+}
+
+/* Print kernel log lines containing `a` as TAP comments (the last `max`). */
+static inline void klog_show(const char *a, int max)
+{
+	int total = klog_count(a, NULL), seen = 0;
+	int len = klogctl(10, NULL, 0);
+	char *buf = len > 0 ? malloc(len + 1) : NULL;
+	if (!buf)
+		return;
+	int n = klogctl(3, buf, len);
+	buf[n > 0 ? n : 0] = 0;
+	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+		if (strstr(line, a) && ++seen > total - max)
+			printf("#   klog: %s\n", line);
+	free(buf);
+}
+
+#endif
