@@ -21,7 +21,7 @@ KLLVM ?= -19
 CARGO ?= cargo
 
 .PHONY: all deps kernel module selftests userspace kernels vm-test host-test \
-	isa-check demo check clean dkms-install dkms-check bench
+	isa-check demo check clean dkms-install dkms-check bench standin
 
 all: module userspace
 
@@ -50,8 +50,12 @@ isa-check:
 host-test:
 	cd $(ROOT)/userspace && $(CARGO) test
 
+# The test-only GPU stand-in: a module driving QEMU's edu device as a peer.
+standin: module
+	$(MAKE) -C $(ROOT)/tests/standin KDIR="$$(bash $(ROOT)/tests/kernel/build.sh)" KLLVM=$(KLLVM)
+
 # The VM suite: every selftest against the emulated controllers.
-vm-test: module selftests userspace
+vm-test: module selftests standin userspace
 	bash $(ROOT)/tests/vm/suite.sh
 
 demo: deps module userspace
@@ -75,6 +79,6 @@ dkms-check: deps selftests
 	bash $(ROOT)/tests/dkms/ci.sh
 
 clean:
-	rm -rf $(ROOT)/tests/selftests/build $(ROOT)/kernels/build
+	rm -rf $(ROOT)/tests/selftests/build $(ROOT)/kernels/build $(ROOT)/tests/standin/build
 	-[ -d "$$(bash $(ROOT)/tests/kernel/build.sh 2>/dev/null)" ] && \
 		$(MAKE) -C "$$(bash $(ROOT)/tests/kernel/build.sh)" M=$(ROOT) LLVM=$(KLLVM) clean

@@ -9,6 +9,7 @@
 
 use kernel::prelude::*;
 
+use crate::bridge::Bridge;
 use crate::qpair::QPair;
 use crate::shim::{Export, HostMap, Import};
 
@@ -29,11 +30,15 @@ pub(crate) enum QueueState {
     Retired,
 }
 
-/// Fields drop in order: the exports are revoked before the memory goes.
+/// Fields drop in order: the exports are revoked and the bridge thread
+/// stopped before the memory goes.
 pub(crate) struct QueueEntry {
     pub(crate) file: FileId,
     pub(crate) state: QueueState,
     pub(crate) exports: KVec<Export>,
+    /// Held only to be dropped (stopped) at the right moment.
+    #[allow(dead_code)]
+    pub(crate) bridge: Option<Bridge>,
     pub(crate) q: QPair,
 }
 

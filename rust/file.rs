@@ -20,6 +20,7 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
+use crate::bridge::Bridge;
 use crate::command;
 use crate::dma_registry::{FileId, MapEntry, Mapped, QueueEntry, QueueState, Quarantined};
 use crate::qpair::{self, MapKind, QPair};
@@ -88,20 +89,21 @@ impl OpenState {
             dev_warn!(sh.dev, "CREATE_QPAIR: depth {} outside {}..={}\n", req.depth, uapi::MIN_QUEUE_DEPTH, max);
             return Err(EINVAL);
         }
-        if req.flags != 0 || req.pad0 != 0 || req.pad1 != 0 {
+        if req.flags & !uapi::QPAIR_BRIDGED != 0 || req.pad0 != 0 || req.pad1 != 0 {
             dev_warn!(sh.dev, "CREATE_QPAIR: unknown flags {:#x}\n", req.flags);
             return Err(EINVAL);
         }
         sh.alive()?;
         let qid = sh.claim_qid()?;
-        let Some((_, sq_db, cq_db)) = qpair::doorbell_page(sh.cap, qid) else {
+        let bridged = req.flags & uapi::QPAIR_BRIDGED != 0;
+        let Some((_, mut sq_db, mut cq_db)) = qpair::doorbell_page(sh.cap, qid) else {
             sh.release_qid(qid);
             dev_warn!(sh.dev, "CREATE_QPAIR: doorbell stride {} puts qid {} on two pages\n", sh.cap.doorbell_stride(), qid);
             return Err(EOPNOTSUPP);
         };
 
         let created = sh.with_admin(|dev, admin, ring| {
-            let q = QPair::alloc(dev, qid, req.depth)?;
+            let q = QPair::alloc(dev, qid, req.depth, bridged)?;
             let mut dma = sh.dma.lock();
             // Room first: once the queue exists on the controller its memory
             // must be recorded.
@@ -121,12 +123,34 @@ impl OpenState {
                 }
                 return Err(e);
             }
-            let sizes = (q.sq.size() as u64, q.cq.size() as u64);
-            let entry = QueueEntry { file: self.id, state: QueueState::Live, exports: KVec::new(), q };
+            let bridge = match &q.shadow {
+                None => None,
+                // SAFETY: the pointers are into `q`'s allocations, which the
+                // registry entry below drops only after the bridge.
+                Some(sh_mem) => match unsafe {
+                    Bridge::start(sh, qid, q.depth, q.cq.as_ptr().cast(), sh_mem.cells.as_mut_ptr().cast(), sh_mem.cq.as_mut_ptr().cast())
+                } {
+                    Ok(b) => Some(b),
+                    Err(e) => {
+                        let deleted = q.delete_cmds().into_iter().all(|c| admin.submit(&sh.dev, sh.cap, c, ring).is_ok());
+                        if !deleted {
+                            dma.quarantine(Quarantined::Queue(q));
+                        }
+                        return Err(e);
+                    }
+                },
+            };
+            let sizes = (q.sq.size() as u64, q.visible_cq().size() as u64);
+            let entry = QueueEntry { file: self.id, state: QueueState::Live, exports: KVec::new(), bridge, q };
             let _ = dma.queues.push_within_capacity(entry);
             Ok(sizes)
         });
         let (sq_size, cq_size) = created.inspect_err(|_| sh.release_qid(qid))?;
+        if bridged {
+            // The peer writes shadow cells in the shadow page instead.
+            sq_db = crate::bridge::SHADOW_SQ_TAIL;
+            cq_db = crate::bridge::SHADOW_CQ_HEAD;
+        }
 
         req.qid = qid;
         req.sq_offset = qpair::mmap_offset(MapKind::Sq, qid);
@@ -155,7 +179,7 @@ impl OpenState {
             Ok(()) => {
                 sh.release_qid(q.qid);
                 let mut dma = sh.dma.lock();
-                let entry = QueueEntry { file: self.id, state: QueueState::Retired, exports: KVec::new(), q };
+                let entry = QueueEntry { file: self.id, state: QueueState::Retired, exports: KVec::new(), bridge: None, q };
                 if dma.queues.push(entry, GFP_KERNEL).is_err() {
                     // Dropped (freed) instead; the controller no longer uses
                     // it, and this file's mappings go first.
@@ -200,18 +224,26 @@ impl OpenState {
             };
             e.exports.reserve(1, GFP_KERNEL)?;
             let (export, fd, length) = match req.kind {
-                uapi::EXPORT_DOORBELL => {
-                    let (page, _, _) = qpair::doorbell_page(sh.cap, req.qid).ok_or(EINVAL)?;
-                    let (x, fd) = Export::mmio(&sh.dev, page as u64, 4096, req.flags)?;
-                    (x, fd, 4096)
-                }
+                uapi::EXPORT_DOORBELL => match &e.q.shadow {
+                    // Bridged: the shadow cells are ordinary memory.
+                    Some(s) => {
+                        let (x, fd) = Export::memory(&sh.dev, s.cells.as_mut_ptr().cast(), s.cells.dma_address(), s.cells.size(), req.flags)?;
+                        (x, fd, s.cells.size() as u64)
+                    }
+                    None => {
+                        let (page, _, _) = qpair::doorbell_page(sh.cap, req.qid).ok_or(EINVAL)?;
+                        let (x, fd) = Export::mmio(&sh.dev, page as u64, 4096, req.flags)?;
+                        (x, fd, 4096)
+                    }
+                },
                 uapi::EXPORT_SQ => {
                     let (x, fd) = Export::memory(&sh.dev, e.q.sq.as_mut_ptr().cast(), e.q.sq.dma_address(), e.q.sq.size(), req.flags)?;
                     (x, fd, e.q.sq.size() as u64)
                 }
                 uapi::EXPORT_CQ => {
-                    let (x, fd) = Export::memory(&sh.dev, e.q.cq.as_mut_ptr().cast(), e.q.cq.dma_address(), e.q.cq.size(), req.flags)?;
-                    (x, fd, e.q.cq.size() as u64)
+                    let cq = e.q.visible_cq();
+                    let (x, fd) = Export::memory(&sh.dev, cq.as_mut_ptr().cast(), cq.dma_address(), cq.size(), req.flags)?;
+                    (x, fd, cq.size() as u64)
                 }
                 k => {
                     dev_warn!(sh.dev, "EXPORT: unknown kind {}\n", k);
@@ -340,7 +372,7 @@ impl OpenState {
         };
         let (want, what) = match kind {
             MapKind::Sq => (q.sq.size(), "SQ"),
-            MapKind::Cq => (q.cq.size(), "CQ"),
+            MapKind::Cq => (q.visible_cq().size(), "CQ"),
             MapKind::Doorbell => (4096, "doorbell page"),
         };
         if len != want {
@@ -349,11 +381,17 @@ impl OpenState {
         }
         match kind {
             MapKind::Sq => shim::mmap_coherent(&sh.dev, vma, q.sq.as_mut_ptr().cast(), q.sq.dma_address(), want),
-            MapKind::Cq => shim::mmap_coherent(&sh.dev, vma, q.cq.as_mut_ptr().cast(), q.cq.dma_address(), want),
-            MapKind::Doorbell => {
-                let (page, _, _) = qpair::doorbell_page(sh.cap, qid).ok_or(EINVAL)?;
-                shim::mmap_bar_page(&sh.dev, vma, page)
+            MapKind::Cq => {
+                let cq = q.visible_cq();
+                shim::mmap_coherent(&sh.dev, vma, cq.as_mut_ptr().cast(), cq.dma_address(), want)
             }
+            MapKind::Doorbell => match &q.shadow {
+                Some(s) => shim::mmap_coherent(&sh.dev, vma, s.cells.as_mut_ptr().cast(), s.cells.dma_address(), want),
+                None => {
+                    let (page, _, _) = qpair::doorbell_page(sh.cap, qid).ok_or(EINVAL)?;
+                    shim::mmap_bar_page(&sh.dev, vma, page)
+                }
+            },
         }
     }
 }

@@ -16,6 +16,7 @@ use kernel::{
 };
 
 mod admin;
+mod bridge;
 mod chardev;
 mod file;
 mod qpair;

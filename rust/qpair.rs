@@ -62,16 +62,40 @@ pub(crate) struct QPair {
     pub(crate) depth: u32,
     pub(crate) sq: Coherent<[u8]>,
     pub(crate) cq: Coherent<[u8]>,
+    /// Bridged pairs only: what the peer sees instead of the doorbell page
+    /// and the CQ (see `bridge.rs`).
+    pub(crate) shadow: Option<Shadow>,
+}
+
+/// The bridge's shadow doorbell page and shadow CQ.
+pub(crate) struct Shadow {
+    pub(crate) cells: Coherent<[u8]>,
+    pub(crate) cq: Coherent<[u8]>,
 }
 
 impl QPair {
-    pub(crate) fn alloc(dev: &Device<Bound>, qid: u16, depth: u32) -> Result<Self> {
+    pub(crate) fn alloc(dev: &Device<Bound>, qid: u16, depth: u32, bridged: bool) -> Result<Self> {
+        let cq_bytes = round_to_page(depth as usize * CQE_BYTES);
+        let shadow = if bridged {
+            Some(Shadow {
+                cells: Coherent::zeroed_slice(dev, PAGE_SIZE, GFP_KERNEL)?,
+                cq: Coherent::zeroed_slice(dev, cq_bytes, GFP_KERNEL)?,
+            })
+        } else {
+            None
+        };
         Ok(Self {
             qid,
             depth,
             sq: Coherent::zeroed_slice(dev, round_to_page(depth as usize * SQE_BYTES), GFP_KERNEL)?,
-            cq: Coherent::zeroed_slice(dev, round_to_page(depth as usize * CQE_BYTES), GFP_KERNEL)?,
+            cq: Coherent::zeroed_slice(dev, cq_bytes, GFP_KERNEL)?,
+            shadow,
         })
+    }
+
+    /// The CQ a peer reads: the shadow CQ when bridged.
+    pub(crate) fn visible_cq(&self) -> &Coherent<[u8]> {
+        self.shadow.as_ref().map_or(&self.cq, |s| &s.cq)
     }
 
     /// Create CQ then SQ (the SQ names its CQ), as the spec requires.

@@ -27,4 +27,8 @@ struct gpunvme_import;
 struct gpunvme_import *gpunvme_shim_import(struct device *dev, int fd, u64 *dma_addrs,
 					   u64 max_pages, u64 *len, int *err);
 void gpunvme_shim_unimport(struct gpunvme_import *imp);
+struct gpunvme_bridge;
+struct gpunvme_bridge *gpunvme_shim_bridge_start(void *ctx, u64 *counters, struct device *dev,
+						 u16 qid, int *err);
+void gpunvme_shim_bridge_stop(struct gpunvme_bridge *b);
 #endif

@@ -171,6 +171,7 @@ macro_rules! plain_uapi_struct {
 plain_uapi_struct!(QpairCreate, QpairDestroy, MapHost, Unmap, Export, MapDmabuf);
 
 pub(crate) const MAX_MAP_BYTES: u64 = 64 << 20;
+pub(crate) const QPAIR_BRIDGED: u32 = 1 << 0;
 pub(crate) const MIN_QUEUE_DEPTH: u32 = 2;
 
 pub(crate) const IOC_GET_INFO: u32 = _IOWR::<Info>(IOC_MAGIC, 0x00);

@@ -117,12 +117,26 @@ struct gpunvme_info {
 /* Queue depth bounds: at least 2 entries, at most info.max_queue_entries. */
 #define GPUNVME_MIN_QUEUE_DEPTH 2
 
+/*
+ * GPUNVME_QPAIR_BRIDGED: the CPU bridge stands between the peer and the
+ * controller. The "doorbell page" (mmap at db_offset, or exported) is then a
+ * page of ordinary memory holding two shadow cells, the SQ tail at sq_db = 0
+ * and the CQ head at cq_db = 64; and the CQ (cq_offset, or exported) is a
+ * mirror of the real CQ, which stays inside the module. One kernel thread
+ * per pair, for the pair's whole life, writes a real doorbell only when its
+ * shadow changed and copies each CQE whole, phase dword last. Its counters
+ * are in debugfs: gpunvme-<bdf>-q<qid>/{polls, sq_doorbell_writes,
+ * cq_doorbell_writes, cqes_mirrored, max_sq_tail, bad_doorbell_values}.
+ * Code that drives the queue is the same in both modes.
+ */
+#define GPUNVME_QPAIR_BRIDGED (1u << 0)
+
 /**
  * struct gpunvme_qpair_create - create an I/O submission/completion queue pair.
  * @size, @version: as for every struct.
  * @depth:     in: entries in each queue, GPUNVME_MIN_QUEUE_DEPTH ..
  *             info.max_queue_entries (EINVAL otherwise).
- * @flags:     in: must be 0.
+ * @flags:     in: 0 (direct) or GPUNVME_QPAIR_BRIDGED.
  * @qid:       out: the queue ID (1-based), the same for the SQ and its CQ.
  * @sq_offset: out: mmap offset of the SQ (64-byte entries).
  * @sq_size:   out: bytes to map there (depth * 64 rounded up to 4 KiB).
@@ -130,7 +144,7 @@ struct gpunvme_info {
  *             interrupts; phase tag starts at 1).
  * @cq_size:   out: bytes to map there.
  * @db_offset: out: mmap offset of the doorbell page holding this pair's
- *             doorbells (4096 bytes).
+ *             doorbells (4096 bytes; the shadow page when bridged).
  * @sq_db:     out: byte offset of the SQ tail doorbell within that page.
  * @cq_db:     out: byte offset of the CQ head doorbell within that page.
  * @reserved:  in: zero.

@@ -186,7 +186,7 @@ TEST_F(io, bad_qpair_arguments)
 	}
 	UAPI_INIT(c);
 	c.depth = 8;
-	c.flags = 1;
+	c.flags = GPUNVME_QPAIR_BRIDGED << 1; /* an unknown flag */
 	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
 	EXPECT_EQ(EINVAL, errno);
 	UAPI_INIT(c);

@@ -39,12 +39,16 @@ struct qp {
 
 #define UAPI_INIT(s) do { memset(&(s), 0, sizeof(s)); (s).size = sizeof(s); (s).version = GPUNVME_UAPI_VERSION; } while (0)
 
-static inline int qp_create(int fd, uint32_t depth, struct qp *q)
+/* Create a queue pair; `flags` 0 (direct) or GPUNVME_QPAIR_BRIDGED. The
+ * same code then drives either: db + sq_db is the real doorbell or the
+ * bridge's shadow cell, and cq the real CQ or its mirror. */
+static inline int qp_create_flags(int fd, uint32_t depth, uint32_t flags, struct qp *q)
 {
 	memset(q, 0, sizeof(*q));
 	q->fd = fd;
 	UAPI_INIT(q->c);
 	q->c.depth = depth;
+	q->c.flags = flags;
 	if (ioctl(fd, GPUNVME_IOC_CREATE_QPAIR, &q->c))
 		return -errno;
 	q->sq = mmap(NULL, q->c.sq_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, q->c.sq_offset);
@@ -54,6 +58,11 @@ static inline int qp_create(int fd, uint32_t depth, struct qp *q)
 		return -errno;
 	q->phase = 1;
 	return 0;
+}
+
+static inline int qp_create(int fd, uint32_t depth, struct qp *q)
+{
+	return qp_create_flags(fd, depth, 0, q);
 }
 
 static inline int qp_destroy(struct qp *q)

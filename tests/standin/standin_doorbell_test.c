@@ -111,6 +111,7 @@ FIXTURE_TEARDOWN(db)
 		close(self->cq_fd);
 	close(self->sd);
 	close(self->nv);
+	standin_restore();
 }
 
 /* The doorbell import succeeds exactly when p2pdma allows this topology. */
@@ -152,7 +153,7 @@ TEST_F(db, standin_rings_doorbell_and_reads_cqe)
 	struct qp w;
 
 	if (!self->zen)
-		SKIP(return, "CPU %s: no P2P path to the doorbell BAR here (run with QEMU_EXTRA=\"-cpu EPYC\")",
+		SKIP(return, "CPU %s: no P2P path to the doorbell BAR here (QEMU_EXTRA=\"-cpu max,family=23\" or \"-cpu EPYC\" gives one)",
 		     self->cpu);
 	/* The pattern goes to the disk through a second, CPU-rung queue pair. */
 	for (uint32_t i = 0; i < 4096; i++)

@@ -89,6 +89,17 @@ static inline int edu_unbind(void)
 	return standin_sysfs_write("/sys/bus/pci/drivers/gpunvme_standin/unbind", edu_bdf());
 }
 
+/* Leave edu as the VM booted it: unbound, no driver_override (other tests
+ * bind it to gpunvme on purpose and expect a refusal). */
+static inline void standin_restore(void)
+{
+	char path[256];
+	if (edu_bound())
+		edu_unbind();
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/driver_override", edu_bdf());
+	standin_sysfs_write(path, "\n");
+}
+
 static inline int standin_import(int fd, int dmabuf, struct standin_import *imp)
 {
 	memset(imp, 0, sizeof(*imp));

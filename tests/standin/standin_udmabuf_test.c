@@ -63,6 +63,7 @@ FIXTURE_TEARDOWN(ud)
 		close(self->dmabuf);
 	if (self->fd >= 0)
 		close(self->fd);
+	standin_restore();
 }
 
 static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }

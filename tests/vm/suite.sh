@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The VM suite: the module, the CLI and every selftest, in two boots.
+# The VM suite: the module, the CLI, the GPU stand-in and every selftest, in
+# three boots.
 #  1. the default bench: one namespace of 512-byte blocks per controller;
-#  2. a variant: the gpunvme controller gets a second namespace with 4 KiB
+#  2. a Zen CPU model, under which the stand-in reaches the doorbell by P2P;
+#  3. a variant: the gpunvme controller gets a second namespace with 4 KiB
 #     blocks; the identify, namespace and I/O tests run again, and the disk
 #     images are checked on the host afterwards for the patterns written.
 # Expects `make module selftests userspace` to have run (make vm-test does).
@@ -24,12 +26,23 @@ add() { # the closing "N passed, N failed[, N skipped]" line of a log
     grep -q skipped <<<"$line" && skip=$((skip + $(sed -E 's/.* ([0-9]+) skipped.*/\1/' <<<"$line")))
 }
 
-echo "=== boot 1: default controllers"
-bash "$ROOT/tests/vm/run.sh" --file "$ROOT/gpunvme.ko" --file "$cli" "$@" -- \
-    "$ROOT/tests/vm/vm-env.sh" "$B"/* 2>&1 | tee "$work/boot1.log"
+S="$ROOT/tests/standin"
+[ -f "$S/gpunvme_standin.ko" ] || { echo "suite: $S/gpunvme_standin.ko missing (make standin)" >&2; exit 1; }
+
+echo "=== boot 1: default controllers; the edu stand-in has no P2P path to the NVMe BAR here"
+bash "$ROOT/tests/vm/run.sh" --file "$ROOT/gpunvme.ko" --file "$cli" --file "$S/gpunvme_standin.ko" "$@" -- \
+    "$ROOT/tests/vm/vm-env.sh" "$B"/* "$S"/build/* 2>&1 | tee "$work/boot1.log"
 add "$work/boot1.log"
 
-echo "=== boot 2: two namespaces (512 B and 4 KiB blocks), images checked on the host"
+# A Zen CPU model lets p2pdma route through the (emulated) host bridge, so
+# the stand-in can map the doorbell dma-buf through its vIOMMU and ring it.
+echo "=== boot 2: Zen CPU model: the stand-in rings the doorbell and reads the CQ by peer DMA"
+QEMU_EXTRA="${QEMU_EXTRA:-} -cpu max,family=23" \
+bash "$ROOT/tests/vm/run.sh" --file "$ROOT/gpunvme.ko" --file "$S/gpunvme_standin.ko" "$@" -- \
+    "$S/build/standin_doorbell_test" 2>&1 | tee "$work/boot2z.log"
+add "$work/boot2z.log"
+
+echo "=== boot 3: two namespaces (512 B and 4 KiB blocks), images checked on the host"
 truncate -s 32M "$work/ns2.img"
 printf 'EXPECT_NAMESPACES=2\nEXPECT_LBS_NS2=4096\n' > "$work/variant.env"
 QEMU_EXTRA="${QEMU_EXTRA:-} -drive file=$work/ns2.img,if=none,id=ns2,format=raw -device nvme-ns,drive=ns2,bus=gpunvme0,nsid=2,logical_block_size=4096,physical_block_size=4096" \
