@@ -14,25 +14,6 @@
 #define OPC_WRITE 0x01
 #define OPC_READ  0x02
 
-static int open_bound_node(void)
-{
-	char name[32];
-	if (load_module() || bind_gpunvme(gpunvme_bdf()))
-		return -1;
-	for (int i = 0; i < 8; i++) {
-		struct gpunvme_info info;
-		snprintf(name, sizeof(name), "/dev/gpunvme%d", i);
-		int fd = open(name, O_RDWR | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		UAPI_INIT(info);
-		if (!ioctl(fd, GPUNVME_IOC_GET_INFO, &info) && !strcmp(info.bdf, gpunvme_bdf()))
-			return fd;
-		close(fd);
-	}
-	return -1;
-}
-
 /* A udmabuf of `len` bytes; its memory mapped at *mem. */
 static int make_udmabuf(size_t len, uint8_t **mem)
 {
@@ -67,7 +48,7 @@ FIXTURE(dmabuf) {
 FIXTURE_SETUP(dmabuf)
 {
 	struct gpunvme_info info;
-	self->fd = open_bound_node();
+	self->fd = gpunvme_open_bound();
 	ASSERT_LE(0, self->fd);
 	UAPI_INIT(info);
 	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_GET_INFO, &info));

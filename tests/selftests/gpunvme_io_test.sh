@@ -68,6 +68,18 @@ queue_wrap() {
 	gpunvme verify "$BDF" --pattern 41 --lba 2048 --count 96 --depth 2 --max-blocks 3
 }
 
+# A bridged queue pair (shadow doorbells, mirrored CQ, a kernel thread
+# relaying): the same client code, 96 commands through depth 4 so the
+# shadow tail and mirror phase wrap; a direct pair must read the same bytes,
+# and a bridged pair must read what a direct pair wrote.
+bridged_write_verify() {
+	out=$(gpunvme write "$BDF" --bridged --pattern 43 --lba 3072 --count 96 --depth 4 --max-blocks 1 2>&1) || { echo "$out"; return 1; }
+	echo "$out"
+	echo "$out" | grep -q "96 command(s) on qid [0-9]* of depth 4, bridged" || return 1
+	gpunvme verify "$BDF" --pattern 43 --lba 3072 --count 96 || return 1
+	gpunvme verify "$BDF" --bridged --pattern 41 --lba 2048 --count 96 --depth 8 --max-blocks 5
+}
+
 qpairs_parallel() { # N: N processes, each with its own queue pair
 	n=$1 i=0 pids=""
 	while [ $i -lt "$n" ]; do
@@ -90,8 +102,10 @@ four_qpairs() { qpairs_parallel 4; }
 
 # 4 queue pairs in one process (one thread each) at QD 8, reads.
 bench_four_qpairs() {
-	gpunvme bench "$BDF" --qpairs 1,4 --qd 1,8 --ops 400 --range-mib 4 --json "$T/bench.json" || return 1
-	grep -q '"qpairs": 4' "$T/bench.json"
+	gpunvme bench "$BDF" --bridged --qpairs 1,4 --qd 1,8 --ops 400 --range-mib 4 --json "$T/bench.json" || return 1
+	grep -q '"qpairs": 4' "$T/bench.json" || return 1
+	grep -q '"target": "gpunvme-bridged"' "$T/bench.json" || return 1
+	grep -q '"iops_bridged_over_direct"' "$T/bench.json"
 }
 
 exactly_mdts() {
@@ -173,7 +187,7 @@ back_to_gpunvme() {
 	gpunvme verify "$BDF" --pattern 21 --lba 64 --count 256
 }
 
-ktap_plan 17
+ktap_plan 18
 ktap_check "setup: module loaded, controller bound" setup
 # setup ran in a subshell: read the values again here.
 LBA_SIZE=$(sed -n 's/.*"lba_size": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
@@ -189,6 +203,7 @@ ktap_check "verify reports the first mismatch" verify_detects_a_wrong_seed
 ktap_check "multi-block write + verify" multi_block
 ktap_check "multi-round overwrite" multi_round
 ktap_check "queue wrap (depth 4, 96 commands)" queue_wrap
+ktap_check "bridged queue pair: write + verify, cross-checked with direct" bridged_write_verify
 ktap_check "2 queue pairs in parallel" two_qpairs
 if [ "${QUEUES:-0}" -ge 4 ]; then
 	ktap_check "4 queue pairs in parallel" four_qpairs

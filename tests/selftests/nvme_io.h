@@ -12,6 +12,29 @@
 #include <sys/mman.h>
 #include <time.h>
 #include "gpunvme.h"
+#include "vmenv.h"
+
+#define UAPI_INIT(s) do { memset(&(s), 0, sizeof(s)); (s).size = sizeof(s); (s).version = GPUNVME_UAPI_VERSION; } while (0)
+
+/* Load gpunvme, bind GPUNVME_BDF to it and open its node; -1 on failure. */
+static inline int gpunvme_open_bound(void)
+{
+	char name[32];
+	if (load_module() || bind_gpunvme(gpunvme_bdf()))
+		return -1;
+	for (int i = 0; i < 8; i++) {
+		struct gpunvme_info info;
+		snprintf(name, sizeof(name), "/dev/gpunvme%d", i);
+		int fd = open(name, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		UAPI_INIT(info);
+		if (!ioctl(fd, GPUNVME_IOC_GET_INFO, &info) && !strcmp(info.bdf, gpunvme_bdf()))
+			return fd;
+		close(fd);
+	}
+	return -1;
+}
 
 struct sqe {
 	uint8_t opcode, flags;
@@ -37,7 +60,6 @@ struct qp {
 	uint16_t cid;
 };
 
-#define UAPI_INIT(s) do { memset(&(s), 0, sizeof(s)); (s).size = sizeof(s); (s).version = GPUNVME_UAPI_VERSION; } while (0)
 
 /* Create a queue pair; `flags` 0 (direct) or GPUNVME_QPAIR_BRIDGED. The
  * same code then drives either: db + sq_db is the real doorbell or the

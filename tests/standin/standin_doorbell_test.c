@@ -44,25 +44,6 @@ static int cpu_is_zen(char *desc, size_t len)
 	return !strcmp(vendor, "AuthenticAMD") && family >= 0x17;
 }
 
-static int open_gpunvme(void)
-{
-	char name[32];
-	if (load_module() || bind_gpunvme(gpunvme_bdf()))
-		return -1;
-	for (int i = 0; i < 8; i++) {
-		struct gpunvme_info info;
-		snprintf(name, sizeof(name), "/dev/gpunvme%d", i);
-		int fd = open(name, O_RDWR | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		UAPI_INIT(info);
-		if (!ioctl(fd, GPUNVME_IOC_GET_INFO, &info) && !strcmp(info.bdf, gpunvme_bdf()))
-			return fd;
-		close(fd);
-	}
-	return -1;
-}
-
 static int export_one(int fd, uint16_t qid, uint16_t kind, int *out)
 {
 	struct gpunvme_export e;
@@ -91,7 +72,7 @@ FIXTURE_SETUP(db)
 {
 	self->db_fd = self->cq_fd = -1;
 	self->zen = cpu_is_zen(self->cpu, sizeof(self->cpu));
-	self->nv = open_gpunvme();
+	self->nv = gpunvme_open_bound();
 	ASSERT_LE(0, self->nv) TH_LOG("gpunvme on %s", gpunvme_bdf());
 	self->sd = standin_open();
 	ASSERT_LE(0, self->sd) TH_LOG("gpunvme_standin on %s: %s", edu_bdf(), strerror(-self->sd));
@@ -248,7 +229,7 @@ TEST_F(db, revoke_on_close)
 	EXPECT_LT(before, klog_count("revoked by its exporter", NULL));
 	EXPECT_EQ(-ENODEV, standin_read(self->sd, c.handle, 0, cqe, 16));
 	EXPECT_EQ(0, standin_release(self->sd, c.handle));
-	self->nv = open_gpunvme();
+	self->nv = gpunvme_open_bound();
 	ASSERT_LE(0, self->nv);
 }
 
