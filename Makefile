@@ -21,7 +21,7 @@ KLLVM ?= -19
 CARGO ?= cargo
 
 .PHONY: all deps kernel module selftests userspace kernels vm-test host-test \
-	isa-check demo check clean dkms-install dkms-check bench standin
+	isa-check demo check clean dkms-install dkms-check bench standin hostrun
 
 all: module userspace
 
@@ -54,8 +54,13 @@ host-test:
 standin: module
 	$(MAKE) -C $(ROOT)/tests/standin KDIR="$$(bash $(ROOT)/tests/kernel/build.sh)" KLLVM=$(KLLVM)
 
+# The device library compiled as host C++ (threads as lanes), run in the VM
+# against the emulated controller, direct and bridged.
+hostrun:
+	$(MAKE) -C $(ROOT)/kernels hostrun
+
 # The VM suite: every selftest against the emulated controllers.
-vm-test: module selftests standin userspace
+vm-test: module selftests standin userspace hostrun
 	bash $(ROOT)/tests/vm/suite.sh
 
 demo: deps module userspace

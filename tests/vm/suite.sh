@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The VM suite: the module, the CLI, the GPU stand-in and every selftest, in
+# The VM suite: the module, the CLI, the GPU stand-in, the device library run
+# as host C++ (kernels/hostrun) and every selftest, in
 # three boots.
 #  1. the default bench: one namespace of 512-byte blocks per controller;
 #  2. a Zen CPU model, under which the stand-in reaches the doorbell by P2P;
@@ -28,10 +29,12 @@ add() { # the closing "N passed, N failed[, N skipped]" line of a log
 
 S="$ROOT/tests/standin"
 [ -f "$S/gpunvme_standin.ko" ] || { echo "suite: $S/gpunvme_standin.ko missing (make standin)" >&2; exit 1; }
+H="$ROOT/kernels/build/hostrun/gpunvme_hostrun"
+[ -x "$H" ] || { echo "suite: $H missing (make hostrun)" >&2; exit 1; }
 
 echo "=== boot 1: default controllers; the edu stand-in has no P2P path to the NVMe BAR here"
 bash "$ROOT/tests/vm/run.sh" --file "$ROOT/gpunvme.ko" --file "$cli" --file "$S/gpunvme_standin.ko" "$@" -- \
-    "$ROOT/tests/vm/vm-env.sh" "$B"/* "$S"/build/* 2>&1 | tee "$work/boot1.log"
+    "$ROOT/tests/vm/vm-env.sh" "$B"/* "$S"/build/* "$H" 2>&1 | tee "$work/boot1.log"
 add "$work/boot1.log"
 
 # A Zen CPU model lets p2pdma route through the (emulated) host bridge, so
