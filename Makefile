@@ -63,9 +63,10 @@ hostrun:
 vm-test: module selftests standin userspace hostrun
 	bash $(ROOT)/tests/vm/suite.sh
 
-demo: deps module userspace
+demo: deps module userspace hostrun
 	bash $(ROOT)/tests/vm/run.sh --file $(ROOT)/gpunvme.ko \
 		--file $(ROOT)/userspace/target/release/gpunvme \
+		--file $(ROOT)/kernels/build/hostrun/gpunvme_hostrun \
 		--script $(ROOT)/tests/vm/demo.sh
 
 # Polled path vs the kernel nvme driver, one VM run: table, JSON and SVG.

@@ -29,6 +29,10 @@ step "write a known pattern through gpunvme's own queues, read it back, verify e
 gpunvme write "$GPUNVME_BDF" --lba 0 --count 256 --pattern 42
 gpunvme verify "$GPUNVME_BDF" --lba 0 --count 256 --pattern 42
 
+step "the GPU device library (kernels/, compiled as host C++, threads as lanes) drives the queues"
+echo "(the same source builds for AMD and NVIDIA GPUs; here every lane is a host thread)"
+gpunvme_hostrun | grep -E '^(ok|not ok)|passed'
+
 step "polled path (gpunvme) vs the kernel nvme driver on the other controller"
 kdev=/dev/$(ls "/sys/bus/pci/devices/$KERNEL_NVME_BDF/nvme/")n1
 echo "(QEMU/TCG numbers: compare the two paths with each other, not with hardware)"
