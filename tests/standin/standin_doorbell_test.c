@@ -189,6 +189,49 @@ TEST_F(db, standin_rings_doorbell_and_reads_cqe)
 	EXPECT_EQ(0, memcmp(self->buf.p + 4096, self->buf.p + 2 * 4096, 4096));
 }
 
+/*
+ * A peer DMA to the controller's doorbell at an address gpunvme never
+ * exported (the BAR's own bus address, not an import) faults in the vIOMMU
+ * and changes nothing on the controller: the SQE waiting in the SQ is not
+ * fetched until the real doorbell is rung, and then completes exactly once.
+ */
+TEST_F(db, unexported_doorbell_address_faults)
+{
+	char path[128], line[128];
+	unsigned long long bar0 = 0;
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/resource", gpunvme_bdf());
+	FILE *f = fopen(path, "r");
+	ASSERT_NE(NULL, f);
+	ASSERT_NE(NULL, fgets(line, sizeof(line), f));
+	fclose(f);
+	bar0 = strtoull(line, NULL, 16);
+	ASSERT_NE(0, bar0);
+
+	const uint32_t nsid = self->info.ns[0].nsid, lbs = self->info.ns[0].lba_size;
+	uint16_t cid = qp_push(&self->q, rw_cmd(OPC_READ, nsid, 0, 4096 / lbs, self->buf.dma[0], 0));
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+
+	char dev[40];
+	snprintf(dev, sizeof(dev), "%s", edu_bdf() + 5); /* DMAR prints "0000:00:06.0" too; match the tail */
+	int before = klog_count("DMAR", dev);
+	struct standin_raw_write32 w = { .dma_addr = bar0 + 0x1000 + self->q.c.sq_db, .value = self->q.tail };
+	EXPECT_EQ(0, ioctl(self->sd, STANDIN_IOC_RAW_WRITE32, &w));
+	EXPECT_LT(before, klog_wait_more("DMAR", dev, before, 3000)) TH_LOG("no vIOMMU fault logged");
+	klog_show("DMAR", 2);
+
+	usleep(300 * 1000);
+	EXPECT_EQ(0, self->q.cq[0].status & 1) TH_LOG("the controller saw a doorbell nobody was given");
+
+	/* The real doorbell: the command runs now, once. */
+	struct cqe c;
+	qp_ring(&self->q);
+	ASSERT_EQ(0, qp_reap(&self->q, &c, 5000));
+	EXPECT_EQ(cid, c.cid);
+	EXPECT_EQ(0, c.status >> 1);
+	usleep(100 * 1000);
+	EXPECT_EQ(0, self->q.cq[1].status & 1) TH_LOG("a second completion appeared");
+}
+
 /* Destroying the queue pair revokes the imports: ENODEV, no DMA, no oops. */
 TEST_F(db, revoke_on_destroy)
 {
@@ -231,6 +274,27 @@ TEST_F(db, revoke_on_close)
 	EXPECT_EQ(0, standin_release(self->sd, c.handle));
 	self->nv = gpunvme_open_bound();
 	ASSERT_LE(0, self->nv);
+}
+
+/* Unbinding the controller while the peer holds imports revokes them too. */
+TEST_F(db, revoke_on_unbind)
+{
+	struct standin_import c, d = { 0 };
+	uint8_t cqe[16];
+	ASSERT_EQ(0, standin_import(self->sd, self->cq_fd, &c));
+	int have_db = self->zen && standin_import(self->sd, self->db_fd, &d) == 0;
+	ASSERT_EQ(0, standin_read(self->sd, c.handle, 0, cqe, 16));
+	int before = klog_count("revoked by its exporter", NULL);
+	ASSERT_EQ(0, unbind_gpunvme(gpunvme_bdf()));
+	EXPECT_LT(before, klog_count("revoked by its exporter", NULL));
+	EXPECT_EQ(-ENODEV, standin_read(self->sd, c.handle, 0, cqe, 16));
+	if (have_db)
+		EXPECT_EQ(-ENODEV, standin_write32(self->sd, d.handle, self->q.c.sq_db, 1));
+	/* The dma-buf fds stay valid but dead: a new import is refused. */
+	struct standin_import again;
+	EXPECT_NE(0, standin_import(self->sd, self->cq_fd, &again));
+	EXPECT_EQ(0, standin_release(self->sd, c.handle));
+	ASSERT_EQ(0, bind_gpunvme(gpunvme_bdf()));
 }
 
 TEST_HARNESS_MAIN
