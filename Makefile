@@ -10,6 +10,9 @@
 # KERNEL_VARIANT=debug selects the KASAN/lockdep/KFENCE test kernel.
 
 SHELL := /bin/bash
+# Sub-makes (and the kernel-version query in tests/kernel/build.sh) must not
+# print "Entering directory" lines into captured output.
+MAKEFLAGS += --no-print-directory
 # rustup installs cargo, rustc and bindgen here; CI shells may not have it on PATH.
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))

@@ -3,7 +3,10 @@
 //! kernel nvme block device with O_DIRECT: io_uring (raw syscalls, one
 //! ring of QD reads per "queue pair" thread, completions by interrupt),
 //! or with --pread (or when io_uring is unavailable) synchronous pread
-//! from QD x queue-pairs threads.
+//! from QD x queue-pairs threads. With --bridged the gpunvme matrix is
+//! measured again on bridged queue pairs (GPUNVME_QPAIR_BRIDGED: shadow
+//! doorbells and a mirrored CQ, relayed by a kernel thread per pair) and
+//! compared with the direct one.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::OpenOptionsExt;
@@ -12,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use gpunvme::{Controller, DmaBuffer, Prp, QueuePair, Sqe};
+use gpunvme::{Controller, DmaBuffer, Mode, Prp, QueuePair, Sqe};
 use serde::Serialize;
 use serde_json::json;
 
@@ -35,6 +38,10 @@ pub struct BenchArgs {
     /// queue-pairs threads instead of io_uring.
     #[arg(long)]
     pub pread: bool,
+    /// Also measure the gpunvme matrix on bridged queue pairs (CPU bridge
+    /// relay) and print/write bridged/direct ratios.
+    #[arg(long)]
+    pub bridged: bool,
     /// Namespace ID on the gpunvme controller.
     #[arg(long, default_value_t = 1)]
     pub nsid: u32,
@@ -62,7 +69,8 @@ pub struct BenchArgs {
     /// Random seed of the LBA sequence.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Write the results (both runs, and ratios when both ran) as JSON.
+    /// Write the results (every run, and ratios when there is something to
+    /// compare) as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 }
@@ -162,8 +170,9 @@ fn gpunvme_worker(
     qd: u32,
     stop: Stop,
     seed: u64,
+    mode: Mode,
 ) -> gpunvme::Result<Vec<u64>> {
-    let mut qp = QueuePair::create(ctrl, qd + 1)?;
+    let mut qp = QueuePair::create_with(ctrl, qd + 1, mode)?;
     let per = (BS as u64 / lba_size).max(1) as u32;
     let mut rng = Rng(seed | 1);
     let mut slot_of: BTreeMap<u16, (usize, Instant)> = BTreeMap::new();
@@ -220,9 +229,14 @@ fn range_bytes(a: &BenchArgs, capacity: u64) -> u64 {
     want.min(capacity) / BS as u64 * BS as u64
 }
 
+const TARGET_DIRECT: &str = "gpunvme";
+const TARGET_BRIDGED: &str = "gpunvme-bridged";
+const TARGET_KERNEL: &str = "kernel";
+
 fn gpunvme_run(
     sysfs: &gpunvme::sysfs::Sysfs,
     a: &BenchArgs,
+    mode: Mode,
 ) -> Result<Run, Box<dyn std::error::Error>> {
     let ctrl = crate::blockio::open(sysfs, &a.target)?;
     let info = ctrl.info()?;
@@ -276,7 +290,9 @@ fn gpunvme_run(
                             .wrapping_mul(0x9E37_79B9_7F4A_7C15)
                             .wrapping_add(i as u64 + 1);
                         s.spawn(move || {
-                            gpunvme_worker(ctrl, buf, a.nsid, lba_size, blocks4k, qd, stop, seed)
+                            gpunvme_worker(
+                                ctrl, buf, a.nsid, lba_size, blocks4k, qd, stop, seed, mode,
+                            )
                         })
                     })
                     .collect();
@@ -292,11 +308,22 @@ fn gpunvme_run(
             results.push(cell(qpairs, qd, all, secs));
         }
     }
+    let (target, method) = match mode {
+        Mode::Direct => (
+            TARGET_DIRECT,
+            "gpunvme queue pairs mapped into this process, polled, one thread per queue pair",
+        ),
+        Mode::Bridged => (
+            TARGET_BRIDGED,
+            "gpunvme bridged queue pairs (GPUNVME_QPAIR_BRIDGED) mapped into this process, \
+             polled, one thread per queue pair; CPU bridge relay: a kernel thread per pair \
+             copies shadow doorbells to the controller and mirrors CQEs",
+        ),
+    };
     Ok(Run {
-        target: "gpunvme",
+        target,
         device: info.bdf.clone(),
-        method: "gpunvme queue pairs mapped into this process, polled, one thread per queue pair"
-            .into(),
+        method: method.into(),
         range_bytes: range,
         results,
     })
@@ -500,7 +527,7 @@ fn kernel_run(a: &BenchArgs, dev: &PathBuf) -> Result<Run, Box<dyn std::error::E
     }
     drop(f);
     Ok(Run {
-        target: "kernel",
+        target: TARGET_KERNEL,
         device: dev.display().to_string(),
         method,
         range_bytes: range,
@@ -531,14 +558,97 @@ fn print_run(r: &Run) {
     }
 }
 
+fn find<'r>(runs: &'r [Run], target: &str) -> Option<&'r Run> {
+    runs.iter().find(|r| r.target == target)
+}
+
+/// Pairs of measured (not skipped) cells of the same (qpairs, qd).
+fn matched<'r>(a: &'r Run, b: &'r Run) -> impl Iterator<Item = (&'r Cell, &'r Cell)> {
+    a.results
+        .iter()
+        .filter(|c| c.skipped.is_none())
+        .filter_map(move |ca| {
+            b.results
+                .iter()
+                .find(|cb| cb.qpairs == ca.qpairs && cb.qd == ca.qd && cb.skipped.is_none())
+                .map(|cb| (ca, cb))
+        })
+}
+
+fn ratio(num: f64, den: f64) -> Option<f64> {
+    (den > 0.0 && num.is_finite()).then(|| num / den)
+}
+
+fn fmt_ratio(r: Option<f64>) -> String {
+    r.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
+}
+
+/// gpunvme (direct) vs kernel: IOPS gpunvme/kernel, p50 kernel/gpunvme.
+fn kernel_ratios(g: &Run, k: &Run) -> Vec<serde_json::Value> {
+    println!();
+    println!(
+        "{:>7} {:>4} {:>22} {:>22}",
+        "QPAIRS", "QD", "IOPS gpunvme/kernel", "P50 kernel/gpunvme"
+    );
+    let mut out = Vec::new();
+    for (cg, ck) in matched(g, k) {
+        if ck.iops == 0.0 || cg.lat_us_p50 == 0.0 {
+            continue;
+        }
+        let ri = cg.iops / ck.iops;
+        let rl = ck.lat_us_p50 / cg.lat_us_p50;
+        println!("{:>7} {:>4} {:>22.2} {:>22.2}", cg.qpairs, cg.qd, ri, rl);
+        out.push(json!({
+            "qpairs": cg.qpairs, "qd": cg.qd,
+            "iops_gpunvme_over_kernel": ri,
+            "p50_latency_kernel_over_gpunvme": rl,
+        }));
+    }
+    out
+}
+
+/// Bridged vs direct, every cell: IOPS, p50 and p99 latency, each
+/// bridged/direct (latency > 1 and IOPS < 1: the bridge costs).
+fn bridged_ratios(d: &Run, b: &Run) -> Vec<serde_json::Value> {
+    println!();
+    println!("bridged/direct (latency above 1 and IOPS below 1: what the CPU bridge costs)");
+    println!(
+        "{:>7} {:>4} {:>10} {:>10} {:>10}",
+        "QPAIRS", "QD", "IOPS", "P50", "P99"
+    );
+    let mut out = Vec::new();
+    for (cd, cb) in matched(d, b) {
+        let ri = ratio(cb.iops, cd.iops);
+        let r50 = ratio(cb.lat_us_p50, cd.lat_us_p50);
+        let r99 = ratio(cb.lat_us_p99, cd.lat_us_p99);
+        println!(
+            "{:>7} {:>4} {:>10} {:>10} {:>10}",
+            cd.qpairs,
+            cd.qd,
+            fmt_ratio(ri),
+            fmt_ratio(r50),
+            fmt_ratio(r99)
+        );
+        out.push(json!({
+            "qpairs": cd.qpairs, "qd": cd.qd,
+            "iops_bridged_over_direct": ri,
+            "p50_latency_bridged_over_direct": r50,
+            "p99_latency_bridged_over_direct": r99,
+        }));
+    }
+    out
+}
+
 pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
     if a.qd.iter().chain(&a.qpairs).any(|&v| v == 0) {
         return Err("--qd and --qpairs values must be at least 1".into());
     }
-    let want_gpunvme = a.target.bdf.is_some() || a.target.dev.is_some() || a.block_device.is_none();
+    let want_gpunvme =
+        a.target.bdf.is_some() || a.target.dev.is_some() || a.block_device.is_none() || a.bridged;
+    // JSON order stays: gpunvme, kernel, then gpunvme-bridged.
     let mut runs = Vec::new();
     if want_gpunvme {
-        runs.push(gpunvme_run(sysfs, a)?);
+        runs.push(gpunvme_run(sysfs, a, Mode::Direct)?);
         print_run(runs.last().unwrap());
     }
     if let Some(dev) = &a.block_device {
@@ -549,32 +659,20 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
         print_run(runs.last().unwrap());
     }
     let mut ratios = Vec::new();
-    if let [g, k] = runs.as_slice() {
+    if let (Some(g), Some(k)) = (find(&runs, TARGET_DIRECT), find(&runs, TARGET_KERNEL)) {
+        ratios = kernel_ratios(g, k);
+    }
+    let mut bridged = Vec::new();
+    if a.bridged {
         println!();
-        println!(
-            "{:>7} {:>4} {:>22} {:>22}",
-            "QPAIRS", "QD", "IOPS gpunvme/kernel", "P50 kernel/gpunvme"
-        );
-        for (cg, ck) in g.results.iter().zip(&k.results) {
-            if cg.skipped.is_some()
-                || ck.skipped.is_some()
-                || ck.iops == 0.0
-                || cg.lat_us_p50 == 0.0
-            {
-                continue;
-            }
-            let ri = cg.iops / ck.iops;
-            let rl = ck.lat_us_p50 / cg.lat_us_p50;
-            println!("{:>7} {:>4} {:>22.2} {:>22.2}", cg.qpairs, cg.qd, ri, rl);
-            ratios.push(json!({
-                "qpairs": cg.qpairs, "qd": cg.qd,
-                "iops_gpunvme_over_kernel": ri,
-                "p50_latency_kernel_over_gpunvme": rl,
-            }));
+        runs.push(gpunvme_run(sysfs, a, Mode::Bridged)?);
+        print_run(runs.last().unwrap());
+        if let (Some(d), Some(b)) = (find(&runs, TARGET_DIRECT), find(&runs, TARGET_BRIDGED)) {
+            bridged = bridged_ratios(d, b);
         }
     }
     if let Some(p) = &a.json {
-        let v = json!({
+        let mut v = json!({
             "block_size": BS,
             "pattern": "random reads, 4 KiB aligned, uniform over the range",
             "duration_ms": if a.ops.is_none() { Some(a.duration_ms) } else { None },
@@ -583,6 +681,9 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
             "runs": runs,
             "ratios": ratios,
         });
+        if a.bridged {
+            v["bridged_ratios"] = json!(bridged);
+        }
         std::fs::write(p, serde_json::to_string_pretty(&v)? + "\n")
             .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
     }

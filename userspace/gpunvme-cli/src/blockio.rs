@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
-use gpunvme::{command::opcode, pattern, Controller, DmaBuffer, Info, Io, RangeCheck};
+use gpunvme::{command::opcode, pattern, Controller, DmaBuffer, Info, Io, Mode, RangeCheck};
 
 use crate::Res;
 
@@ -48,6 +48,10 @@ pub struct Range {
     /// Deadline of each command in milliseconds.
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     pub timeout_ms: u64,
+    /// Use a bridged queue pair (GPUNVME_QPAIR_BRIDGED: shadow doorbells
+    /// and a mirrored CQ, relayed by a kernel thread).
+    #[arg(long)]
+    pub bridged: bool,
 }
 
 /// Bytes moved per batch of commands (a multiple of every LBA size).
@@ -95,7 +99,12 @@ fn session<'c>(
 ) -> Result<Session<'c>, Box<dyn std::error::Error>> {
     // Session's field order drops the Io (its queue pair) before the data
     // buffer: no deferred UNMAP.
-    let mut io = Io::new(ctrl, info, r.nsid, r.depth)?;
+    let mode = if r.bridged {
+        Mode::Bridged
+    } else {
+        Mode::Direct
+    };
+    let mut io = Io::new_with(ctrl, info, r.nsid, r.depth, mode)?;
     io.qpair()
         .set_timeout(std::time::Duration::from_millis(r.timeout_ms));
     if let Some(b) = r.max_blocks {
@@ -136,11 +145,21 @@ fn chunks(
 fn summary(what: &str, info: &Info, r: &Range, s: &mut Session<'_>, t: Instant) {
     let lba_size = s.lba_size;
     let bytes = r.count * lba_size as u64;
-    let (cmds, qid, depth) = (s.io.commands(), s.io.qpair().qid(), s.io.qpair().depth());
+    let (cmds, qid, depth, mode) = (
+        s.io.commands(),
+        s.io.qpair().qid(),
+        s.io.qpair().depth(),
+        s.io.qpair().mode(),
+    );
+    let br = if mode == Mode::Bridged {
+        ", bridged"
+    } else {
+        ""
+    };
     let s = t.elapsed().as_secs_f64();
     eprintln!(
         "{what} {} block(s) of {lba_size} bytes at LBA {} of namespace {} on {} ({bytes} bytes, \
-         {cmds} command(s) on qid {qid} of depth {depth}, {:.1} ms, {:.1} MiB/s)",
+         {cmds} command(s) on qid {qid} of depth {depth}{br}, {:.1} ms, {:.1} MiB/s)",
         r.count,
         r.lba,
         r.nsid,

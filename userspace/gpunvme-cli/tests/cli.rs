@@ -82,6 +82,7 @@ fn help_lists_exactly_the_subcommands() {
             "--count",
             "--no-range-check",
             "--timeout-ms",
+            "--bridged",
         ] {
             assert!(h.contains(opt), "{sub} --help lacks {opt}");
         }
@@ -95,6 +96,7 @@ fn help_lists_exactly_the_subcommands() {
         "--duration-ms",
         "--ops",
         "--json",
+        "--bridged",
     ] {
         assert!(b.contains(opt), "bench --help lacks {opt}");
     }

@@ -6,7 +6,7 @@ use crate::command::{opcode, prp_list_pages, Sqe};
 use crate::controller::{Controller, Info, Namespace};
 use crate::dma::{DmaBuffer, PAGE_SIZE};
 use crate::error::{Error, Result};
-use crate::qpair::QueuePair;
+use crate::qpair::{Mode, QueuePair};
 
 /// Largest transfer used when the controller reports no MDTS limit.
 pub const NO_MDTS_CAP: usize = 4 << 20;
@@ -42,6 +42,17 @@ impl<'c> Io<'c> {
     /// Creates a queue pair of `depth` entries on `ctrl` for namespace
     /// `nsid` (which must be in `info`).
     pub fn new(ctrl: &'c Controller, info: &Info, nsid: u32, depth: u32) -> Result<Self> {
+        Self::new_with(ctrl, info, nsid, depth, Mode::Direct)
+    }
+
+    /// [`new`](Self::new) on a queue pair of the given [`Mode`].
+    pub fn new_with(
+        ctrl: &'c Controller,
+        info: &Info,
+        nsid: u32,
+        depth: u32,
+        mode: Mode,
+    ) -> Result<Self> {
         let ns = *info
             .namespaces
             .iter()
@@ -70,7 +81,7 @@ impl<'c> Io<'c> {
         }
         // Worst case: the transfer starts just short of a page end.
         let list_pages_per_cmd = prp_list_pages(PAGE_SIZE - 4, max_bytes).max(1);
-        let qp = QueuePair::create(ctrl, depth)?;
+        let qp = QueuePair::create_with(ctrl, depth, mode)?;
         let slots = qp.capacity();
         let lists = DmaBuffer::new(ctrl, slots * list_pages_per_cmd)?;
         Ok(Io {

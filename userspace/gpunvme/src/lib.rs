@@ -36,6 +36,6 @@ pub use dma::{DmaBuffer, PAGE_SIZE};
 pub use error::{Error, Result};
 pub use gpunvme_sys as sys;
 pub use io::{Io, RangeCheck, NO_MDTS_CAP};
-pub use qpair::{Completion, QueuePair, DEFAULT_TIMEOUT};
+pub use qpair::{Completion, Mode, QueuePair, DEFAULT_TIMEOUT};
 pub use regs::{Cap, Version};
 pub use status::Status;

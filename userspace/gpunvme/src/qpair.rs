@@ -178,6 +178,44 @@ fn backoff(spins: &mut u32) {
     }
 }
 
+/// How a queue pair reaches the controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// The doorbell page is the controller's (BAR0) and the CQ is the one
+    /// the controller writes.
+    #[default]
+    Direct,
+    /// `GPUNVME_QPAIR_BRIDGED`: the doorbell page is a shadow page of
+    /// ordinary memory (SQ tail at `sq_db`, CQ head at `cq_db`) and the CQ
+    /// is a mirror; a kernel thread relays shadow values to the real
+    /// doorbells and copies CQEs. Driven by the same code as `Direct`.
+    Bridged,
+}
+
+impl Mode {
+    /// The `flags` word of `struct gpunvme_qpair_create`.
+    pub fn flags(self) -> u32 {
+        match self {
+            Mode::Direct => 0,
+            Mode::Bridged => sys::GPUNVME_QPAIR_BRIDGED,
+        }
+    }
+
+    /// "direct" or "bridged".
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Direct => "direct",
+            Mode::Bridged => "bridged",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// An I/O queue pair owned by this process. Dropping it unmaps the queue
 /// memory and destroys the pair on the controller (outstanding commands
 /// are aborted by the controller when the SQ is deleted).
@@ -185,6 +223,7 @@ fn backoff(spins: &mut u32) {
 pub struct QueuePair<'c> {
     ctrl: &'c Controller,
     qid: u16,
+    mode: Mode,
     ring: Ring,
     sq: Option<Mapping>,
     cq: Option<Mapping>,
@@ -205,9 +244,16 @@ fn map_err(ctrl: &Controller, what: &str, e: std::io::Error) -> Error {
 }
 
 impl<'c> QueuePair<'c> {
-    /// Creates a queue pair of `depth` entries (2 ..= max_queue_entries)
-    /// and maps its SQ, CQ and doorbell page.
+    /// Creates a direct queue pair of `depth` entries (2 ..=
+    /// max_queue_entries) and maps its SQ, CQ and doorbell page.
     pub fn create(ctrl: &'c Controller, depth: u32) -> Result<Self> {
+        Self::create_with(ctrl, depth, Mode::Direct)
+    }
+
+    /// [`create`](Self::create) in either [`Mode`]: a bridged pair's
+    /// doorbell page is the shadow page and its CQ the mirror, at the
+    /// offsets the module returns, so nothing else differs.
+    pub fn create_with(ctrl: &'c Controller, depth: u32, mode: Mode) -> Result<Self> {
         if !(sys::GPUNVME_MIN_QUEUE_DEPTH..=65536).contains(&depth) {
             return Err(Error::Invalid(format!(
                 "queue depth {depth} is outside {}..=65536",
@@ -218,6 +264,7 @@ impl<'c> QueuePair<'c> {
             size: std::mem::size_of::<sys::gpunvme_qpair_create>() as u32,
             version: sys::GPUNVME_UAPI_VERSION,
             depth,
+            flags: mode.flags(),
             ..Default::default()
         };
         let mut st = ctrl.lifecycle();
@@ -236,6 +283,7 @@ impl<'c> QueuePair<'c> {
         let mut qp = QueuePair {
             ctrl,
             qid: c.qid,
+            mode,
             ring: Ring::new(depth),
             sq: None,
             cq: None,
@@ -281,6 +329,11 @@ impl<'c> QueuePair<'c> {
     /// Queue ID.
     pub fn qid(&self) -> u16 {
         self.qid
+    }
+
+    /// Direct or bridged.
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     /// Entries per queue.
@@ -550,6 +603,15 @@ mod tests {
             0,
             (cid as u32) | ((phase as u32) << 16) | ((sc as u32) << 17),
         ])
+    }
+
+    #[test]
+    fn mode_flags_match_the_uapi() {
+        assert_eq!(Mode::default(), Mode::Direct);
+        assert_eq!(Mode::Direct.flags(), 0);
+        assert_eq!(Mode::Bridged.flags(), sys::GPUNVME_QPAIR_BRIDGED);
+        assert_eq!(sys::GPUNVME_QPAIR_BRIDGED, 1);
+        assert_eq!(Mode::Bridged.to_string(), "bridged");
     }
 
     #[test]
