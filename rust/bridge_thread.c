@@ -4,12 +4,14 @@
  * pair, from creation to destruction, and its debugfs counters. The 7.3
  * Rust crate has no kthread API; this is the whole of the C side.
  *
- * CPU use is bounded: after 64 idle passes the thread sleeps, doubling
- * from 20 us up to 1 ms, and snaps back to spinning on any progress.
+ * CPU use is bounded: the thread spins only for a short window after the
+ * last progress (an I/O in flight usually completes within it), then sleeps,
+ * doubling from 20 us up to 1 ms, and snaps back to spinning on progress.
  */
 #include <linux/debugfs.h>
 #include <linux/delay.h>
 #include <linux/device.h>
+#include <linux/ktime.h>
 #include <linux/kthread.h>
 #include <linux/slab.h>
 #include "shim.h"
@@ -27,19 +29,23 @@ static const char *const counter_names[] = {
 	"cqes_mirrored", "max_sq_tail", "bad_doorbell_values",
 };
 
+/* How long the relay keeps spinning after it last moved something. */
+#define GPUNVME_BRIDGE_SPIN_NS (200 * NSEC_PER_USEC)
+
 static int gpunvme_bridge_fn(void *data)
 {
 	struct gpunvme_bridge *b = data;
-	unsigned int idle = 0, sleep_us = 20;
+	unsigned int sleep_us = 20;
+	u64 last = ktime_get_ns();
 
 	while (!kthread_should_stop()) {
 		if (gpunvme_bridge_step(b->ctx)) {
-			idle = 0;
+			last = ktime_get_ns();
 			sleep_us = 20;
 			cond_resched();
 			continue;
 		}
-		if (++idle < 64) {
+		if (ktime_get_ns() - last < GPUNVME_BRIDGE_SPIN_NS) {
 			cpu_relax();
 			cond_resched();
 			continue;
