@@ -22,7 +22,7 @@ use core::ptr::NonNull;
 use kernel::{
     io::Io,
     prelude::*,
-    sync::barrier::{dma_mb, Write},
+    sync::barrier::{dma_mb, Read, Write},
 };
 
 use crate::command::Cqe;
@@ -155,8 +155,22 @@ impl Port for KernelPort {
         self.ring(self.cap.cq_doorbell(self.qid), head);
     }
     fn real_cqe(&self, slot: u32) -> Cqe {
-        // SAFETY: `slot < depth` (Relay) and `real_cq` has `depth` entries.
-        unsafe { core::ptr::read_volatile(self.real_cq.add(slot as usize)) }
+        // The dword with the phase tag first, then (after a read barrier)
+        // the rest: whatever the phase says, the rest is at least as new.
+        // SAFETY: `slot < depth` (Relay) and `real_cq` has `depth` entries;
+        // `Cqe` is 16 bytes of plain integers (FromBytes), so any [u32; 4]
+        // is a valid one.
+        unsafe {
+            let src = self.real_cq.add(slot as usize).cast::<u32>();
+            let dw3 = core::ptr::read_volatile(src.add(3));
+            dma_mb(Read);
+            let mut words = [0u32; 4];
+            for (i, w) in words.iter_mut().enumerate().take(3) {
+                *w = core::ptr::read_volatile(src.add(i));
+            }
+            words[3] = dw3;
+            core::mem::transmute::<[u32; 4], Cqe>(words)
+        }
     }
     fn mirror_cqe(&self, slot: u32, cqe: &Cqe) {
         // SAFETY: `slot < depth` and `shadow_cq` has `depth` entries. The
