@@ -276,6 +276,28 @@ TEST_F(db, revoke_on_close)
 	ASSERT_LE(0, self->nv);
 }
 
+/*
+ * gpunvme's importer refuses an exporter that has no peer-to-peer path to
+ * the controller (it clears peer2peer: GPU memory would silently become
+ * system memory) with EOPNOTSUPP and a log line.
+ */
+TEST_F(db, import_refuses_migrating_exporter)
+{
+	int fd = ioctl(self->sd, STANDIN_IOC_EXPORT_NO_P2P);
+	ASSERT_LE(0, fd);
+	uint64_t addrs[1];
+	struct gpunvme_map_dmabuf m;
+	UAPI_INIT(m);
+	m.fd = fd;
+	m.max_pages = 1;
+	m.dma_addrs = (uintptr_t)addrs;
+	int before = klog_count("would move the buffer to system memory", NULL);
+	EXPECT_EQ(-1, ioctl(self->nv, GPUNVME_IOC_MAP_DMABUF, &m));
+	EXPECT_EQ(EOPNOTSUPP, errno);
+	EXPECT_LT(before, klog_count("would move the buffer to system memory", NULL));
+	close(fd);
+}
+
 /* Unbinding the controller while the peer holds imports revokes them too. */
 TEST_F(db, revoke_on_unbind)
 {

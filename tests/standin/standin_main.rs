@@ -121,6 +121,7 @@ const IOC_WRITE32: u32 = _IOW::<Write32Arg>(IOC_MAGIC, 0x01);
 const IOC_READ: u32 = _IOW::<ReadArg>(IOC_MAGIC, 0x02);
 const IOC_RAW_WRITE32: u32 = _IOW::<RawWrite32Arg>(IOC_MAGIC, 0x03);
 const IOC_RELEASE: u32 = _IOW::<ReleaseArg>(IOC_MAGIC, 0x04);
+const IOC_EXPORT_NO_P2P: u32 = kernel::ioctl::_IO(IOC_MAGIC, 0x05);
 
 // ---- the C importer (standin_shim.c) ----
 
@@ -131,6 +132,7 @@ extern "C" {
     fn standin_imp_begin(imp: *mut c_void, offset: u64, len: u64, addr: *mut u64) -> i32;
     fn standin_imp_end(imp: *mut c_void);
     fn standin_imp_release(imp: *mut c_void);
+    fn standin_export_no_p2p() -> i32;
 }
 
 /// One dma-buf import, owned by the file that made it; released on drop.
@@ -386,6 +388,15 @@ impl MiscDevice for Misc {
             IOC_READ => me.read(arg),
             IOC_RAW_WRITE32 => me.raw_write32(arg),
             IOC_RELEASE => me.release(arg),
+            IOC_EXPORT_NO_P2P => {
+                // SAFETY: creates a dma-buf and installs an fd in the caller.
+                let fd = unsafe { standin_export_no_p2p() };
+                if fd < 0 {
+                    Err(Error::from_errno(fd))
+                } else {
+                    Ok(fd as isize)
+                }
+            }
             _ => Err(ENOTTY),
         }
     }

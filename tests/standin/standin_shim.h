@@ -12,4 +12,5 @@ void standin_imp_info(struct standin_imp *imp, u64 *dma_addr, u64 *len, u32 *nen
 int standin_imp_begin(struct standin_imp *imp, u64 offset, u64 len, u64 *addr);
 void standin_imp_end(struct standin_imp *imp);
 void standin_imp_release(struct standin_imp *imp);
+int standin_export_no_p2p(void);
 #endif

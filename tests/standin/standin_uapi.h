@@ -81,5 +81,9 @@ struct standin_release {
 #define STANDIN_IOC_READ        _IOW(STANDIN_IOC_MAGIC, 0x02, struct standin_read)
 #define STANDIN_IOC_RAW_WRITE32 _IOW(STANDIN_IOC_MAGIC, 0x03, struct standin_raw_write32)
 #define STANDIN_IOC_RELEASE     _IOW(STANDIN_IOC_MAGIC, 0x04, struct standin_release)
+/* EXPORT_NO_P2P: returns a new dma-buf fd (one page of system memory) whose
+ * exporter clears peer2peer on attach, as a GPU driver does when it has no
+ * peer-to-peer path and would migrate VRAM to system memory. */
+#define STANDIN_IOC_EXPORT_NO_P2P _IO(STANDIN_IOC_MAGIC, 0x05)
 
 #endif
