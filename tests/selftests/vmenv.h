@@ -49,24 +49,26 @@ static inline void pci_driver_of(const char *bdf, char *out, size_t len)
 	}
 }
 
-static inline int module_loaded(void)
+/* Load $GPUNVME_DIR/<name>.ko unless it is loaded; 0 or -errno. */
+static inline int load_module_named(const char *name)
 {
-	return access("/sys/module/gpunvme", F_OK) == 0;
+	char path[256];
+	snprintf(path, sizeof(path), "/sys/module/%s", name);
+	if (access(path, F_OK) == 0)
+		return 0;
+	snprintf(path, sizeof(path), "%s/%s.ko", env_or("GPUNVME_DIR", "/opt/gpunvme"), name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = syscall(SYS_finit_module, fd, "", 0);
+	int err = r && errno != EEXIST ? -errno : 0;
+	close(fd);
+	return err;
 }
 
 static inline int load_module(void)
 {
-	char ko[256];
-	if (module_loaded())
-		return 0;
-	snprintf(ko, sizeof(ko), "%s/gpunvme.ko", env_or("GPUNVME_DIR", "/opt/gpunvme"));
-	int fd = open(ko, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int r = syscall(SYS_finit_module, fd, "", 0);
-	int err = r ? -errno : 0;
-	close(fd);
-	return err;
+	return load_module_named("gpunvme");
 }
 
 /* Hand `bdf` to gpunvme through driver_override; 0 or -errno. */

@@ -20,39 +20,13 @@
 #include <unistd.h>
 
 #include "standin_uapi.h"
+#include "vmenv.h"
 
-static inline const char *standin_env(const char *name, const char *dflt)
-{
-	const char *v = getenv(name);
-	return v && *v ? v : dflt;
-}
-
-static inline const char *edu_bdf(void) { return standin_env("EDU_BDF", "0000:00:06.0"); }
-
-static inline int standin_sysfs_write(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	ssize_t n = write(fd, val, strlen(val));
-	int err = n < 0 ? -errno : 0;
-	close(fd);
-	return err;
-}
+static inline const char *edu_bdf(void) { return env_or("EDU_BDF", "0000:00:06.0"); }
 
 static inline int standin_load(void)
 {
-	char ko[256];
-	if (access("/sys/module/gpunvme_standin", F_OK) == 0)
-		return 0;
-	snprintf(ko, sizeof(ko), "%s/gpunvme_standin.ko", standin_env("GPUNVME_DIR", "/opt/gpunvme"));
-	int fd = open(ko, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int r = syscall(SYS_finit_module, fd, "", 0);
-	int err = r && errno != EEXIST ? -errno : 0;
-	close(fd);
-	return err;
+	return load_module_named("gpunvme_standin");
 }
 
 static inline int edu_bound(void)
@@ -73,9 +47,9 @@ static inline int standin_open(void)
 	}
 	if (!edu_bound()) {
 		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/driver_override", edu_bdf());
-		if ((r = standin_sysfs_write(path, "gpunvme_standin")))
+		if ((r = sysfs_write(path, "gpunvme_standin")))
 			return r;
-		if ((r = standin_sysfs_write("/sys/bus/pci/drivers_probe", edu_bdf())))
+		if ((r = sysfs_write("/sys/bus/pci/drivers_probe", edu_bdf())))
 			return r;
 		if (!edu_bound())
 			return -ENODEV;
@@ -86,7 +60,7 @@ static inline int standin_open(void)
 
 static inline int edu_unbind(void)
 {
-	return standin_sysfs_write("/sys/bus/pci/drivers/gpunvme_standin/unbind", edu_bdf());
+	return sysfs_write("/sys/bus/pci/drivers/gpunvme_standin/unbind", edu_bdf());
 }
 
 /* Leave edu as the VM booted it: unbound, no driver_override (other tests
@@ -97,7 +71,7 @@ static inline void standin_restore(void)
 	if (edu_bound())
 		edu_unbind();
 	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/driver_override", edu_bdf());
-	standin_sysfs_write(path, "\n");
+	sysfs_write(path, "\n");
 }
 
 static inline int standin_import(int fd, int dmabuf, struct standin_import *imp)
