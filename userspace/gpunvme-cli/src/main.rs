@@ -242,28 +242,7 @@ fn usage(c: &NvmeController) -> String {
 }
 
 fn info(sysfs: &Sysfs, dev: Option<u32>, bdf: Option<String>, json: bool) -> Res {
-    let ctrl = match bdf {
-        Some(bdf) => {
-            let c = sysfs.controller(&bdf)?;
-            if c.driver.as_deref() != Some(GPUNVME_DRIVER) {
-                return Err(format!(
-                    "{} is bound to {}, not gpunvme (run `gpunvme bind {}` first)",
-                    c.bdf,
-                    c.driver.as_deref().unwrap_or("no driver"),
-                    c.bdf
-                )
-                .into());
-            }
-            let node = c.node.ok_or_else(|| {
-                format!(
-                    "{} is bound to gpunvme but no /dev/gpunvme* node matches it",
-                    c.bdf
-                )
-            })?;
-            Controller::open(node)?
-        }
-        None => Controller::open_index(dev.unwrap_or(0))?,
-    };
+    let ctrl = blockio::open(sysfs, &blockio::Target { bdf, dev })?;
     let i = ctrl.info()?;
     if json {
         println!("{}", serde_json::to_string_pretty(&info_json(&ctrl, &i))?);
