@@ -214,6 +214,22 @@ fn gpunvme_worker(
     Ok(lat)
 }
 
+/// Each worker's own LBA sequence: distinct per thread, fixed by --seed.
+fn worker_seed(a: &BenchArgs, i: u64) -> u64 {
+    a.seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(i + 1)
+}
+
+/// All workers' latencies, or the first worker's error.
+fn merge<E>(lats: Vec<Result<Vec<u64>, E>>) -> Result<Vec<u64>, E> {
+    let mut all = Vec::new();
+    for l in lats {
+        all.extend(l?);
+    }
+    Ok(all)
+}
+
 fn stop_for(a: &BenchArgs, qpairs: u32) -> Stop {
     Stop {
         deadline: a
@@ -285,10 +301,7 @@ fn gpunvme_run(
                     .enumerate()
                     .map(|(i, buf)| {
                         let ctrl = &ctrl;
-                        let seed = a
-                            .seed
-                            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                            .wrapping_add(i as u64 + 1);
+                        let seed = worker_seed(a, i as u64);
                         s.spawn(move || {
                             gpunvme_worker(
                                 ctrl, buf, a.nsid, lba_size, blocks4k, qd, stop, seed, mode,
@@ -301,11 +314,7 @@ fn gpunvme_run(
                     .collect()
             });
             let secs = t.elapsed().as_secs_f64();
-            let mut all = Vec::new();
-            for l in lats {
-                all.extend(l?);
-            }
-            results.push(cell(qpairs, qd, all, secs));
+            results.push(cell(qpairs, qd, merge(lats)?, secs));
         }
     }
     let (target, method) = match mode {
@@ -450,10 +459,7 @@ fn kernel_run(a: &BenchArgs, dev: &PathBuf) -> Result<Run, Box<dyn std::error::E
                 let lats: Vec<Result<Vec<u64>, String>> = std::thread::scope(|s| {
                     let hs: Vec<_> = (0..qpairs)
                         .map(|i| {
-                            let seed = a
-                                .seed
-                                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                                .wrapping_add(i as u64 + 1);
+                            let seed = worker_seed(a, i as u64);
                             s.spawn(move || uring_worker(fd, blocks4k, qd, stop, seed))
                         })
                         .collect();
@@ -462,11 +468,7 @@ fn kernel_run(a: &BenchArgs, dev: &PathBuf) -> Result<Run, Box<dyn std::error::E
                         .collect()
                 });
                 let secs = t.elapsed().as_secs_f64();
-                let mut all = Vec::new();
-                for l in lats {
-                    all.extend(l?);
-                }
-                results.push(cell(qpairs, qd, all, secs));
+                results.push(cell(qpairs, qd, merge(lats)?, secs));
                 continue;
             }
             let threads = qpairs * qd;
@@ -483,10 +485,7 @@ fn kernel_run(a: &BenchArgs, dev: &PathBuf) -> Result<Run, Box<dyn std::error::E
                 let hs: Vec<_> = (0..threads)
                     .map(|i| {
                         let failed = &failed;
-                        let seed = a
-                            .seed
-                            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                            .wrapping_add(i as u64 + 1);
+                        let seed = worker_seed(a, i as u64);
                         s.spawn(move || -> Result<Vec<u64>, String> {
                             let buf = Aligned::new(1).map_err(|e| e.to_string())?;
                             let mut rng = Rng(seed | 1);
@@ -518,11 +517,7 @@ fn kernel_run(a: &BenchArgs, dev: &PathBuf) -> Result<Run, Box<dyn std::error::E
                     .collect()
             });
             let secs = t.elapsed().as_secs_f64();
-            let mut all = Vec::new();
-            for l in lats {
-                all.extend(l?);
-            }
-            results.push(cell(qpairs, qd, all, secs));
+            results.push(cell(qpairs, qd, merge(lats)?, secs));
         }
     }
     drop(f);
