@@ -278,20 +278,10 @@ impl OpenState {
             Ok(())
         })
         .inspect_err(|e| dev_warn!(sh.dev, "MAP_HOST: {:#x}+{:#x} failed: {:?}\n", req.addr, req.len, e))?;
-        // Hand out the addresses; on a bad pointer, undo the mapping.
-        let copied = (|| -> Result {
-            let mut out = UserSlice::new(UserPtr::from_addr(req.dma_addrs as usize), npages * 8).writer();
-            for a in addrs.iter() {
-                out.write(a)?;
-            }
+        self.hand_out(handle, req.dma_addrs, &addrs, || {
             req.handle = handle;
             writer.write(&req)
-        })();
-        if let Err(e) = copied {
-            self.drop_map(handle);
-            return Err(e);
-        }
-        Ok(0)
+        })
     }
 
     pub(crate) fn map_dmabuf(&self, arg: usize) -> Result<isize> {
@@ -309,14 +299,22 @@ impl OpenState {
             sh.dma.lock().maps.push(MapEntry { file: self.id, handle, map: Mapped::DmaBuf(import) }, GFP_KERNEL)?;
             Ok(len)
         })?;
-        let copied = (|| -> Result {
-            let mut out = UserSlice::new(UserPtr::from_addr(req.dma_addrs as usize), (len / 4096) as usize * 8).writer();
-            for a in addrs.iter().take((len / 4096) as usize) {
-                out.write(a)?;
-            }
+        self.hand_out(handle, req.dma_addrs, &addrs[..(len / 4096) as usize], || {
             req.handle = handle;
             req.len = len;
             writer.write(&req)
+        })
+    }
+
+    /// Copy a new mapping's page addresses to the user array at `dst`, then
+    /// the reply; on a bad pointer the mapping is undone.
+    fn hand_out(&self, handle: u32, dst: u64, addrs: &[u64], reply: impl FnOnce() -> Result) -> Result<isize> {
+        let copied = (|| -> Result {
+            let mut out = UserSlice::new(UserPtr::from_addr(dst as usize), addrs.len() * 8).writer();
+            for a in addrs {
+                out.write(a)?;
+            }
+            reply()
         })();
         if let Err(e) = copied {
             self.drop_map(handle);
