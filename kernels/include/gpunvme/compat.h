@@ -4,9 +4,12 @@
  *
  * The device library must build with clang's HIP mode without ROCm headers
  * (-nogpuinc), with clang/nvcc for CUDA, and as plain host C++ where a
- * "lane" is a host thread (that is how the unit tests run it). So nothing
- * here includes hip_runtime.h or cuda_runtime.h: we map the qualifiers to
- * clang attributes and the lane/barrier queries to target builtins.
+ * "lane" is a host thread (that is how the unit tests and kernels/hostrun
+ * run it). So nothing here includes hip_runtime.h or cuda_runtime.h: we map
+ * the qualifiers to clang attributes and the lane/barrier queries to target
+ * builtins. On the host, a harness makes N threads one workgroup by setting
+ * the host_* thread_locals below in each of them (kernels/hostrun/
+ * host_group.h does it); with none set, a thread is a one-lane group.
  */
 #ifndef GPUNVME_COMPAT_H
 #define GPUNVME_COMPAT_H
@@ -41,20 +44,47 @@
 #define GPUNVME_KERNEL extern "C" __global__
 #define GPUNVME_SHARED __shared__
 #else
-/* Plain host C++: everything is an ordinary inline function. */
+/*
+ * Plain host C++: everything is an ordinary inline function. __shared__
+ * memory is one object per workgroup, seen by all its lanes; on the host a
+ * function-static is one object seen by all threads, so it is workgroup
+ * memory as long as a process runs one workgroup of a kernel at a time
+ * (hostrun's launcher runs a launch's groups one after another, a schedule
+ * a GPU may pick too). thread_local would hand every lane its own copy, and
+ * group_reap()'s agreement through agg would silently be none.
+ */
 #define GPUNVME_HD inline
 #define GPUNVME_DEV inline
 #define GPUNVME_KERNEL extern "C"
-#define GPUNVME_SHARED static thread_local
+#define GPUNVME_SHARED static
 #endif
 
 namespace gpunvme {
 
 #if defined(GPUNVME_HOST_ONLY)
-/* Host "lanes" are threads: the test harness sets these per thread. */
+/*
+ * Host "lanes" are threads. A harness running N threads as one workgroup
+ * sets these in each of them: thread_local, because lane_id() differs per
+ * lane while several groups (queue pairs) may run side by side. The
+ * defaults make any thread a one-lane group, lane 0 of group 0.
+ */
 inline thread_local uint32_t host_lane_id = 0;
 inline thread_local uint32_t host_group_id = 0;
 inline thread_local uint32_t host_group_size = 1;
+
+/*
+ * The group barrier sync_lanes() calls on the host: host_barrier(
+ * host_barrier_ctx), set per thread by the harness to its group's barrier
+ * (every lane of a group the same one). It must block until all
+ * host_group_size lanes of the group have arrived and order memory like a
+ * mutex does (release before, acquire after). Null, the default, keeps
+ * sync_lanes() a fence, which is a barrier for a one-lane group, so plain
+ * single-threaded host use needs nothing installed. A hook that cannot
+ * complete (a lane never arrives) should give up after a deadline and let
+ * its caller report it: sync_lanes() has no way to return an error.
+ */
+inline thread_local void (*host_barrier)(void *ctx) = nullptr;
+inline thread_local void *host_barrier_ctx = nullptr;
 #endif
 
 GPUNVME_HD uint32_t lane_id()
@@ -98,8 +128,9 @@ GPUNVME_HD uint32_t group_size()
 
 /*
  * Workgroup barrier with workgroup-scope release/acquire, i.e. what HIP's
- * __syncthreads() is. On the host there is no implicit group: the test joins
- * its threads instead, so this is only a compiler/CPU fence there.
+ * __syncthreads() is. On the host there is no implicit group: the harness's
+ * host_barrier is the barrier when installed (N threads = one group run the
+ * very group_submit()/group_reap() a GPU runs); without one, a fence.
  */
 GPUNVME_HD void sync_lanes()
 {
@@ -111,6 +142,8 @@ GPUNVME_HD void sync_lanes()
 	__syncthreads();
 #else
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (host_barrier)
+		host_barrier(host_barrier_ctx);
 #endif
 }
 
