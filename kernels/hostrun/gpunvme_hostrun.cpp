@@ -1,34 +1,46 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 //
-// gpunvme_hostrun.cpp - the device library (kernels/include/gpunvme),
-// compiled as plain host C++, driving a real (in CI: QEMU-emulated) NVMe
-// controller through the gpunvme UAPI. Host threads stand in for lanes,
-// one "workgroup" per queue pair, exactly as in the library's host build:
-// host_lane_id / host_group_id / host_group_size are set per thread and
-// joining the lane threads is the group barrier (compat.h: on the host,
-// sync_lanes() is only a fence; "the test joins its threads instead").
+// gpunvme_hostrun.cpp - the device library (kernels/include/gpunvme) and
+// the example kernels (kernels/examples), compiled as plain host C++,
+// driving a real (in CI: QEMU-emulated) NVMe controller through the
+// gpunvme UAPI. Host threads are lanes: hostgroup::run_group()
+// (host_group.h) starts one thread per lane of a workgroup, sets the
+// library's host_lane_id / host_group_id / host_group_size in each and
+// installs the group's barrier as gpunvme::host_barrier, so sync_lanes()
+// is a real barrier and group_submit()/group_reap() run with 1 to 8 lanes
+// exactly as a GPU workgroup runs them, one workgroup per queue pair.
 //
 // The queue-pair view is built the way a GPU gets it: SQ, CQ (or the
 // bridge's mirror) and the doorbell page mmapped from /dev/gpunvme<N>,
-// doorbells = doorbell page + sq_db / cq_db. Every SQE is built by
-// sqe_write()/sqe_read() + prp_pair(), every slot claimed by
-// sq_reserve()/sq_put(), every doorbell rung by sq_ring()/cq_release(),
-// every completion reaped by cq_wait(). A lane-group round is split at the
-// same points where group_submit()/group_reap() call sync_lanes(), with a
-// join there; the group helpers themselves also run verbatim with one lane
-// per group (the only width at which the host sync_lanes() is a barrier).
-//
-// Each workload writes a known pattern and reads it back into poisoned
-// pages, checking every byte; each runs on a direct and on a bridged pair.
+// doorbells = doorbell page + sq_db / cq_db. Two kinds of workloads:
+//  - this file's lane loop (pair_job_run): per round, a batch of writes of
+//    a known pattern, then reads of it back into poisoned pages, every SQE
+//    built by sqe_write()/sqe_read() + prp_pair(), every batch submitted
+//    and reaped by group_submit()/group_reap(); CIDs, SQ ids, statuses,
+//    every byte and every lane's ring position checked; several pairs side
+//    by side, wrap, partial batches, timeout and stop with all lanes
+//    agreeing;
+//  - write.hip, read_verify.hip and sweep.hip themselves, launched with
+//    one workgroup per queue pair (their groups one after another: see
+//    launch()), results, ring positions and the data checked by the host.
+// Each runs on a direct and on a bridged pair.
 // Output: KTAP. Environment: GPUNVME_BDF, GPUNVME_DIR (module load and
 // bind as in tests/selftests/vmenv.h).
 
 #include <gpunvme/gpunvme.h>
 
+#include "host_group.h"
+
+/* The example kernels, verbatim: extern "C" host functions in this build. */
+#include "../examples/write.hip"
+#include "../examples/read_verify.hip"
+#include "../examples/sweep.hip"
+
 #include "gpunvme.h" /* uapi/gpunvme.h */
 #include "vmenv.h"   /* tests/selftests/vmenv.h (-isystem: its -Wformat-truncation is not ours) */
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -57,8 +69,9 @@ static constexpr uint64_t WAIT_TICKS = 2 * TICK_HZ; /* WAIT_CAP_SECONDS */
 
 /* ---- KTAP ------------------------------------------------------------ */
 
-static int g_n, g_pass, g_fail;
+static int g_n, g_pass, g_fail, g_skipped;
 static std::atomic<bool> g_ok;
+static std::string g_skip; /* set by a test that cannot run here: why */
 static std::mutex g_print;
 
 static void diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -285,38 +298,31 @@ static void pair_close(pair &p)
 /* ---- lanes ------------------------------------------------------------- */
 
 /*
- * One workgroup: its lanes' private copies of the qpair (every lane keeps
- * and advances its own, as on the GPU), the workgroup-shared agg of
- * group_reap(), and per-lane results. run() is one barrier-to-barrier
- * stretch: one host thread per lane, lane identity in the library's
- * thread_locals, join = sync_lanes().
+ * One workgroup per queue pair: hostgroup::run_group() starts one host
+ * thread per lane with its identity in the library's thread_locals and the
+ * group's barrier behind sync_lanes(), so the lanes run group_submit() and
+ * group_reap() as a GPU workgroup runs them, each lane on its own copy of
+ * the qpair. What a kernel would keep in __shared__ memory is here, one per
+ * group (groups of several pairs run side by side).
  */
-struct group {
-	uint32_t id, size;
-	std::vector<qpair> q; /* per lane */
-	int32_t agg = OK;     /* "__shared__" */
-	std::vector<int32_t> rc;
-	std::vector<cqe> out;
+static const hostgroup::limits LIMITS{
+	std::chrono::milliseconds(20000),  /* at a barrier: >> the 2 s wait cap */
+	std::chrono::milliseconds(100000), /* a whole group */
+};
 
-	group(uint32_t gid, uint32_t lanes, const qpair &view)
-		: id(gid), size(lanes), q(lanes, view), rc(lanes), out(lanes)
-	{
-	}
+struct group_shared {
+	int32_t agg = OK;        /* group_reap()'s agreement */
+	int32_t verdict = OK;    /* first failure of the group, any lane */
+	std::vector<cqe> out;    /* this batch's CQE, per lane */
+	std::vector<int32_t> rc; /* this batch's result, per lane */
 
-	template <typename F> void run(F fn)
-	{
-		std::vector<std::thread> t;
-		t.reserve(size);
-		for (uint32_t i = 0; i < size; i++)
-			t.emplace_back([this, i, &fn] {
-				host_lane_id = i;
-				host_group_id = id;
-				host_group_size = size;
-				fn(q[lane_id()]);
-			});
-		for (auto &x : t)
-			x.join();
-	}
+	explicit group_shared(uint32_t lanes) : out(lanes), rc(lanes) {}
+};
+
+/* Verdicts of the test's own checks (the library's results are < 0 or NVMe). */
+enum : int32_t {
+	BAD_CQE = -74,  /* EBADMSG: wrong CID, SQ id or status in a CQE */
+	BAD_DATA = -84, /* EILSEQ: read-back differs from what was written */
 };
 
 struct batch_spec {
@@ -352,90 +358,27 @@ static void lane_fill(const batch_spec &b, uint32_t lane)
 				      off % g_lba_size);
 }
 
-/*
- * Submit and reap one batch with the whole group: group_submit() then
- * group_reap(), with every sync_lanes() of theirs a join. Returns the
- * group's worst negative result, else the first lane's NVMe status.
- */
-static int32_t group_batch(group &g, const batch_spec &b)
-{
-	const uint32_t n = b.n;
-	std::vector<int32_t> reserve(g.size);
-
-	/* group_submit: reserve (uniform), lanes < n fill their slot. */
-	g.run([&](qpair &q) {
-		uint32_t lane = lane_id();
-		reserve[lane] = sq_reserve(q, n);
-		if (reserve[lane] != OK)
-			return;
-		if (lane < n) {
-			if (b.opc == NVME_OPC_WRITE)
-				lane_fill(b, lane);
-			sq_put(q, lane, lane_sqe(b, lane));
-		}
-	});
-	for (uint32_t i = 1; i < g.size; i++)
-		if (reserve[i] != reserve[0]) {
-			diag("group %u: sq_reserve not uniform", g.id);
-			g_ok = false;
-		}
-	if (reserve[0] != OK)
-		return reserve[0];
-
-	/* sync_lanes(); sq_ring (lane 0 rings); group_reap: wait, reset agg. */
-	g.run([&](qpair &q) {
-		uint32_t lane = lane_id();
-		sq_ring(q, n, lane == 0);
-		g.rc[lane] = lane < n ? cq_wait(q, lane, &g.out[lane]) : OK;
-		if (lane == 0)
-			atomic_store_relaxed(&g.agg, OK);
-	});
-	/* sync_lanes(); a failed lane publishes its error. */
-	g.run([&](qpair &) {
-		uint32_t lane = lane_id();
-		if (g.rc[lane] < 0)
-			atomic_store_relaxed(&g.agg, g.rc[lane]);
-	});
-	/* sync_lanes(); everyone reads the outcome. */
-	std::vector<int32_t> worst(g.size);
-	g.run([&](qpair &) { worst[lane_id()] = atomic_load_relaxed(&g.agg); });
-	/* sync_lanes(); poison, or consume and ring the CQ head (lane 0). */
-	g.run([&](qpair &q) {
-		uint32_t lane = lane_id();
-		if (worst[lane] < 0)
-			qpair_fail(q, worst[lane]);
-		else
-			cq_release(q, n, lane == 0);
-	});
-
-	if (worst[0] < 0)
-		return worst[0];
-	for (uint32_t i = 0; i < n; i++)
-		if (g.rc[i] != OK)
-			return g.rc[i];
-	return OK;
-}
-
 /* The CQEs of a batch: CIDs cid0..cid0+n-1 each once, our SQ, success. */
-static bool check_cqes(const group &g, const batch_spec &b, uint16_t qid)
+static bool check_cqes(const group_shared &gs, const batch_spec &b,
+		       uint16_t qid, uint32_t gid)
 {
 	bool ok = true;
 	std::vector<int> seen(b.n, 0);
 	for (uint32_t i = 0; i < b.n; i++) {
-		const cqe &c = g.out[i];
+		const cqe &c = gs.out[i];
 		uint16_t k = (uint16_t)(c.cid - b.cid0);
 		if (k >= b.n || seen[k]++) {
 			diag("group %u lane %u: unexpected CID %u (batch %u..%u)",
-			     g.id, i, c.cid, b.cid0, b.cid0 + b.n - 1);
+			     gid, i, c.cid, b.cid0, b.cid0 + b.n - 1);
 			ok = false;
 		}
 		if (c.sqid != qid) {
-			diag("group %u lane %u: CQE sqid %u, want %u", g.id, i,
+			diag("group %u lane %u: CQE sqid %u, want %u", gid, i,
 			     c.sqid, qid);
 			ok = false;
 		}
 		if (!status_ok(cqe_status((uint32_t)c.sf << 16))) {
-			diag("group %u lane %u: CID %u status 0x%x", g.id, i,
+			diag("group %u lane %u: CID %u status 0x%x", gid, i,
 			     c.cid, cqe_status((uint32_t)c.sf << 16));
 			ok = false;
 		}
@@ -443,40 +386,76 @@ static bool check_cqes(const group &g, const batch_spec &b, uint16_t qid)
 	return ok;
 }
 
-static bool verify_pages(const batch_spec &b, uint32_t gid)
+/* A lane's read-back page against the pattern, every byte. */
+static bool verify_page(const batch_spec &b, uint32_t lane, uint32_t gid)
 {
-	for (uint32_t lane = 0; lane < b.n; lane++) {
-		const uint8_t *p = buf_page(b.page0 + lane);
-		uint64_t lba = b.lba0 + (uint64_t)lane * g_blocks_per_page;
-		uint32_t bad = 0, first = 0;
-		for (uint32_t off = 0; off < PAGE; off++)
-			if (p[off] != pattern_byte(b.seed, lba + off / g_lba_size,
-						   off % g_lba_size)) {
-				if (!bad++)
-					first = off;
-			}
-		if (bad) {
-			diag("group %u lane %u: LBA %llu: %u of %u bytes differ, first at %u (0x%02x, want 0x%02x)",
-			     gid, lane, (unsigned long long)lba, bad, PAGE,
-			     first, p[first],
-			     pattern_byte(b.seed, lba + first / g_lba_size,
-					  first % g_lba_size));
-			return false;
+	const uint8_t *p = buf_page(b.page0 + lane);
+	uint64_t lba = b.lba0 + (uint64_t)lane * g_blocks_per_page;
+	uint32_t bad = 0, first = 0;
+	for (uint32_t off = 0; off < PAGE; off++)
+		if (p[off] != pattern_byte(b.seed, lba + off / g_lba_size,
+					   off % g_lba_size)) {
+			if (!bad++)
+				first = off;
 		}
+	if (bad)
+		diag("group %u lane %u: LBA %llu: %u of %u bytes differ, first at %u (0x%02x, want 0x%02x)",
+		     gid, lane, (unsigned long long)lba, bad, PAGE, first,
+		     p[first],
+		     pattern_byte(b.seed, lba + first / g_lba_size,
+				  first % g_lba_size));
+	return bad == 0;
+}
+
+/*
+ * One batch by the whole group, inside the lanes, the way a kernel does
+ * it: lanes < n fill their page (write) or poison it (read) and build
+ * their SQE; every lane calls group_submit() and group_reap(). After a
+ * barrier lane 0 checks all lanes' CQEs and, for a read, each lane checks
+ * its own page; after another, every lane reads the same verdict.
+ */
+static int32_t lane_batch(qpair &q, group_shared &gs, const batch_spec &b,
+			  uint16_t qid)
+{
+	const uint32_t lane = lane_id();
+	sqe e{};
+	cqe c{};
+
+	if (lane < b.n) {
+		if (b.opc == NVME_OPC_WRITE)
+			lane_fill(b, lane);
+		else
+			std::memset(buf_page(b.page0 + lane), 0xA5, PAGE);
+		e = lane_sqe(b, lane);
 	}
-	return true;
+	int32_t rc = group_submit(q, lane, b.n, e);
+	if (rc == OK)
+		rc = group_reap(q, lane, b.n, &c, &gs.agg);
+	gs.out[lane] = c;
+	gs.rc[lane] = rc;
+	if (rc != OK)
+		atomic_set_if_relaxed(&gs.verdict, OK, rc);
+	sync_lanes();
+	if (lane == 0 && atomic_load_relaxed(&gs.verdict) == OK &&
+	    !check_cqes(gs, b, qid, group_id()))
+		atomic_set_if_relaxed(&gs.verdict, OK, BAD_CQE);
+	if (b.opc == NVME_OPC_READ && lane < b.n && rc == OK &&
+	    !verify_page(b, lane, group_id()))
+		atomic_set_if_relaxed(&gs.verdict, OK, BAD_DATA);
+	sync_lanes();
+	return atomic_load_relaxed(&gs.verdict);
 }
 
 /* Every lane's private copy must have advanced identically. */
-static bool lanes_agree(const group &g)
+static bool lanes_agree(const std::vector<qpair> &q, uint32_t gid)
 {
-	for (uint32_t i = 1; i < g.size; i++) {
-		const qpair &a = g.q[0], &b = g.q[i];
+	for (uint32_t i = 1; i < q.size(); i++) {
+		const qpair &a = q[0], &b = q[i];
 		if (a.sq_tail != b.sq_tail || a.cq_head != b.cq_head ||
 		    a.phase != b.phase || a.inflight != b.inflight ||
 		    a.error != b.error) {
 			diag("group %u: lane %u's qpair copy diverged from lane 0's",
-			     g.id, i);
+			     gid, i);
 			return false;
 		}
 	}
@@ -499,40 +478,55 @@ struct pair_job {
 
 static void pair_job_run(pair_job &j)
 {
-	group g(j.gid, j.lanes, j.p->view);
-	uint16_t cid = 1;
-	for (uint32_t r = 0; r < j.rounds && j.ok; r++) {
-		uint32_t n = j.batch_n(r, j.lanes, j.p->view.depth);
-		batch_spec w{NVME_OPC_WRITE, n, j.page0, lba_alloc(n),
-			     j.seed * 1000u + r, cid};
-		int32_t rc = group_batch(g, w);
-		if (rc != OK) {
-			diag("pair q%u round %u: write batch of %u: %d", j.p->c.qid, r, n, rc);
-			j.ok = false;
-			break;
-		}
-		j.ok &= check_cqes(g, w, j.p->c.qid);
-		cid = (uint16_t)(cid + n);
-		j.commands += n;
+	const uint32_t depth = j.p->view.depth;
+	const uint16_t qid = j.p->c.qid;
+	group_shared gs(j.lanes);
+	std::vector<qpair> finals(j.lanes);
+	/* The rounds' LBAs are the kernel's arguments: chosen before launch. */
+	std::vector<uint64_t> lba(j.rounds);
+	for (uint32_t r = 0; r < j.rounds; r++)
+		lba[r] = lba_alloc(j.batch_n(r, j.lanes, depth));
 
-		for (uint32_t i = 0; i < n; i++)
-			std::memset(buf_page(j.page0 + i), 0xA5, PAGE);
-		batch_spec rd = w;
-		rd.opc = NVME_OPC_READ;
-		rd.cid0 = cid;
-		rc = group_batch(g, rd);
-		if (rc != OK) {
-			diag("pair q%u round %u: read batch of %u: %d", j.p->c.qid, r, n, rc);
-			j.ok = false;
-			break;
+	bool barrier_ok = hostgroup::run_group(j.gid, j.lanes, [&](uint32_t lane) {
+		qpair q = j.p->view; /* the kernel argument, every lane its own */
+		uint16_t cid = 1;
+		uint64_t done = 0;
+		for (uint32_t r = 0; r < j.rounds; r++) {
+			uint32_t n = j.batch_n(r, j.lanes, depth);
+			batch_spec w{NVME_OPC_WRITE, n, j.page0, lba[r],
+				     j.seed * 1000u + r, cid};
+			int32_t v = lane_batch(q, gs, w, qid);
+			if (v != OK) {
+				if (lane == 0)
+					diag("pair q%u round %u: write batch of %u: %d (lane 0: %d)",
+					     qid, r, n, v, gs.rc[0]);
+				break;
+			}
+			cid = (uint16_t)(cid + n);
+			done += n;
+
+			batch_spec rd = w;
+			rd.opc = NVME_OPC_READ;
+			rd.cid0 = cid;
+			v = lane_batch(q, gs, rd, qid);
+			if (v != OK) {
+				if (lane == 0)
+					diag("pair q%u round %u: read batch of %u: %d (lane 0: %d)",
+					     qid, r, n, v, gs.rc[0]);
+				break;
+			}
+			cid = (uint16_t)(cid + n);
+			done += n;
 		}
-		j.ok &= check_cqes(g, rd, j.p->c.qid);
-		cid = (uint16_t)(cid + n);
-		j.commands += n;
-		j.ok &= verify_pages(rd, j.gid);
-	}
-	j.ok &= lanes_agree(g);
-	j.final = g.q[0];
+		finals[lane] = q;
+		if (lane == 0)
+			j.commands = done;
+	}, LIMITS);
+
+	if (!barrier_ok)
+		diag("pair q%u: a lane never reached a barrier", qid);
+	j.ok = barrier_ok && gs.verdict == OK && lanes_agree(finals, j.gid);
+	j.final = finals[0];
 }
 
 /*
@@ -690,102 +684,319 @@ static void t_multi_round(uint32_t flags)
 }
 
 /*
- * group_submit()/group_reap() verbatim, one lane per group (the width at
- * which the host build's sync_lanes() is a real barrier); depth 4 so the
- * helpers also wrap.
+ * Bounded waits against the real CQ memory, all lanes agreeing: n = 3
+ * commands "in flight" whose slots the controller never fills (nothing
+ * was submitted), lane 3 idle. group_reap() times out in every lane,
+ * poisons every lane's copy and rings nothing; group_submit() is then
+ * ERR_IO everywhere. Again with the host's stop flag raised: ERR_STOPPED
+ * in every lane, long before the deadline.
  */
-static void t_group_helpers(uint32_t flags)
+struct lane_end {
+	int32_t reap = 1, submit = 1; /* 1: the lane never got there */
+	qpair q{};
+};
+
+static bool timeout_round(const qpair &view, uint32_t lanes, uint32_t n,
+			  std::vector<lane_end> &out, uint64_t &ns)
 {
+	int32_t agg = 0x7777; /* __shared__: garbage until group_reap sets it */
+	out.assign(lanes, lane_end());
+	uint64_t t0 = wall_ticks();
+	bool ok = hostgroup::run_group(0, lanes, [&](uint32_t lane) {
+		qpair q = view;
+		cqe c{};
+		out[lane].reap = group_reap(q, lane, n, &c, &agg);
+		out[lane].submit = group_submit(q, lane, 1, sqe_flush(1, g_nsid));
+		out[lane].q = q;
+	}, LIMITS);
+	ns = wall_ticks() - t0;
+	return ok;
+}
+
+static void t_timeout_stop(uint32_t flags)
+{
+	const uint32_t lanes = 4, n = 3;
 	pair p;
-	int r = pair_open(p, 4, flags);
+	int r = pair_open(p, 8, flags);
 	if (r) {
 		diag("CREATE_QPAIR: %s", strerror(-r));
 		g_ok = false;
 		pair_close(p);
 		return;
 	}
-	qpair q = p.view;
-	int32_t agg = OK;
-	uint16_t cid = 1;
-	uint64_t total = 0;
-	host_lane_id = 0;
-	host_group_id = 0;
-	host_group_size = 1;
-	for (uint32_t r2 = 0; r2 < 9 && g_ok; r2++) {
-		batch_spec w{NVME_OPC_WRITE, 1, 0, lba_alloc(1), 600u + r2, cid};
-		lane_fill(w, 0);
-		int32_t rc = group_submit(q, lane_id(), 1, lane_sqe(w, 0));
-		CHECK(rc == OK, "group_submit write: %d", rc);
-		cqe c{};
-		rc = group_reap(q, lane_id(), 1, &c, &agg);
-		CHECK(rc == OK && c.cid == cid, "group_reap write: %d cid %u", rc, c.cid);
-		cid++;
-		std::memset(buf_page(0), 0x5A, PAGE);
-		batch_spec rd = w;
-		rd.opc = NVME_OPC_READ;
-		rd.cid0 = cid;
-		rc = group_submit(q, lane_id(), 1, lane_sqe(rd, 0));
-		CHECK(rc == OK, "group_submit read: %d", rc);
-		rc = group_reap(q, lane_id(), 1, &c, &agg);
-		CHECK(rc == OK && c.cid == cid, "group_reap read: %d cid %u", rc, c.cid);
-		cid++;
-		total += 2;
-		CHECK(verify_pages(rd, 0), "read-back of round %u", r2);
+	qpair view = p.view;
+	view.timeout_ticks = TICK_HZ / 20; /* 50 ms */
+	view.inflight = n;                 /* pretend: the slots stay empty */
+	std::vector<lane_end> out;
+	uint64_t ns;
+	bool ok = timeout_round(view, lanes, n, out, ns);
+	CHECK(ok, "timeout: a lane never reached a barrier");
+	for (uint32_t i = 0; i < lanes; i++) {
+		const qpair &q = out[i].q;
+		CHECK(out[i].reap == ERR_TIMEOUT && out[i].submit == ERR_IO &&
+		      q.error == ERR_TIMEOUT && q.cq_head == 0 && q.phase == 1 &&
+		      q.sq_tail == 0 && q.inflight == n,
+		      "timeout, lane %u: reap %d submit %d error %d cq_head %u inflight %u",
+		      i, out[i].reap, out[i].submit, q.error, q.cq_head, q.inflight);
 	}
-	if (g_ok && !ring_position_ok(q, total))
-		g_ok = false;
+	CHECK(ns >= view.timeout_ticks && ns < 10 * TICK_HZ,
+	      "timed out after %llu ns", (unsigned long long)ns);
+
+	__atomic_store_n(&p.stop, 1u, __ATOMIC_RELEASE);
+	view.timeout_ticks = WAIT_TICKS;
+	ok = timeout_round(view, lanes, n, out, ns);
+	CHECK(ok, "stop: a lane never reached a barrier");
+	for (uint32_t i = 0; i < lanes; i++)
+		CHECK(out[i].reap == ERR_STOPPED && out[i].submit == ERR_IO &&
+		      out[i].q.error == ERR_STOPPED && out[i].q.cq_head == 0,
+		      "stop, lane %u: reap %d submit %d error %d", i,
+		      out[i].reap, out[i].submit, out[i].q.error);
+	CHECK(ns < TICK_HZ, "stop took %llu ns", (unsigned long long)ns);
+	__atomic_store_n(&p.stop, 0u, __ATOMIC_RELEASE);
+
+	/* Bridged only: the shadow cells are memory (MMIO doorbells are
+	 * write-only): nobody rang either. */
+	CHECK(!(flags & GPUNVME_QPAIR_BRIDGED) ||
+	      (*(volatile uint32_t *)view.sq_db == 0 &&
+	       *(volatile uint32_t *)view.cq_db == 0),
+	      "shadow SQ tail %u, CQ head %u", *(volatile uint32_t *)view.sq_db,
+	      *(volatile uint32_t *)view.cq_db);
 	pair_close(p);
 }
 
+/* ---- the example kernels ------------------------------------------------- */
+
+typedef void (*kernel_fn)(qpair *, const io_args *, io_result *);
+
 /*
- * Bounded waits against the real CQ memory: a lane waiting on a slot the
- * controller never fills (nothing submitted) times out; with the host's
- * stop flag raised it returns ERR_STOPPED; group_reap() poisons the pair on
- * the timeout and later submits fail with ERR_IO. No SQE is ever posted.
+ * One launch of an example kernel: `groups` workgroups of `lanes` host
+ * threads. The groups run one after another: GPUNVME_SHARED is a
+ * function-static in the host build, i.e. workgroup memory only while one
+ * group of a kernel runs at a time (compat.h). A GPU may schedule a grid
+ * that way too, and the examples' groups never wait on one another; pairs
+ * driven side by side are what two_qpairs/four_qpairs run.
  */
-static void t_timeout_stop(uint32_t flags)
+static bool launch(const char *name, kernel_fn k, uint32_t groups,
+		   uint32_t lanes, qpair *qps, const io_args &a, io_result *res)
 {
-	pair p;
-	int r = pair_open(p, 4, flags);
-	if (r) {
-		diag("CREATE_QPAIR: %s", strerror(-r));
+	std::memset((void *)res, 0, groups * sizeof(*res));
+	for (uint32_t g = 0; g < groups; g++)
+		if (!hostgroup::run_group(g, lanes,
+					  [&](uint32_t) { k(qps, &a, res); },
+					  LIMITS)) {
+			diag("%s: group %u: a lane never reached a barrier", name, g);
+			return false;
+		}
+	return true;
+}
+
+/* The examples address the buffer as one bus range (io_args.buf_dma). */
+static bool buf_contiguous(uint32_t pages)
+{
+	for (uint32_t i = 1; i < pages; i++)
+		if (g_dma[i] != g_dma[0] + (uint64_t)i * PAGE)
+			return false;
+	return true;
+}
+
+/* Words [from, to) of the buffer against the examples' pattern. */
+static uint64_t pattern_mismatches(const io_args &a, uint64_t from, uint64_t to)
+{
+	const uint64_t *w = (const uint64_t *)g_buf;
+	uint64_t base = a.slba << a.lba_shift, bad = 0;
+	for (uint64_t j = from; j < to; j++)
+		bad += w[j] != gx::pattern(a.seed, base + 8 * j);
+	return bad;
+}
+
+struct example_cfg {
+	uint32_t queues, lanes, depth;
+	uint32_t cmds, pages_per_cmd; /* per queue; 2 pages: PRP2 is used */
+	uint32_t sweep_rounds;
+};
+
+static bool examples_begin(uint32_t flags, const example_cfg &x,
+			   std::vector<pair> &pairs, std::vector<qpair> &qps)
+{
+	const uint32_t pages = x.queues * x.cmds * x.pages_per_cmd;
+	if (pages > BUF_PAGES || x.queues > g_info.io_queues ||
+	    x.depth > g_info.max_queue_entries) {
+		diag("needs %u pages, %u pairs of depth %u", pages, x.queues, x.depth);
 		g_ok = false;
-		pair_close(p);
+		return false;
+	}
+	if (!buf_contiguous(pages)) {
+		g_skip = "MAP_HOST gave this buffer no single bus range";
+		return false;
+	}
+	pairs.resize(x.queues);
+	qps.resize(x.queues);
+	for (uint32_t i = 0; i < x.queues; i++) {
+		int r = pair_open(pairs[i], x.depth, flags);
+		if (r) {
+			diag("CREATE_QPAIR/mmap (depth %u, flags %u): %s", x.depth,
+			     flags, strerror(-r));
+			g_ok = false;
+			return false;
+		}
+		qps[i] = pairs[i].view;
+	}
+	return true;
+}
+
+static io_args example_args(const example_cfg &x, uint64_t slba, uint64_t seed)
+{
+	io_args a{};
+	a.slba = slba;
+	a.buf_dma = g_dma[0];
+	a.buf = g_buf;
+	a.seed = seed;
+	a.nsid = g_nsid;
+	a.lba_shift = (uint32_t)__builtin_ctz(g_lba_size);
+	a.blocks_per_cmd = x.pages_per_cmd * g_blocks_per_page;
+	a.cmds_per_queue = x.cmds;
+	a.page_size = g_info.page_size;
+	a.rounds = x.sweep_rounds;
+	return a;
+}
+
+/*
+ * write.hip, read_verify.hip and sweep.hip themselves, every lane a host
+ * thread, against the controller: write the pattern (+ one flush per
+ * queue), poison the buffer, read-verify it (the kernel counts mismatched
+ * words; the host checks every word again), poison, sweep (its reads must
+ * bring back each lane's slice). Per queue: the kernel's result, and the
+ * ring position it saved back against the commands it must have sent.
+ */
+static void run_examples(uint32_t flags, const example_cfg &x, uint64_t seed)
+{
+	std::vector<pair> pairs;
+	std::vector<qpair> qps;
+	if (!examples_begin(flags, x, pairs, qps)) {
+		for (auto &p : pairs)
+			pair_close(p);
 		return;
 	}
-	qpair q = p.view;
-	q.timeout_ticks = TICK_HZ / 20; /* 50 ms */
-	q.inflight = 1;                 /* pretend: the slot stays empty */
-	cqe c{};
-	uint64_t t0 = wall_ticks();
-	int32_t rc = cq_wait(q, 0, &c);
-	uint64_t dt = wall_ticks() - t0;
-	CHECK(rc == ERR_TIMEOUT, "cq_wait on an empty slot: %d", rc);
-	CHECK(dt >= q.timeout_ticks && dt < 10 * TICK_HZ,
-	      "timed out after %llu ns", (unsigned long long)dt);
+	const uint32_t pages = x.queues * x.cmds * x.pages_per_cmd;
+	const uint64_t words = (uint64_t)pages * PAGE / 8;
+	const uint64_t words_per_cmd = (uint64_t)x.pages_per_cmd * PAGE / 8;
+	io_args a = example_args(x, lba_alloc(pages), seed);
+	std::vector<io_result> res(x.queues);
+	std::vector<uint64_t> sent(x.queues, 0);
+	uint32_t n = x.lanes < x.depth - 1 ? x.lanes : x.depth - 1;
+	n = n < x.cmds ? n : x.cmds; /* batch_size() */
 
-	__atomic_store_n(&p.stop, 1u, __ATOMIC_RELEASE);
-	q.timeout_ticks = WAIT_TICKS;
-	t0 = wall_ticks();
-	rc = cq_wait(q, 0, &c);
-	dt = wall_ticks() - t0;
-	CHECK(rc == ERR_STOPPED, "cq_wait with the stop flag: %d", rc);
-	CHECK(dt < TICK_HZ, "stop took %llu ns", (unsigned long long)dt);
-	__atomic_store_n(&p.stop, 0u, __ATOMIC_RELEASE);
+	bool ok = launch("gpunvme_write", gpunvme_write, x.queues, x.lanes,
+			 qps.data(), a, res.data());
+	for (uint32_t q = 0; ok && q < x.queues; q++) {
+		sent[q] += x.cmds + 1;
+		CHECK(res[q].status == OK && res[q].completed == x.cmds,
+		      "write, queue %u: status %d, %u of %u completed", q,
+		      res[q].status, res[q].completed, x.cmds);
+		CHECK(ring_position_ok(qps[q], sent[q]), "write, queue %u", q);
+	}
 
-	host_lane_id = 0;
-	host_group_size = 1;
-	int32_t agg = OK;
-	q.timeout_ticks = TICK_HZ / 20;
-	rc = group_reap(q, lane_id(), 1, &c, &agg);
-	CHECK(rc == ERR_TIMEOUT && q.error == ERR_TIMEOUT,
-	      "group_reap timeout: %d, error %d", rc, q.error);
-	rc = group_submit(q, lane_id(), 1, sqe_flush(1, g_nsid));
-	CHECK(rc == ERR_IO, "submit on a poisoned pair: %d", rc);
-	/* Bridged only: the shadow cell is memory (MMIO doorbells are write-only). */
-	CHECK(!(flags & GPUNVME_QPAIR_BRIDGED) || *(volatile uint32_t *)q.sq_db == 0,
-	      "shadow SQ tail moved: %u", *(volatile uint32_t *)q.sq_db);
-	pair_close(p);
+	std::memset(g_buf, 0xA5, (size_t)pages * PAGE);
+	ok = ok && g_ok &&
+	     launch("gpunvme_read_verify", gpunvme_read_verify, x.queues,
+		    x.lanes, qps.data(), a, res.data());
+	for (uint32_t q = 0; ok && q < x.queues; q++) {
+		sent[q] += x.cmds;
+		CHECK(res[q].status == OK && res[q].completed == x.cmds &&
+		      res[q].mismatches == 0,
+		      "read_verify, queue %u: status %d, %u of %u completed, %u words differ",
+		      q, res[q].status, res[q].completed, x.cmds,
+		      res[q].mismatches);
+		CHECK(ring_position_ok(qps[q], sent[q]), "read_verify, queue %u", q);
+	}
+	if (ok) {
+		uint64_t bad = pattern_mismatches(a, 0, words);
+		CHECK(bad == 0, "host check after read_verify: %llu of %llu words differ",
+		      (unsigned long long)bad, (unsigned long long)words);
+	}
+
+	std::memset(g_buf, 0xA5, (size_t)pages * PAGE);
+	ok = ok && g_ok &&
+	     launch("gpunvme_sweep", gpunvme_sweep, x.queues, x.lanes,
+		    qps.data(), a, res.data());
+	for (uint32_t q = 0; ok && q < x.queues; q++) {
+		sent[q] += (uint64_t)x.sweep_rounds * n;
+		CHECK(res[q].status == OK &&
+		      res[q].completed == x.sweep_rounds * n,
+		      "sweep, queue %u: status %d, %u of %u completed", q,
+		      res[q].status, res[q].completed, x.sweep_rounds * n);
+		CHECK(ring_position_ok(qps[q], sent[q]), "sweep, queue %u", q);
+		/* Lane i re-read command i's slice; the rest stayed poisoned. */
+		uint64_t first = (uint64_t)q * x.cmds * words_per_cmd;
+		uint64_t bad = pattern_mismatches(a, first, first + n * words_per_cmd);
+		CHECK(bad == 0, "sweep, queue %u: %llu words of its slices differ",
+		      q, (unsigned long long)bad);
+		const uint8_t *rest = g_buf + (first + n * words_per_cmd) * 8;
+		CHECK(rest[0] == 0xA5, "sweep, queue %u read past its slices", q);
+	}
+	CHECK(ok, "a launch did not complete");
+
+	uint64_t total = 0;
+	for (uint32_t q = 0; q < x.queues; q++) {
+		total += sent[q];
+		if ((flags & GPUNVME_QPAIR_BRIDGED) && !bridge_relayed(pairs[q], sent[q]))
+			g_ok = false;
+	}
+	diag("examples: %u queue(s) x %u lanes, depth %u: %llu commands",
+	     x.queues, x.lanes, x.depth, (unsigned long long)total);
+	for (auto &p : pairs)
+		pair_close(p);
+}
+
+/* One queue, 8 lanes on depth 4 (batches of 3, lanes 3..7 idle), 2-page
+ * commands (PRP1 + PRP2): 20 writes + flush, 20 reads, 12 sweep rounds. */
+static void t_examples_one_queue(uint32_t flags)
+{
+	run_examples(flags, example_cfg{1, 8, 4, 20, 2, 12}, 0x5eed0001);
+}
+
+/* Four queues (groups) of 4 lanes, depth 8, 16 one-page commands each. */
+static void t_examples_four_queues(uint32_t flags)
+{
+	run_examples(flags, example_cfg{4, 4, 8, 16, 1, 6}, 0x5eed0004);
+}
+
+/*
+ * read_verify.hip across the end of the namespace: in its first batch of 4
+ * the last two commands get "LBA Out of Range". The kernel's first error
+ * is that status; every lane leaves the loop together; the pair is not
+ * poisoned (an NVMe status consumes its CQE) and write.hip then runs on it.
+ */
+static void t_example_nvme_error(uint32_t flags)
+{
+	const example_cfg x{1, 4, 8, 8, 1, 0};
+	std::vector<pair> pairs;
+	std::vector<qpair> qps;
+	if (!examples_begin(flags, x, pairs, qps)) {
+		for (auto &p : pairs)
+			pair_close(p);
+		return;
+	}
+	io_result res{};
+	io_args a = example_args(x, g_info.ns[0].capacity_lbas - 2 * g_blocks_per_page, 7);
+	bool ok = launch("gpunvme_read_verify", gpunvme_read_verify, 1, x.lanes,
+			 qps.data(), a, &res);
+	uint32_t st = res.status > 0 ? (uint32_t)res.status : 0;
+	CHECK(ok && status_sct(st) == 0 && status_sc(st) == 0x80 &&
+	      res.completed == 0,
+	      "read_verify past the end: status 0x%x (want SC 0x80), %u completed",
+	      (unsigned)res.status, res.completed);
+	CHECK(ring_position_ok(qps[0], 4), "after the failed batch");
+
+	a = example_args(x, lba_alloc(x.cmds), 8);
+	ok = ok && launch("gpunvme_write", gpunvme_write, 1, x.lanes, qps.data(),
+			  a, &res);
+	CHECK(ok && res.status == OK && res.completed == x.cmds,
+	      "write after the error: status %d, %u completed", res.status,
+	      res.completed);
+	CHECK(ring_position_ok(qps[0], 4 + x.cmds + 1), "after the write");
+	for (auto &p : pairs)
+		pair_close(p);
 }
 
 /* ---- main ------------------------------------------------------------------ */
@@ -801,8 +1012,10 @@ static const test TESTS[] = {
 	{"four_qpairs", t_four_pairs},
 	{"wrap_depth4", t_wrap},
 	{"multi_round", t_multi_round},
-	{"group_helpers_one_lane", t_group_helpers},
 	{"timeout_and_stop", t_timeout_stop},
+	{"examples_one_queue", t_examples_one_queue},
+	{"examples_four_queues", t_examples_four_queues},
+	{"example_nvme_error", t_example_nvme_error},
 };
 
 int main()
@@ -823,9 +1036,16 @@ int main()
 			std::string name = std::string(t.name) +
 					   (mode ? "_bridged" : "_direct");
 			g_ok = ready;
+			g_skip.clear();
 			if (ready)
 				t.fn(mode);
 			g_n++;
+			if (g_ok && !g_skip.empty()) {
+				g_skipped++;
+				std::printf("ok %d %s # SKIP %s\n", g_n,
+					    name.c_str(), g_skip.c_str());
+				continue;
+			}
 			if (g_ok)
 				g_pass++;
 			else
@@ -835,6 +1055,10 @@ int main()
 			std::fflush(stdout);
 		}
 	teardown();
-	std::printf("%d passed, %d failed\n", g_pass, g_fail);
+	if (g_skipped)
+		std::printf("%d passed, %d failed, %d skipped\n", g_pass,
+			    g_fail, g_skipped);
+	else
+		std::printf("%d passed, %d failed\n", g_pass, g_fail);
 	return g_fail ? 1 : 0;
 }
