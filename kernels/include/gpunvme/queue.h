@@ -181,6 +181,9 @@ GPUNVME_HD void cq_release(qpair &q, uint32_t n, bool ringer)
  * the group must call them (they contain barriers); n <= group size,
  * lanes >= n idle.
  * agg is a workgroup-shared int32 used to agree on the outcome.
+ * In host builds the barrier is the harness's host_barrier (compat.h):
+ * with one installed, N threads run these exactly as N GPU lanes do (the
+ * host unit test and kernels/hostrun do); without one, use one lane.
  */
 GPUNVME_HD int32_t group_submit(qpair &q, uint32_t lane, uint32_t n,
 				const sqe &e)
