@@ -164,9 +164,10 @@ impl Info {
 pub(crate) struct Lifecycle {
     /// Queue pairs created through this file and not yet destroyed.
     pub(crate) live_qpairs: usize,
-    /// Host mappings whose UNMAP got EBUSY: unmapped when the last queue
-    /// pair goes (or the file closes), then their memory is unmapped.
-    pub(crate) deferred: Vec<(u32, crate::map::Mapping)>,
+    /// Mappings (host memory, or a dma-buf: no memory of ours) whose UNMAP
+    /// got EBUSY: unmapped when the last queue pair goes (or the file
+    /// closes), then their host memory, if any, is unmapped.
+    pub(crate) deferred: Vec<(u32, Option<crate::map::Mapping>)>,
 }
 
 /// An open gpunvme device node. Opening needs CAP_SYS_RAWIO.
@@ -237,7 +238,7 @@ impl Controller {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Host mappings whose UNMAP is waiting for the queue pairs to go.
+    /// Mappings whose UNMAP is waiting for the queue pairs to go.
     pub fn deferred_unmaps(&self) -> usize {
         self.lifecycle().deferred.len()
     }

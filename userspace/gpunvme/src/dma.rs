@@ -216,7 +216,7 @@ impl Drop for DmaBuffer<'_> {
         // another thread either sees this buffer parked or not at all.
         let mut st = self.ctrl.lifecycle();
         match unmap_handle(self.ctrl, self.handle) {
-            Err(e) if e.errno() == Some(libc::EBUSY) => st.deferred.push((self.handle, map)),
+            Err(e) if e.errno() == Some(libc::EBUSY) => st.deferred.push((self.handle, Some(map))),
             // Ok, or gone (ENODEV after unbind: the module released it).
             _ => drop(map),
         }

@@ -5,6 +5,8 @@
 //! - [`QueuePair`]: an I/O SQ/CQ pair mapped into this process (submit,
 //!   doorbells, phase-tag polling with deadlines);
 //! - [`DmaBuffer`]: host memory mapped for the controller's DMA;
+//! - [`DmabufMapping`]: GPU memory (a dma-buf) mapped for the controller's
+//!   DMA; [`QueuePair::export`] goes the other way;
 //! - [`command`]: SQE builders (read, write, flush, write zeroes), CQE
 //!   decoding and PRP construction; [`Status`]: NVMe completion status;
 //! - [`Io`]: LBA-range reads/writes of a namespace, split at MDTS;
@@ -21,6 +23,7 @@
 pub mod command;
 mod controller;
 mod dma;
+mod dmabuf;
 mod error;
 mod io;
 mod map;
@@ -33,9 +36,10 @@ pub mod sysfs;
 pub use command::{Cqe, Prp, Sqe};
 pub use controller::{node_path, Controller, Info, Namespace, DEV_DIR};
 pub use dma::{DmaBuffer, PAGE_SIZE};
+pub use dmabuf::{contiguous_base, DmabufMapping};
 pub use error::{Error, Result};
 pub use gpunvme_sys as sys;
 pub use io::{Io, RangeCheck, NO_MDTS_CAP};
-pub use qpair::{Completion, Mode, QueuePair, DEFAULT_TIMEOUT};
+pub use qpair::{Completion, ExportKind, Mode, QueueMemory, QueuePair, DEFAULT_TIMEOUT};
 pub use regs::{Cap, Version};
 pub use status::Status;

@@ -9,6 +9,7 @@
 //! acquire fence comes before the rest of the entry is read.
 
 use std::collections::VecDeque;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::ptr;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
@@ -219,6 +220,38 @@ impl std::fmt::Display for Mode {
 /// An I/O queue pair owned by this process. Dropping it unmaps the queue
 /// memory and destroys the pair on the controller (outstanding commands
 /// are aborted by the controller when the SQ is deleted).
+/// What [`QueuePair::export`] exports (`GPUNVME_EXPORT_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum ExportKind {
+    /// The 4 KiB page holding the pair's doorbells (BAR0 MMIO when direct,
+    /// the shadow page when bridged).
+    Doorbell = sys::GPUNVME_EXPORT_DOORBELL as u16,
+    /// The SQ memory.
+    Sq = sys::GPUNVME_EXPORT_SQ as u16,
+    /// The CQ memory (the mirror when bridged).
+    Cq = sys::GPUNVME_EXPORT_CQ as u16,
+}
+
+/// A queue pair's memory as mapped in this process ([`QueuePair::memory`]).
+#[derive(Debug, Clone, Copy)]
+pub struct QueueMemory {
+    /// SQ ring (64-byte entries).
+    pub sq: *mut u8,
+    /// Bytes mapped at `sq`.
+    pub sq_len: usize,
+    /// CQ ring (16-byte entries), or the bridge's mirror.
+    pub cq: *mut u8,
+    /// Bytes mapped at `cq`.
+    pub cq_len: usize,
+    /// The 4 KiB doorbell page (or shadow page).
+    pub doorbell_page: *mut u8,
+    /// SQ tail doorbell's byte offset in that page.
+    pub sq_db_offset: u32,
+    /// CQ head doorbell's byte offset in that page.
+    pub cq_db_offset: u32,
+}
+
 #[derive(Debug)]
 pub struct QueuePair<'c> {
     ctrl: &'c Controller,
@@ -230,6 +263,8 @@ pub struct QueuePair<'c> {
     db: Option<Mapping>,
     sq_db: *mut u32,
     cq_db: *mut u32,
+    sq_db_offset: u32,
+    cq_db_offset: u32,
     unrung: bool,
     timeout: Duration,
 }
@@ -290,6 +325,8 @@ impl<'c> QueuePair<'c> {
             db: None,
             sq_db: ptr::null_mut(),
             cq_db: ptr::null_mut(),
+            sq_db_offset: c.sq_db,
+            cq_db_offset: c.cq_db,
             unrung: false,
             timeout: DEFAULT_TIMEOUT,
         };
@@ -324,6 +361,49 @@ impl<'c> QueuePair<'c> {
         }
         qp.db = Some(db);
         Ok(qp)
+    }
+
+    /// Exports part of this pair as a dma-buf (`GPUNVME_IOC_EXPORT`), for a
+    /// GPU to import. For a bridged pair the doorbell is the shadow page and
+    /// the CQ the mirror. The module revokes every export when the pair is
+    /// destroyed or the file closed.
+    pub fn export(&self, kind: ExportKind) -> Result<OwnedFd> {
+        let mut e = sys::gpunvme_export {
+            size: std::mem::size_of::<sys::gpunvme_export>() as u32,
+            version: sys::GPUNVME_UAPI_VERSION,
+            qid: self.qid,
+            kind: kind as u16,
+            flags: (libc::O_CLOEXEC | libc::O_RDWR) as u32,
+            ..Default::default()
+        };
+        // SAFETY: GPUNVME_IOC_EXPORT takes a struct gpunvme_export; `e` is one.
+        unsafe {
+            self.ctrl.ioctl(
+                "GPUNVME_IOC_EXPORT",
+                sys::GPUNVME_IOC_EXPORT,
+                &mut e as *mut _ as *mut _,
+            )?
+        };
+        // SAFETY: on success the module installed a new descriptor that
+        // nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(e.fd) })
+    }
+
+    /// Where this pair's memory is mapped in this process, for code that
+    /// drives the ring itself (a GPU kernel after importing the exports, or
+    /// a GPU runtime registering these mappings). Valid while `self` lives.
+    pub fn memory(&self) -> QueueMemory {
+        let sq = self.sq.as_ref().expect("live queue");
+        let cq = self.cq.as_ref().expect("live queue");
+        QueueMemory {
+            sq: sq.ptr(),
+            sq_len: sq.len(),
+            cq: cq.ptr(),
+            cq_len: cq.len(),
+            doorbell_page: self.db.as_ref().expect("live queue").ptr(),
+            sq_db_offset: self.sq_db_offset,
+            cq_db_offset: self.cq_db_offset,
+        }
     }
 
     /// Queue ID.
