@@ -37,6 +37,23 @@ struct io_result {
 	uint64_t ticks_max_round;
 };
 
+/*
+ * The host fills these blocks from Rust (userspace/gpunvme-gpu/src/
+ * kernel_abi.rs), which asserts the same numbers: change both or neither.
+ */
+static_assert(sizeof(qpair) == 80, "qpair layout is pinned");
+static_assert(__builtin_offsetof(qpair, stop) == 32, "qpair layout is pinned");
+static_assert(__builtin_offsetof(qpair, tick_hz) == 48, "qpair layout is pinned");
+static_assert(__builtin_offsetof(qpair, depth) == 56, "qpair layout is pinned");
+static_assert(__builtin_offsetof(qpair, error) == 76, "qpair layout is pinned");
+static_assert(sizeof(io_args) == 56, "io_args layout is pinned");
+static_assert(__builtin_offsetof(io_args, buf) == 16, "io_args layout is pinned");
+static_assert(__builtin_offsetof(io_args, nsid) == 32, "io_args layout is pinned");
+static_assert(__builtin_offsetof(io_args, rounds) == 52, "io_args layout is pinned");
+static_assert(sizeof(io_result) == 32, "io_result layout is pinned");
+static_assert(__builtin_offsetof(io_result, ticks_total) == 16, "io_result layout is pinned");
+static_assert(__builtin_offsetof(io_result, ticks_max_round) == 24, "io_result layout is pinned");
+
 /* splitmix64: the expected 64-bit word at byte offset off of the disk. */
 GPUNVME_HD uint64_t pattern(uint64_t seed, uint64_t off)
 {

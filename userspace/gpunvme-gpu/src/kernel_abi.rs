@@ -1,0 +1,148 @@
+//! The argument blocks of the example kernels (`kernels/examples/`), as
+//! `#[repr(C)]` mirrors of `gpunvme::qpair` (queue.h) and `gx::io_args` /
+//! `gx::io_result` (example.h). The offsets are asserted here and, with the
+//! same numbers, by `static_assert`s in example.h, so a change on either
+//! side stops the build instead of corrupting a launch.
+
+use std::mem::{offset_of, size_of};
+
+/// `gpunvme::qpair`: one queue pair as the device code sees it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QPair {
+    /// SQ ring, device address.
+    pub sq: u64,
+    /// CQ ring (or the bridge's mirror), device address.
+    pub cq: u64,
+    /// SQ tail doorbell (MMIO or shadow cell), device address.
+    pub sq_db: u64,
+    /// CQ head doorbell, device address.
+    pub cq_db: u64,
+    /// Host stop flag (non-zero aborts every wait), device address; 0 = none.
+    pub stop: u64,
+    /// Per-wait deadline in wall-clock ticks (the device caps it at 2 s).
+    pub timeout_ticks: u64,
+    /// Wall-clock ticks per second on this GPU.
+    pub tick_hz: u64,
+    /// Entries in the SQ and in the CQ.
+    pub depth: u32,
+    /// Ring position, advanced by the kernel and written back by lane 0.
+    pub sq_tail: u32,
+    /// Ring position.
+    pub cq_head: u32,
+    /// Phase expected at `cq_head`: 1 for a fresh queue.
+    pub phase: u32,
+    /// Commands submitted and not reaped.
+    pub inflight: u32,
+    /// First failure; non-zero means the pair must be recreated.
+    pub error: i32,
+}
+
+/// `gx::io_args`: what a launch of write / read_verify / sweep does.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoArgs {
+    /// First LBA of the whole run.
+    pub slba: u64,
+    /// Bus address of the data buffer (the controller's view), for PRPs.
+    pub buf_dma: u64,
+    /// The same buffer's GPU virtual address.
+    pub buf: u64,
+    /// Pattern seed.
+    pub seed: u64,
+    /// Namespace.
+    pub nsid: u32,
+    /// log2 of the LBA size.
+    pub lba_shift: u32,
+    /// Blocks per command.
+    pub blocks_per_cmd: u32,
+    /// Commands per queue pair (per workgroup).
+    pub cmds_per_queue: u32,
+    /// Controller memory page size (CC.MPS).
+    pub page_size: u32,
+    /// Sweep only: batches per queue.
+    pub rounds: u32,
+}
+
+/// `gx::io_result`: one per queue pair, written by its workgroup.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoResult {
+    /// First error: < 0 a negated errno from the device library, > 0 an
+    /// NVMe status field.
+    pub status: i32,
+    /// Commands completed.
+    pub completed: u32,
+    /// read_verify: 64-bit words that differed from the pattern.
+    pub mismatches: u32,
+    /// Padding.
+    pub pad: u32,
+    /// Wall-clock ticks from the first ring to the last reap.
+    pub ticks_total: u64,
+    /// Sweep: the slowest batch, in ticks.
+    pub ticks_max_round: u64,
+}
+
+// The same numbers are asserted in kernels/examples/example.h.
+const _: () = {
+    assert!(size_of::<QPair>() == 80);
+    assert!(offset_of!(QPair, stop) == 32);
+    assert!(offset_of!(QPair, tick_hz) == 48);
+    assert!(offset_of!(QPair, depth) == 56);
+    assert!(offset_of!(QPair, error) == 76);
+    assert!(size_of::<IoArgs>() == 56);
+    assert!(offset_of!(IoArgs, buf) == 16);
+    assert!(offset_of!(IoArgs, nsid) == 32);
+    assert!(offset_of!(IoArgs, rounds) == 52);
+    assert!(size_of::<IoResult>() == 32);
+    assert!(offset_of!(IoResult, ticks_total) == 16);
+    assert!(offset_of!(IoResult, ticks_max_round) == 24);
+};
+
+/// The device library's negative results (queue.h), by name.
+pub fn status_name(status: i32) -> String {
+    match status {
+        0 => "ok".into(),
+        -5 => "EIO: queue pair poisoned by an earlier failure".into(),
+        -16 => "EBUSY: not enough free slots".into(),
+        -22 => "EINVAL: bad argument or queue pair setup".into(),
+        -62 => "ETIME: the GPU wall clock does not advance".into(),
+        -110 => "ETIMEDOUT: no completion before the deadline".into(),
+        -125 => "ECANCELED: the host raised the stop flag".into(),
+        s if s > 0 => format!(
+            "NVMe status 0x{s:x} (SCT {}, SC 0x{:02x})",
+            (s >> 8) & 7,
+            s & 0xff
+        ),
+        s => format!("error {s}"),
+    }
+}
+
+/// The data pattern of the example kernels (example.h `pattern`,
+/// splitmix64): the 64-bit word at byte offset `off` of the disk.
+pub fn pattern(seed: u64, off: u64) -> u64 {
+    let mut z = seed.wrapping_add((off >> 3).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_matches_splitmix64_reference() {
+        // splitmix64's first output for state 0 + golden gamma, the
+        // published reference value.
+        assert_eq!(pattern(0, 8), 0xe220_a839_7b1d_cdaf);
+        assert_ne!(pattern(1, 0), pattern(1, 8));
+        assert_eq!(pattern(7, 8) , pattern(7, 15), "one word per 8 bytes");
+    }
+
+    #[test]
+    fn statuses_are_named() {
+        assert!(status_name(-110).starts_with("ETIMEDOUT"));
+        assert!(status_name(0x281).contains("SCT 2"), "{}", status_name(0x281));
+    }
+}
