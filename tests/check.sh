@@ -6,6 +6,7 @@
 #   runner the VM runner itself: passing, failing and hung tests are counted right
 #   vm     kselftests + KUnit in the QEMU VM, against the emulated NVMe
 #   dkms   the module built through DKMS, then loaded and smoke-tested in the VM
+#   docs   uapi/gpunvme.md matches uapi/gpunvme.h (+ its self-test); links and SVGs in the docs
 # A suite that fails to build or run counts as one failure.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -62,6 +63,7 @@ suite isa count_plain_all make -s -C "$ROOT" isa-check
 suite runner count_plain bash "$ROOT"/tests/vm/selftest.sh
 suite vm count_plain make -s -C "$ROOT" vm-test
 suite dkms count_plain make -s -C "$ROOT" dkms-check
+suite docs count_plain bash "$ROOT"/tests/docs/check_uapi_reference.sh
 
 echo "logs: $LOGS"
 ((${#broken[@]})) && echo "suites that did not finish cleanly: ${broken[*]}"
