@@ -361,23 +361,27 @@ def anchors(path):
 
 def md_links(text):
     """(line, target) of inline links/images, reference definitions and
-    <img src>, outside code fences and code spans."""
-    out, fence = [], False
-    for i, line in enumerate(text.splitlines(), 1):
+    <img src>, outside code fences and code spans; link text may span lines."""
+    lines, fence = [], False
+    for line in text.splitlines():
         if line.lstrip().startswith("```"):
             fence = not fence
+            lines.append("")
             continue
-        if fence:
-            continue
-        line = re.sub(r"`[^`]*`", "", line)
-        for m in re.finditer(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)", line):
-            out.append((i, m.group(1)))
-        m = re.match(r"^\s*\[[^\]]+\]:\s*<?(\S+?)>?(\s|$)", line)
-        if m:
-            out.append((i, m.group(1)))
-        for m in re.finditer(r"<img\b[^>]*\bsrc=\"([^\"]+)\"", line):
-            out.append((i, m.group(1)))
-    return out
+        lines.append("" if fence else re.sub(r"`[^`]*`", lambda m: " " * len(m.group(0)), line))
+    body = "\n".join(lines)
+    out = []
+
+    def line_of(pos):
+        return body.count("\n", 0, pos) + 1
+
+    for m in re.finditer(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)", body):
+        out.append((line_of(m.start(1)), m.group(1)))
+    for m in re.finditer(r"^[ \t]*\[[^\]]+\]:[ \t]*<?(\S+?)>?(?:\s|$)", body, flags=re.M):
+        out.append((line_of(m.start(1)), m.group(1)))
+    for m in re.finditer(r"<img\b[^>]*\bsrc=\"([^\"]+)\"", body):
+        out.append((line_of(m.start(1)), m.group(1)))
+    return sorted(out)
 
 
 def doc_files(root):
@@ -495,14 +499,16 @@ def self_test(tap, header, md):
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "a.md"), "w") as f:
             f.write("# Title\n\n[ok](#title) [gone](missing.md) [bad anchor](#nowhere)\n"
-                    "![pic](pic.svg)\n\n```\n[in code](ignored.md)\n```\n")
+                    "![pic](pic.svg) [text over\ntwo lines](gone2.md) `[in a span](ignored.md)`\n\n"
+                    "```\n[in code](ignored.md)\n```\n")
         with open(os.path.join(d, "pic.svg"), "w") as f:
             f.write('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10"><text>unclosed</svg>')
         rc, out = run_self(["links", "--root", d, "a.md", "pic.svg"])
-    want = ["missing.md does not exist", "anchor #nowhere", "not ok 2 - pic.svg parses as XML"]
+    want = ["missing.md does not exist", "anchor #nowhere", "gone2.md does not exist",
+            "not ok 2 - pic.svg parses as XML"]
     lost = [w for w in want if w not in out]
     tap.ok(rc != 0 and not lost and "ignored.md" not in out,
-           "self-test: a missing file, a missing anchor and a broken SVG make the link check fail",
+           "self-test: a missing file (also behind link text on two lines), a missing anchor and a broken SVG make the link check fail",
            [f"exit {rc}; not reported: {lost}"] + out.splitlines()[:8])
 
 
