@@ -3,6 +3,8 @@
 
 use std::ffi::{c_int, c_uint, c_void, CString};
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::error::{GpuError, Result};
 use crate::gpu::Backend;
@@ -23,8 +25,8 @@ type CuMemGetHandleForAddressRange =
 type CuMemHostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CUresult;
 type CuMemFreeHost = unsafe extern "C" fn(*mut c_void) -> CUresult;
 type CuMemHostGetDevicePointer = unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> CUresult;
-type CuMemcpyHtoD = unsafe extern "C" fn(u64, *const c_void, usize) -> CUresult;
-type CuMemcpyDtoH = unsafe extern "C" fn(*mut c_void, u64, usize) -> CUresult;
+type CuMemcpyHtoDAsync = unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) -> CUresult;
+type CuMemcpyDtoHAsync = unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> CUresult;
 type CuModuleLoadData = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CUresult;
 type CuModuleUnload = unsafe extern "C" fn(*mut c_void) -> CUresult;
 type CuModuleGetFunction =
@@ -54,6 +56,8 @@ type CuMemHostRegister = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CUr
 type CuMemHostUnregister = unsafe extern "C" fn(*mut c_void) -> CUresult;
 
 const CUDA_ERROR_NOT_READY: CUresult = 600;
+/// Longest a copy may take before it counts as failed.
+const COPY_DEADLINE: Duration = Duration::from_secs(10);
 const CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: c_int = 124;
 const CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
 const CU_MEMHOSTALLOC_PORTABLE: c_uint = 1;
@@ -122,6 +126,9 @@ pub(crate) struct Cuda {
     rt: Runtime,
     dev: c_int,
     ctx: usize,
+    /// The stream copies run on: non-blocking, so a copy never waits for
+    /// a running kernel (the legacy default stream would).
+    copy_stream: Mutex<usize>,
 }
 
 // SAFETY: the CUDA driver API is thread-safe; every call makes the
@@ -148,6 +155,7 @@ impl Cuda {
             rt,
             dev: 0,
             ctx: 0,
+            copy_stream: Mutex::new(0),
         };
         let init = sym!(me, CuInit, "cuInit");
         // SAFETY: plain calls with out-parameters owned here.
@@ -171,6 +179,32 @@ impl Cuda {
         // SAFETY: the context was retained in open and lives until drop.
         self.rt
             .check("cuCtxSetCurrent", unsafe { set(self.ctx as *mut c_void) })
+    }
+
+    /// The copy stream, created on first use (`slot` is its locked cell).
+    fn copy_stream_locked(&self, slot: &mut usize) -> Result<usize> {
+        if *slot == 0 {
+            let create = sym!(self, CuStreamCreate, "cuStreamCreate");
+            let mut s = std::ptr::null_mut();
+            // SAFETY: out-parameter owned here.
+            self.rt
+                .check("cuStreamCreate", unsafe { create(&mut s, CU_STREAM_NON_BLOCKING) })?;
+            *slot = s as usize;
+        }
+        Ok(*slot)
+    }
+
+    /// Waits (bounded) until the copy stream is idle: a copy from pageable
+    /// memory may return before its DMA reached the device.
+    fn finish_copy(&self, what: &str, stream: usize) -> Result<()> {
+        let t0 = Instant::now();
+        while !self.stream_done(stream)? {
+            if t0.elapsed() > COPY_DEADLINE {
+                return Err(GpuError(format!("{what} did not finish in {COPY_DEADLINE:?}")));
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
     }
 
     fn attr(&self, attr: c_int) -> Result<c_int> {
@@ -346,19 +380,28 @@ impl Backend for Cuda {
 
     fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
         self.bind()?;
-        let f = sym!(self, CuMemcpyHtoD, "cuMemcpyHtoD_v2");
-        // SAFETY: src is valid for its length; dst is the caller's device range.
-        self.rt
-            .check("cuMemcpyHtoD", unsafe { f(dst, src.as_ptr().cast(), src.len()) })
+        let f = sym!(self, CuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+        let mut stream = self.copy_stream.lock().unwrap_or_else(|p| p.into_inner());
+        let s = self.copy_stream_locked(&mut stream)?;
+        // SAFETY: src is valid for its length and stays borrowed until the
+        // copy finished (waited for below); dst is the caller's device range.
+        self.rt.check("cuMemcpyHtoDAsync", unsafe {
+            f(dst, src.as_ptr().cast(), src.len(), s as *mut c_void)
+        })?;
+        self.finish_copy("host-to-device copy", s)
     }
 
     fn copy_from_device(&self, dst: &mut [u8], src: u64) -> Result<()> {
         self.bind()?;
-        let f = sym!(self, CuMemcpyDtoH, "cuMemcpyDtoH_v2");
-        // SAFETY: dst is valid for its length.
-        self.rt.check("cuMemcpyDtoH", unsafe {
-            f(dst.as_mut_ptr().cast(), src, dst.len())
-        })
+        let f = sym!(self, CuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+        let mut stream = self.copy_stream.lock().unwrap_or_else(|p| p.into_inner());
+        let s = self.copy_stream_locked(&mut stream)?;
+        // SAFETY: dst is valid for its length and stays borrowed until the
+        // copy finished (waited for below).
+        self.rt.check("cuMemcpyDtoHAsync", unsafe {
+            f(dst.as_mut_ptr().cast(), src, dst.len(), s as *mut c_void)
+        })?;
+        self.finish_copy("device-to-host copy", s)
     }
 
     fn load_module(&self, image: &[u8]) -> Result<usize> {
@@ -477,6 +520,10 @@ impl Backend for Cuda {
 
 impl Drop for Cuda {
     fn drop(&mut self) {
+        let s = *self.copy_stream.get_mut().unwrap_or_else(|p| p.into_inner());
+        if s != 0 {
+            self.destroy_stream(s);
+        }
         if let Ok(f) = sym_str::<CuPrimaryCtxRelease>(self, "cuDevicePrimaryCtxRelease_v2") {
             // SAFETY: retained once in open.
             unsafe { f(self.dev) };

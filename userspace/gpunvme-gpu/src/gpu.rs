@@ -140,12 +140,14 @@ impl Gpu {
         })
     }
 
-    /// Copies host bytes to a device address.
+    /// Copies host bytes to a device address; returns once they are in
+    /// device memory. Copies run on a stream of their own that never waits
+    /// for a running kernel, and each has a 10 s deadline.
     pub fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
         self.backend.copy_to_device(dst, src)
     }
 
-    /// Copies device bytes to the host.
+    /// Copies device bytes to the host (as [`copy_to_device`](Self::copy_to_device)).
     pub fn copy_from_device(&self, dst: &mut [u8], src: u64) -> Result<()> {
         self.backend.copy_from_device(dst, src)
     }

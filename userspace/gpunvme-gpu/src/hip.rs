@@ -6,6 +6,8 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use libloading::{Library, Symbol};
 
@@ -27,8 +29,8 @@ type HipMemGetHandleForAddressRange =
 type HipHostMalloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> HipError;
 type HipHostFree = unsafe extern "C" fn(*mut c_void) -> HipError;
 type HipHostGetDevicePointer = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_uint) -> HipError;
-type HipMemcpyHtoD = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> HipError;
-type HipMemcpyDtoH = unsafe extern "C" fn(*mut c_void, *mut c_void, usize) -> HipError;
+type HipMemcpyHtoDAsync = unsafe extern "C" fn(*mut c_void, *const c_void, usize, *mut c_void) -> HipError;
+type HipMemcpyDtoHAsync = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void) -> HipError;
 type HipModuleLoadData = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> HipError;
 type HipModuleUnload = unsafe extern "C" fn(*mut c_void) -> HipError;
 type HipModuleGetFunction = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> HipError;
@@ -92,6 +94,8 @@ struct DrmImportResult {
 }
 
 const HIP_ERROR_NOT_READY: HipError = 600;
+/// Longest a copy may take before it counts as failed.
+const COPY_DEADLINE: Duration = Duration::from_secs(10);
 const HIP_DEVICE_ATTRIBUTE_WALL_CLOCK_RATE: c_int = 10017; // kHz
 const HIP_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
 const HIP_HOST_MALLOC_MAPPED: c_uint = 0x2;
@@ -140,6 +144,8 @@ pub(crate) struct Hip {
     dev: c_int,
     bus_id: Option<String>,
     hsa: Option<Library>,
+    /// Non-blocking stream for copies, so they never wait for a kernel.
+    copy_stream: Mutex<usize>,
 }
 
 // SAFETY: the HIP runtime is thread-safe; every call selects the device on
@@ -172,6 +178,7 @@ impl Hip {
             dev: index as c_int,
             bus_id: device.pci_bus_id.clone(),
             hsa: open_first(HSA_LIBRARIES).ok(),
+            copy_stream: Mutex::new(0),
         };
         let init = sym!(me, HipInit, "hipInit");
         // SAFETY: plain call.
@@ -184,6 +191,31 @@ impl Hip {
         let f = sym!(self, HipSetDevice, "hipSetDevice");
         // SAFETY: plain call with a device index that exists (probed).
         self.rt.check("hipSetDevice", unsafe { f(self.dev) })
+    }
+
+    fn copy_stream_locked(&self, slot: &mut usize) -> Result<usize> {
+        if *slot == 0 {
+            let create = sym!(self, HipStreamCreateWithFlags, "hipStreamCreateWithFlags");
+            let mut s = std::ptr::null_mut();
+            // SAFETY: out-parameter owned here.
+            self.rt.check("hipStreamCreateWithFlags", unsafe {
+                create(&mut s, HIP_STREAM_NON_BLOCKING)
+            })?;
+            *slot = s as usize;
+        }
+        Ok(*slot)
+    }
+
+    /// Waits (bounded) until the copy stream is idle.
+    fn finish_copy(&self, what: &str, stream: usize) -> Result<()> {
+        let t0 = Instant::now();
+        while !self.stream_done(stream)? {
+            if t0.elapsed() > COPY_DEADLINE {
+                return Err(GpuError(format!("{what} did not finish in {COPY_DEADLINE:?}")));
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
     }
 
     fn hsa_err(&self, lib: &Library, st: HsaStatus) -> String {
@@ -615,20 +647,26 @@ impl Backend for Hip {
 
     fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
         self.bind()?;
-        let f = sym!(self, HipMemcpyHtoD, "hipMemcpyHtoD");
-        // SAFETY: src valid for its length.
-        self.rt.check("hipMemcpyHtoD", unsafe {
-            f(dst as *mut c_void, src.as_ptr().cast(), src.len())
-        })
+        let f = sym!(self, HipMemcpyHtoDAsync, "hipMemcpyHtoDAsync");
+        let mut slot = self.copy_stream.lock().unwrap_or_else(|p| p.into_inner());
+        let s = self.copy_stream_locked(&mut slot)?;
+        // SAFETY: src stays borrowed until the copy finished (below).
+        self.rt.check("hipMemcpyHtoDAsync", unsafe {
+            f(dst as *mut c_void, src.as_ptr().cast(), src.len(), s as *mut c_void)
+        })?;
+        self.finish_copy("host-to-device copy", s)
     }
 
     fn copy_from_device(&self, dst: &mut [u8], src: u64) -> Result<()> {
         self.bind()?;
-        let f = sym!(self, HipMemcpyDtoH, "hipMemcpyDtoH");
-        // SAFETY: dst valid for its length.
-        self.rt.check("hipMemcpyDtoH", unsafe {
-            f(dst.as_mut_ptr().cast(), src as *mut c_void, dst.len())
-        })
+        let f = sym!(self, HipMemcpyDtoHAsync, "hipMemcpyDtoHAsync");
+        let mut slot = self.copy_stream.lock().unwrap_or_else(|p| p.into_inner());
+        let s = self.copy_stream_locked(&mut slot)?;
+        // SAFETY: dst stays borrowed until the copy finished (below).
+        self.rt.check("hipMemcpyDtoHAsync", unsafe {
+            f(dst.as_mut_ptr().cast(), src as *mut c_void, dst.len(), s as *mut c_void)
+        })?;
+        self.finish_copy("device-to-host copy", s)
     }
 
     fn load_module(&self, image: &[u8]) -> Result<usize> {
@@ -749,6 +787,15 @@ impl Backend for Hip {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Drop for Hip {
+    fn drop(&mut self) {
+        let s = *self.copy_stream.get_mut().unwrap_or_else(|p| p.into_inner());
+        if s != 0 {
+            self.destroy_stream(s);
         }
     }
 }

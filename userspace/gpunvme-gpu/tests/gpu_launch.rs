@@ -1,8 +1,9 @@
 //! The runtime glue on a real GPU: VRAM allocation and dma-buf export,
 //! code-object load and launch of the example kernels, deadlines and the
 //! stop flag. Needs a GPU, so the tests are `#[ignore]`d; run them on a GPU
-//! machine with `--include-ignored` (kernels/bench/run.sh does, on the
-//! H200) after `make kernels`, with GPUNVME_KERNELS_BUILD pointing at
+//! machine with `--include-ignored` (tests/gpu-box.sh stages and runs them;
+//! results from the H200 are in tests/results/) after `make kernels`, with
+//! GPUNVME_KERNELS_BUILD pointing at
 //! kernels/build if the source tree is elsewhere.
 //!
 //! There is no NVMe drive the GPU can reach on that machine, so the rings
@@ -14,7 +15,7 @@
 //! controller is exercised in the VM suite.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,6 +52,8 @@ struct Fixture {
     disk: Mutex<Vec<u8>>,
     run: AtomicBool,
     respond: AtomicBool,
+    /// Bumped whenever the rings are reset to slot 0, phase 1.
+    generation: AtomicU32,
 }
 
 impl Fixture {
@@ -58,7 +61,15 @@ impl Fixture {
         let mut head = vec![0u32; rings.len()];
         let mut tail = vec![0u32; rings.len()];
         let mut phase = vec![1u32; rings.len()];
+        let mut generation = self.generation.load(Ordering::Acquire);
         while self.run.load(Ordering::Acquire) {
+            let g = self.generation.load(Ordering::Acquire);
+            if g != generation {
+                generation = g;
+                head.iter_mut().for_each(|h| *h = 0);
+                tail.iter_mut().for_each(|t| *t = 0);
+                phase.iter_mut().for_each(|p| *p = 1);
+            }
             if !self.respond.load(Ordering::Acquire) {
                 std::thread::yield_now();
                 continue;
@@ -201,6 +212,13 @@ impl<'g> Run<'g> {
         unsafe { std::ptr::write_bytes(self.res.cpu(), 0, self.res.len()) };
     }
 
+    fn clear_buffer(&self) {
+        // SAFETY: args holds the IoArgs written in new().
+        let a = unsafe { self.args.at::<IoArgs>(0).read() };
+        let zeros = vec![0u8; (QUEUES * CMDS * BLOCKS) as usize * LBA];
+        self.gpu.copy_to_device(a.buf, &zeros).unwrap();
+    }
+
     fn result(&self, q: usize) -> IoResult {
         // SAFETY: written by the kernel, which has finished.
         unsafe { self.res.at::<IoResult>(q * std::mem::size_of::<IoResult>()).read_volatile() }
@@ -229,6 +247,12 @@ impl<'g> Run<'g> {
     }
 }
 
+/// Fresh rings on both sides: the GPU's queue pairs and the fixture's.
+fn fresh(run: &Run, fx: &Fixture) {
+    run.reset();
+    fx.generation.fetch_add(1, Ordering::AcqRel);
+}
+
 fn with_fixture<F: FnOnce(&Gpu, &Run, &Fixture)>(f: F) {
     let gpu = Gpu::open(0).expect("a GPU");
     eprintln!(
@@ -245,15 +269,22 @@ fn with_fixture<F: FnOnce(&Gpu, &Run, &Fixture)>(f: F) {
         disk: Mutex::new(vec![0u8; bytes + (1 << 20)]),
         run: AtomicBool::new(true),
         respond: AtomicBool::new(true),
+        generation: AtomicU32::new(0),
     });
     let rings: Vec<usize> = run.rings.iter().map(|r| r.cpu() as usize).collect();
+    // Stops the server even when an assertion panics, so the scope ends.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Release);
+        }
+    }
     std::thread::scope(|s| {
         let fx2 = fx.clone();
         let g = &gpu;
-        let server = s.spawn(move || fx2.serve(g, &rings));
+        s.spawn(move || fx2.serve(g, &rings));
+        let _stop = StopOnDrop(&fx.run);
         f(&gpu, &run, &fx);
-        fx.run.store(false, Ordering::Release);
-        server.join().unwrap();
     });
 }
 
@@ -264,6 +295,7 @@ fn write_then_read_verify_through_the_rings() {
         run.launch("write").unwrap();
         for q in 0..QUEUES as usize {
             let r = run.result(q);
+            eprintln!("# write q{q}: {r:?}");
             assert_eq!((r.status, r.completed), (0, CMDS), "write, queue {q}: {r:?}");
         }
         // Every byte the GPU wrote went through the rings to the disk.
@@ -275,7 +307,10 @@ fn write_then_read_verify_through_the_rings() {
         }
         assert!(disk[total..].iter().all(|&b| b == 0), "nothing past the range");
 
-        run.reset();
+        // The write kernel left the pattern in VRAM: clear it, so only
+        // data the reads deliver can pass the check.
+        fresh(run, fx);
+        run.clear_buffer();
         run.launch("read_verify").unwrap();
         for q in 0..QUEUES as usize {
             let r = run.result(q);
@@ -285,10 +320,13 @@ fn write_then_read_verify_through_the_rings() {
 
         // The check can fail: one flipped word on the disk is one mismatch.
         fx.disk.lock().unwrap()[8 * 1000] ^= 0x40;
-        run.reset();
+        fresh(run, fx);
+        run.clear_buffer();
         run.launch("read_verify").unwrap();
-        let m: u32 = (0..QUEUES as usize).map(|q| run.result(q).mismatches).sum();
-        assert_eq!(m, 1);
+        let r: Vec<IoResult> = (0..QUEUES as usize).map(|q| run.result(q)).collect();
+        eprintln!("# after one flipped word: {r:?}");
+        assert!(r.iter().all(|r| r.status == 0 && r.completed == CMDS), "{r:?}");
+        assert_eq!(r.iter().map(|r| r.mismatches).sum::<u32>(), 1);
     });
 }
 
@@ -306,7 +344,7 @@ fn stop_flag_ends_a_kernel_whose_controller_never_answers() {
         eprintln!("# stopped in {:?}", t0.elapsed());
 
         // And without the stop flag the per-wait deadline ends it.
-        run.reset();
+        fresh(run, fx);
         run.set_stop(0);
         run.launch("read_verify").unwrap();
         for q in 0..QUEUES as usize {
