@@ -38,6 +38,18 @@ wv() { # seed lba count [extra args]: write then verify in a second process
 
 single_io() { wv 11 0 1; }
 
+# No GPU in the VM: gpu-run must say so (naming every library tried),
+# fail, and leave the controller as it was.
+gpu_run_without_gpu() {
+	out=$(gpunvme gpu-run "$BDF" --kernel write --queues 2 2>&1)
+	rc=$?
+	echo "$out"
+	[ "$rc" -ne 0 ] || return 1
+	echo "$out" | grep -q "^gpunvme: gpu-run: no GPU: no GPU runtime library could be loaded" || return 1
+	echo "$out" | grep -q "libcuda.so.1: dlopen failed" || return 1
+	wv 12 8 1
+}
+
 read_out_matches_pattern() {
 	gpunvme read "$BDF" --lba 0 --count 1 --out "$T/r0" || return 1
 	gpunvme pattern --seed 11 --lba 0 --count 1 --lba-size "$LBA_SIZE" > "$T/p0" || return 1
@@ -187,7 +199,7 @@ back_to_gpunvme() {
 	gpunvme verify "$BDF" --pattern 21 --lba 64 --count 256
 }
 
-ktap_plan 18
+ktap_plan 19
 ktap_check "setup: module loaded, controller bound" setup
 # setup ran in a subshell: read the values again here.
 LBA_SIZE=$(sed -n 's/.*"lba_size": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
@@ -198,6 +210,7 @@ QUEUES=$(sed -n 's/.*"io_queues": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
 MDTS_BLOCKS=$((MDTS / ${LBA_SIZE:-512}))
 [ "$MDTS_BLOCKS" -gt 65536 ] && MDTS_BLOCKS=65536
 ktap_check "single I/O: write + verify one block" single_io
+ktap_check "gpu-run without a GPU fails clearly, controller untouched" gpu_run_without_gpu
 ktap_check "read --out equals gpunvme pattern" read_out_matches_pattern
 ktap_check "verify reports the first mismatch" verify_detects_a_wrong_seed
 ktap_check "multi-block write + verify" multi_block

@@ -2,6 +2,7 @@
 
 mod bench;
 mod blockio;
+mod gpu_run;
 mod uring;
 
 use std::path::PathBuf;
@@ -129,6 +130,11 @@ enum Cmd {
     /// 4); with --block-device, the same matrix on a kernel nvme device
     /// (O_DIRECT io_uring, or pread threads with --pread). Table on stdout.
     Bench(bench::BenchArgs),
+    /// Run an example GPU kernel (write, read-verify, sweep) against a
+    /// controller bound to gpunvme: VRAM exported to the controller, queue
+    /// pairs imported into the GPU (direct, else bridged), every import
+    /// route reported. Needs a GPU, ROCm or the NVIDIA driver, and root.
+    GpuRun(gpu_run::GpuRunArgs),
 }
 
 fn main() -> ExitCode {
@@ -189,6 +195,7 @@ fn run(cli: Cli) -> Res {
             lba_size,
         } => blockio::print_pattern(seed, lba, count, lba_size),
         Cmd::Bench(a) => bench::bench(&sysfs, &a),
+        Cmd::GpuRun(a) => gpu_run::gpu_run(&sysfs, &a),
     }
 }
 

@@ -61,12 +61,13 @@ fn help_lists_exactly_the_subcommands() {
         names,
         [
             "list", "info", "bind", "unbind", "probe", "read", "write", "verify", "pattern",
-            "bench", "help"
+            "bench", "gpu-run", "help"
         ],
         "{out}"
     );
     for sub in [
         "list", "info", "bind", "unbind", "probe", "read", "write", "verify", "pattern", "bench",
+        "gpu-run",
     ] {
         let o = gpunvme(&[sub, "--help"]);
         assert!(o.status.success(), "{sub} --help");
@@ -100,6 +101,22 @@ fn help_lists_exactly_the_subcommands() {
     ] {
         assert!(b.contains(opt), "bench --help lacks {opt}");
     }
+    let g = stdout(&gpunvme(&["gpu-run", "--help"]));
+    for opt in [
+        "--kernel", "--queues", "--depth", "--cmds", "--blocks", "--slba", "--seed", "--mode",
+        "--code-objects", "--gpu", "--timeout-ms", "--json", "read-verify", "bridged",
+    ] {
+        assert!(g.contains(opt), "gpu-run --help lacks {opt}");
+    }
+}
+
+#[test]
+fn gpu_run_without_a_controller_node_fails_cleanly() {
+    let o = gpunvme(&["gpu-run", "--dev", "97", "--kernel", "write"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("/dev/gpunvme97"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
 }
 
 #[test]
