@@ -153,6 +153,9 @@ struct gpunvme_info {
  * both queues on the controller (SQ first) before their memory is freed.
  * Errors: EINVAL, ENOSPC (no I/O queue left: info.io_queues in use),
  * ENOMEM, EIO (the controller failed the command; the log has its status),
+ * ETIMEDOUT (the controller did not answer the admin command in time),
+ * EOPNOTSUPP (a doorbell stride of 4 KiB or more puts this queue's SQ and
+ * CQ doorbells on two pages, which one doorbell page cannot export),
  * ENODEV (unbound).
  */
 struct gpunvme_qpair_create {
@@ -177,7 +180,7 @@ struct gpunvme_qpair_create {
  * struct gpunvme_qpair_destroy - delete a queue pair this file created.
  * @qid: in: from GPUNVME_IOC_CREATE_QPAIR.
  * Errors: ENOENT (no such queue pair on this file, e.g. destroyed twice),
- * EINVAL, EIO, ENODEV. The queue memory stays mapped (and allocated) until
+ * EINVAL, EIO, ETIMEDOUT (admin command deadline), ENODEV. The queue memory stays mapped (and allocated) until
  * the file is closed, so stale mappings never reach freed memory.
  */
 struct gpunvme_qpair_destroy {
@@ -202,7 +205,7 @@ struct gpunvme_qpair_destroy {
  * @handle:    out: names the mapping for GPUNVME_IOC_UNMAP.
  * @reserved:  in: zero.
  * Errors: EINVAL (alignment, size), EFAULT (not mapped, or dma_addrs bad),
- * ENOMEM, ENODEV.
+ * ENOMEM, EIO (DMA mapping failed), ENODEV.
  */
 struct gpunvme_map_host {
 	__u32 size;
@@ -220,7 +223,8 @@ struct gpunvme_map_host {
  * controller's DMA, the way RDMA imports GPU memory.
  * @fd:        in: the dma-buf file descriptor (the module takes its own
  *             reference; the fd may be closed afterwards).
- * @max_pages: in: room in @dma_addrs, in 4 KiB pages.
+ * @max_pages: in: room in @dma_addrs, in 4 KiB pages: 1 ..
+ *             GPUNVME_MAX_MAP_BYTES / 4096 (so at most 64 MiB per import).
  * @dma_addrs: in: user pointer to __u64[max_pages]; out (through it): the
  *             DMA address of each 4 KiB page, ready for PRP entries.
  * @len:       out: bytes mapped (the whole dma-buf).
@@ -234,8 +238,9 @@ struct gpunvme_map_host {
  * once: I/O to its addresses then fails in the IOMMU and the command
  * completes with an error status.
  * Errors: EBADF, EINVAL (size not 4 KiB multiple, more pages than
- * max_pages, unaligned segments), EOPNOTSUPP, ETIMEDOUT (exporter fences),
- * ENODEV.
+ * max_pages, max_pages out of range, unaligned segments), EOPNOTSUPP,
+ * ETIMEDOUT (exporter fences), EINTR/ERESTARTSYS (a signal during that
+ * wait), ENODEV.
  */
 struct gpunvme_map_dmabuf {
 	__u32 size;
@@ -251,9 +256,10 @@ struct gpunvme_map_dmabuf {
 /**
  * struct gpunvme_unmap - undo GPUNVME_IOC_MAP_HOST or GPUNVME_IOC_MAP_DMABUF.
  * @handle: in.
- * Errors: ENOENT (unknown handle, e.g. unmapped twice), EBUSY (this file
- * still has queue pairs on the controller, which may DMA into the buffer:
- * destroy them first), EINVAL.
+ * Errors: ENOENT (unknown handle, e.g. unmapped twice; also after unbind,
+ * which already released every mapping), EBUSY (this file still has queue
+ * pairs on the controller, which may DMA into the buffer: destroy them
+ * first), EINVAL.
  */
 struct gpunvme_unmap {
 	__u32 size;
@@ -288,7 +294,9 @@ struct gpunvme_unmap {
  *
  * Every export is revoked when its queue pair is destroyed, its file closed
  * or the controller unbound: importers get invalidate_mappings and later
- * maps fail with ENODEV. Errors: ENOENT (no such live queue pair), EINVAL.
+ * maps fail with ENODEV. Errors: ENOENT (no such live queue pair), EINVAL,
+ * ENODEV (unbound), EOPNOTSUPP (no p2pdma provider for the doorbell),
+ * ENOMEM, EMFILE (no free descriptor).
  */
 struct gpunvme_export {
 	__u32 size;

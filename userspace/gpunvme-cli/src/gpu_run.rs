@@ -141,7 +141,14 @@ pub fn plan(a: &GpuRunArgs, lba_size: u32, capacity: u64, mdts: Option<u32>) -> 
             a.nsid
         ));
     }
-    Ok(blocks * lba_size as u64)
+    let bytes = blocks * lba_size as u64;
+    if bytes > gpunvme::sys::GPUNVME_MAX_MAP_BYTES as u64 {
+        return Err(format!(
+            "{bytes} bytes of VRAM for the run; the module imports at most {} per dma-buf: fewer --queues, --cmds or --blocks",
+            gpunvme::sys::GPUNVME_MAX_MAP_BYTES
+        ));
+    }
+    Ok(bytes)
 }
 
 /// One queue pair as the GPU sees it.
@@ -428,6 +435,8 @@ mod tests {
         let e = plan(&args(&["--queues", "4", "--slba", "1000"]), 512, 2000, None).unwrap_err();
         assert!(e.contains("do not fit"), "{e}");
         assert!(plan(&args(&["--depth", "1"]), 512, 1 << 20, None).is_err());
-        assert!(plan(&args(&["--cmds", "0"]), 512, 1 << 20, None).is_err());
+        assert!(plan(&args(&["--cmds", "0"]), 512, 1 << 40, None).is_err());
+        let e = plan(&args(&["--queues", "64", "--cmds", "1024", "--blocks", "2"]), 4096, 1 << 40, None).unwrap_err();
+        assert!(e.contains("at most"), "{e}");
     }
 }

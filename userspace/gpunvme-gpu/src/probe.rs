@@ -168,20 +168,22 @@ pub fn classify(kind: RuntimeKind, arch: &str, peer_mmio_register: bool) -> (Doo
         RuntimeKind::Cuda => {
             let sm = arch.strip_prefix("sm_").and_then(|s| s.parse::<u32>().ok());
             match sm {
-                Some(v) if v >= 60 && peer_mmio_register => (
+                Some(v) if v >= 70 && peer_mmio_register => (
                     DoorbellMode::Direct,
                     format!(
                         "{arch}: the CUDA driver can map the doorbell page as peer I/O memory \
                          (cuMemHostRegister with CU_MEMHOSTREGISTER_IOMEMORY); confirmed at queue creation"
                     ),
                 ),
-                Some(v) if v >= 60 => (
+                Some(v) if v >= 70 => (
                     DoorbellMode::BridgeOnly,
                     format!("{arch}: this CUDA driver lacks cuMemHostRegister_v2; the CPU bridge relays the doorbell"),
                 ),
                 _ => (
-                    DoorbellMode::BridgeOnly,
-                    format!("{arch}: below sm_60, no peer-to-peer MMIO mapping; the CPU bridge relays the doorbell"),
+                    DoorbellMode::None,
+                    format!(
+                        "{arch}: below sm_70; the device library's system-scope fences need sm_70 or newer"
+                    ),
                 ),
             }
         }
@@ -344,8 +346,12 @@ mod tests {
             DoorbellMode::BridgeOnly
         );
         assert_eq!(
-            classify(RuntimeKind::Cuda, "sm_52", true).0,
-            DoorbellMode::BridgeOnly
+            classify(RuntimeKind::Cuda, "sm_60", true).0,
+            DoorbellMode::None
+        );
+        assert_eq!(
+            classify(RuntimeKind::Cuda, "sm_70", true).0,
+            DoorbellMode::Direct
         );
         assert!(
             DoorbellMode::Direct > DoorbellMode::BridgeOnly
