@@ -63,12 +63,21 @@ pub(crate) struct Relay {
     last_head: u32,
     cq_slot: u32,
     phase: bool,
-    last_bad: u32,
+    last_bad_tail: u32,
+    last_bad_head: u32,
 }
 
 impl Relay {
     pub(crate) fn new(depth: u32) -> Self {
-        Self { depth, last_tail: 0, last_head: 0, cq_slot: 0, phase: true, last_bad: u32::MAX }
+        Self {
+            depth,
+            last_tail: 0,
+            last_head: 0,
+            cq_slot: 0,
+            phase: true,
+            last_bad_tail: u32::MAX,
+            last_bad_head: u32::MAX,
+        }
     }
 
     /// One pass; true when anything moved.
@@ -84,11 +93,11 @@ impl Relay {
                 c.sq_doorbell_writes += 1;
                 c.max_sq_tail = c.max_sq_tail.max(tail.into());
                 progress = true;
-            } else if tail != self.last_bad {
+            } else if tail != self.last_bad_tail {
                 // Out of range: never forwarded (the controller would flag
                 // it); counted once per distinct value.
                 c.bad_doorbell_values += 1;
-                self.last_bad = tail;
+                self.last_bad_tail = tail;
             }
         }
 
@@ -110,11 +119,16 @@ impl Relay {
         }
 
         let head = port.shadow_cq_head();
-        if head != self.last_head && head < self.depth {
-            port.ring_cq(head);
-            self.last_head = head;
-            c.cq_doorbell_writes += 1;
-            progress = true;
+        if head != self.last_head {
+            if head < self.depth {
+                port.ring_cq(head);
+                self.last_head = head;
+                c.cq_doorbell_writes += 1;
+                progress = true;
+            } else if head != self.last_bad_head {
+                c.bad_doorbell_values += 1;
+                self.last_bad_head = head;
+            }
         }
         progress
     }
@@ -388,6 +402,13 @@ mod tests {
         r.step(&m, &mut c);
         assert_eq!(m.sq_rings.borrow().len(), 0);
         assert_eq!(m.cq_rings.borrow().len(), 0);
-        assert_eq!(c.bad_doorbell_values, 1);
+        // One bad tail and one bad head, each counted once while it stays.
+        assert_eq!(c.bad_doorbell_values, 2);
+        r.step(&m, &mut c);
+        assert_eq!(c.bad_doorbell_values, 2);
+        m.head.set(8);
+        r.step(&m, &mut c);
+        assert_eq!(c.bad_doorbell_values, 3);
+        assert_eq!(m.cq_rings.borrow().len(), 0);
     }
 }

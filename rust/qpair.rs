@@ -46,7 +46,7 @@ pub(crate) fn round_to_page(n: usize) -> usize {
 
 /// Where this queue's doorbells are: the BAR0 page that holds them and
 /// their offsets in it. `None` when the SQ and CQ doorbells fall on
-/// different pages (a doorbell stride of 2 KiB or more).
+/// different pages (a doorbell stride of 4 KiB or more, CAP.DSTRD >= 10).
 pub(crate) fn doorbell_page(cap: Cap, qid: u16) -> Option<(usize, u32, u32)> {
     let sq = cap.sq_doorbell(qid);
     let cq = cap.cq_doorbell(qid);
