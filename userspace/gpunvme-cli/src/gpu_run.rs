@@ -361,10 +361,11 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     drop(dmabuf);
     drop(vram);
 
+    // Sweep: each round is one batch of min(lanes, cmds) reads.
     let expect = if a.kernel == Kernel::Sweep { a.rounds.saturating_mul(lanes.min(a.cmds)) } else { a.cmds };
     let mut failed = stuck;
     for r in &results {
-        failed |= r.status != 0 || r.mismatches != 0 || (a.kernel != Kernel::Sweep && r.completed != expect);
+        failed |= r.status != 0 || r.mismatches != 0 || r.completed != expect;
     }
     if a.json {
         let per: Vec<_> = results

@@ -219,6 +219,14 @@ impl<'g> Run<'g> {
         self.gpu.copy_to_device(a.buf, &zeros).unwrap();
     }
 
+    fn set_rounds(&self, rounds: u32) {
+        // SAFETY: args holds one IoArgs; no kernel runs.
+        unsafe {
+            let p = self.args.at::<IoArgs>(0);
+            p.write(IoArgs { rounds, ..p.read() });
+        }
+    }
+
     fn result(&self, q: usize) -> IoResult {
         // SAFETY: written by the kernel, which has finished.
         unsafe { self.res.at::<IoResult>(q * std::mem::size_of::<IoResult>()).read_volatile() }
@@ -316,6 +324,17 @@ fn write_then_read_verify_through_the_rings() {
             let r = run.result(q);
             assert_eq!((r.status, r.completed, r.mismatches), (0, CMDS, 0), "read, queue {q}: {r:?}");
             assert!(r.ticks_total > 0);
+        }
+
+        // The sweep: rounds of one batch per queue, timed on the GPU clock.
+        fresh(run, fx);
+        run.set_rounds(4);
+        run.launch("sweep").unwrap();
+        for q in 0..QUEUES as usize {
+            let r = run.result(q);
+            eprintln!("# sweep q{q}: {r:?}");
+            assert_eq!((r.status, r.completed), (0, 4 * (DEPTH - 1)), "sweep, queue {q}: {r:?}");
+            assert!(r.ticks_max_round > 0 && r.ticks_max_round <= r.ticks_total);
         }
 
         // The check can fail: one flipped word on the disk is one mismatch.
