@@ -40,6 +40,9 @@ gpunvme bench "$GPUNVME_BDF" --block-device "$kdev" --qd 1,8 --qpairs 1 --durati
 
 step "what this machine can do for a GPU"
 gpunvme probe || true
+echo "(on a machine with a GPU, this runs the example kernel on the GPU against the controller;"
+echo " in this VM it must say clearly that there is no GPU and leave the controller untouched)"
+gpunvme gpu-run "$GPUNVME_BDF" --kernel write || true
 
 step "give the controller back to the kernel's nvme driver; the data is still there"
 gpunvme unbind --to-nvme "$GPUNVME_BDF"

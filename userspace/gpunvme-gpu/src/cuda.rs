@@ -4,7 +4,7 @@
 use std::ffi::{c_int, c_uint, c_void, CString};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::{GpuError, Result};
 use crate::gpu::Backend;
@@ -197,14 +197,7 @@ impl Cuda {
     /// Waits (bounded) until the copy stream is idle: a copy from pageable
     /// memory may return before its DMA reached the device.
     fn finish_copy(&self, what: &str, stream: usize) -> Result<()> {
-        let t0 = Instant::now();
-        while !self.stream_done(stream)? {
-            if t0.elapsed() > COPY_DEADLINE {
-                return Err(GpuError(format!("{what} did not finish in {COPY_DEADLINE:?}")));
-            }
-            std::hint::spin_loop();
-        }
-        Ok(())
+        crate::gpu::poll_until(what, COPY_DEADLINE, None, || self.stream_done(stream))
     }
 
     fn attr(&self, attr: c_int) -> Result<c_int> {

@@ -35,6 +35,27 @@ pub(crate) trait Backend: Send + Sync {
     fn release_import(&self, undo: Undo);
 }
 
+/// Polls `done` until it is true, failing once `deadline` has passed;
+/// sleeps `pause` between polls, or spins when `None`.
+pub(crate) fn poll_until(
+    what: &str,
+    deadline: Duration,
+    pause: Option<Duration>,
+    mut done: impl FnMut() -> Result<bool>,
+) -> Result<()> {
+    let t0 = Instant::now();
+    while !done()? {
+        if t0.elapsed() > deadline {
+            return Err(GpuError(format!("{what} still running after {deadline:?}")));
+        }
+        match pause {
+            Some(p) => std::thread::sleep(p),
+            None => std::hint::spin_loop(),
+        }
+    }
+    Ok(())
+}
+
 /// A GPU opened for use: allocation, export, import, launch.
 pub struct Gpu {
     backend: Box<dyn Backend>,
@@ -318,19 +339,12 @@ impl Launch<'_> {
     /// library bounds each of its waits, so a kernel still running past a
     /// generous deadline is stuck: raise its stop flag and wait again.
     pub fn wait(&self, deadline: Duration) -> Result<()> {
-        let t0 = Instant::now();
-        loop {
-            if self.is_done()? {
-                return Ok(());
-            }
-            if t0.elapsed() > deadline {
-                return Err(GpuError(format!(
-                    "kernel {} still running after {:?}",
-                    self.name, deadline
-                )));
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        poll_until(
+            &format!("kernel {}", self.name),
+            deadline,
+            Some(Duration::from_micros(200)),
+            || self.is_done(),
+        )
     }
 }
 

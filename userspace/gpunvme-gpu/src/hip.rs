@@ -7,7 +7,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use libloading::{Library, Symbol};
 
@@ -208,14 +208,7 @@ impl Hip {
 
     /// Waits (bounded) until the copy stream is idle.
     fn finish_copy(&self, what: &str, stream: usize) -> Result<()> {
-        let t0 = Instant::now();
-        while !self.stream_done(stream)? {
-            if t0.elapsed() > COPY_DEADLINE {
-                return Err(GpuError(format!("{what} did not finish in {COPY_DEADLINE:?}")));
-            }
-            std::hint::spin_loop();
-        }
-        Ok(())
+        crate::gpu::poll_until(what, COPY_DEADLINE, None, || self.stream_done(stream))
     }
 
     fn hsa_err(&self, lib: &Library, st: HsaStatus) -> String {
