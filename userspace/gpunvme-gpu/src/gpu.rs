@@ -4,6 +4,7 @@ use std::ffi::c_void;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
+use crate::driver::Driver;
 use crate::error::{GpuError, Result};
 use crate::import::{try_routes, ImportReport, Imported, Region, Route, Undo};
 use crate::probe::{probe_with, GpuDevice, RuntimeInfo, RuntimeKind, DEFAULT_LIBRARIES};
@@ -109,8 +110,8 @@ impl Gpu {
             })?;
         let rt = Runtime::load(&runtime.library, runtime.kind).map_err(GpuError)?;
         let backend: Box<dyn Backend> = match runtime.kind {
-            RuntimeKind::Cuda => Box::new(crate::cuda::Cuda::open(rt, index)?),
-            RuntimeKind::Hip => Box::new(crate::hip::Hip::open(rt, index, &device)?),
+            RuntimeKind::Cuda => Box::new(Driver::new(crate::cuda::Cuda::open(rt, index)?)?),
+            RuntimeKind::Hip => Box::new(Driver::new(crate::hip::Hip::open(rt, index, &device)?)?),
         };
         Ok(Gpu {
             backend,

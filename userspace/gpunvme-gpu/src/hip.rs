@@ -1,19 +1,16 @@
-//! The HIP backend (`libamdhip64`), with the HSA runtime and libdrm for the
-//! import routes HIP itself lacks. Written against hip_runtime_api.h,
-//! hsa_ext_amd.h and amdgpu.h; it has not run on AMD hardware here (no AMD
-//! GPU on the project's machines): every call's failure is reported, never
-//! assumed away.
+//! AMD GPUs through HIP (`libamdhip64`), with the HSA runtime and libdrm
+//! for the import routes HIP itself lacks. Written against
+//! hip_runtime_api.h, hsa_ext_amd.h and amdgpu.h; it has not run on AMD
+//! hardware here (no AMD GPU on the project's machines): every call's
+//! failure is reported, never assumed away.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::Mutex;
-use std::time::Duration;
 
 use libloading::{Library, Symbol};
 
-use crate::cuda::{dup_fd, ExtMemBufferDesc, ExtMemHandleDesc};
+use crate::driver::{Api, Dialect, Vendor};
 use crate::error::{GpuError, Result};
-use crate::gpu::Backend;
 use crate::import::{Region, Route, Undo};
 use crate::probe::GpuDevice;
 use crate::runtime::Runtime;
@@ -22,41 +19,6 @@ type HipError = c_int;
 type HipInit = unsafe extern "C" fn(c_uint) -> HipError;
 type HipSetDevice = unsafe extern "C" fn(c_int) -> HipError;
 type HipDeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> HipError;
-type HipMalloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> HipError;
-type HipFree = unsafe extern "C" fn(*mut c_void) -> HipError;
-type HipMemGetHandleForAddressRange =
-    unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int, u64) -> HipError;
-type HipHostMalloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> HipError;
-type HipHostFree = unsafe extern "C" fn(*mut c_void) -> HipError;
-type HipHostGetDevicePointer = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_uint) -> HipError;
-type HipMemcpyHtoDAsync = unsafe extern "C" fn(*mut c_void, *const c_void, usize, *mut c_void) -> HipError;
-type HipMemcpyDtoHAsync = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void) -> HipError;
-type HipModuleLoadData = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> HipError;
-type HipModuleUnload = unsafe extern "C" fn(*mut c_void) -> HipError;
-type HipModuleGetFunction = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> HipError;
-type HipStreamCreateWithFlags = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> HipError;
-type HipStreamQuery = unsafe extern "C" fn(*mut c_void) -> HipError;
-type HipStreamDestroy = unsafe extern "C" fn(*mut c_void) -> HipError;
-#[allow(clippy::type_complexity)]
-type HipModuleLaunchKernel = unsafe extern "C" fn(
-    *mut c_void,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    *mut c_void,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> HipError;
-type HipImportExternalMemory = unsafe extern "C" fn(*mut *mut c_void, *const ExtMemHandleDesc) -> HipError;
-type HipExternalMemoryGetMappedBuffer =
-    unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const ExtMemBufferDesc) -> HipError;
-type HipDestroyExternalMemory = unsafe extern "C" fn(*mut c_void) -> HipError;
-type HipHostRegister = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> HipError;
-type HipHostUnregister = unsafe extern "C" fn(*mut c_void) -> HipError;
 
 type HsaStatus = c_int;
 type HsaAgent = u64;
@@ -93,16 +55,7 @@ struct DrmImportResult {
     alloc_size: u64,
 }
 
-const HIP_ERROR_NOT_READY: HipError = 600;
-/// Longest a copy may take before it counts as failed.
-const COPY_DEADLINE: Duration = Duration::from_secs(10);
 const HIP_DEVICE_ATTRIBUTE_WALL_CLOCK_RATE: c_int = 10017; // kHz
-const HIP_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
-const HIP_HOST_MALLOC_MAPPED: c_uint = 0x2;
-const HIP_HOST_MALLOC_COHERENT: c_uint = 0x4000_0000;
-const HIP_HOST_REGISTER_MAPPED: c_uint = 0x2;
-const HIP_HOST_REGISTER_IO_MEMORY: c_uint = 0x4;
-const HIP_STREAM_NON_BLOCKING: c_uint = 1;
 const HSA_AGENT_INFO_DEVICE: c_int = 17;
 const HSA_DEVICE_TYPE_GPU: u32 = 1;
 const HSA_AMD_AGENT_INFO_BDFID: c_int = 0xA006;
@@ -115,6 +68,40 @@ const AMDGPU_VM_MTYPE_UC: u64 = 4 << 5;
 
 const HSA_LIBRARIES: &[&str] = &["libhsa-runtime64.so.1", "libhsa-runtime64.so"];
 const DRM_LIBRARIES: &[&str] = &["libdrm_amdgpu.so.1", "libdrm_amdgpu.so"];
+
+pub(crate) static HIP: Dialect = Dialect {
+    alloc: "hipMalloc",
+    free: "hipFree",
+    host_alloc: "hipHostMalloc",
+    host_get_device_pointer: "hipHostGetDevicePointer",
+    host_free: "hipHostFree",
+    htod_async: "hipMemcpyHtoDAsync",
+    dtoh_async: "hipMemcpyDtoHAsync",
+    module_load_data: "hipModuleLoadData",
+    module_unload: "hipModuleUnload",
+    module_get_function: "hipModuleGetFunction",
+    launch_kernel: "hipModuleLaunchKernel",
+    stream_create: "hipStreamCreateWithFlags",
+    stream_query: "hipStreamQuery",
+    stream_destroy: "hipStreamDestroy",
+    import_external: "hipImportExternalMemory",
+    mapped_buffer: "hipExternalMemoryGetMappedBuffer",
+    destroy_external: "hipDestroyExternalMemory",
+    host_register: "hipHostRegister",
+    host_unregister: "hipHostUnregister",
+    handle_for_range: "hipMemGetHandleForAddressRange",
+    host_register_route: "hipHostRegister",
+    host_register_io_route: "hipHostRegister(IoMemory)",
+    import_hint: " (KFD's GET_DMABUF_INFO accepts only amdgpu's own dma-bufs)",
+    // hipHostMallocMapped | hipHostMallocCoherent: fine-grained, so the GPU
+    // sees CPU writes while a kernel runs.
+    host_alloc_flags: 0x2 | 0x4000_0000,
+    host_register_mapped: 0x2, // hipHostRegisterMapped
+    host_register_io: 0x4,     // hipHostRegisterIoMemory
+    stream_non_blocking: 1,    // hipStreamNonBlocking
+    not_ready: 600,            // hipErrorNotReady
+    who: "this HIP runtime",
+};
 
 fn open_first(names: &[&str]) -> std::result::Result<Library, String> {
     let mut errs = Vec::new();
@@ -144,26 +131,8 @@ pub(crate) struct Hip {
     dev: c_int,
     bus_id: Option<String>,
     hsa: Option<Library>,
-    /// Non-blocking stream for copies, so they never wait for a kernel.
-    copy_stream: Mutex<usize>,
-}
-
-// SAFETY: the HIP runtime is thread-safe; every call selects the device on
-// the calling thread first.
-unsafe impl Send for Hip {}
-// SAFETY: as above.
-unsafe impl Sync for Hip {}
-
-macro_rules! sym {
-    ($self:expr, $ty:ty, $name:literal) => {
-        {
-            #[allow(unused_unsafe)]
-            // SAFETY: $ty is the signature of $name in hip_runtime_api.h.
-            let s = unsafe { $self.rt.sym::<$ty>($name) };
-            s
-        }
-        .ok_or_else(|| GpuError(format!("this HIP runtime has no {}", $name)))?
-    };
+    set_device: HipSetDevice,
+    attribute: HipDeviceGetAttribute,
 }
 
 fn hsa_sym<'l, T>(lib: &'l Library, name: &str) -> std::result::Result<Symbol<'l, T>, String> {
@@ -171,44 +140,29 @@ fn hsa_sym<'l, T>(lib: &'l Library, name: &str) -> std::result::Result<Symbol<'l
     unsafe { lib.get::<T>(name.as_bytes()) }.map_err(|_| format!("the HSA runtime has no {name}"))
 }
 
+fn sym<T: Copy>(rt: &Runtime, name: &str) -> Result<T> {
+    // SAFETY: callers name T with the symbol's hip_runtime_api.h signature;
+    // the pointer is used only while `rt` (owned by Hip) is loaded.
+    unsafe { rt.sym::<T>(name) }
+        .map(|s| *s)
+        .ok_or_else(|| GpuError(format!("this HIP runtime has no {name}")))
+}
+
 impl Hip {
     pub(crate) fn open(rt: Runtime, index: u32, device: &GpuDevice) -> Result<Self> {
+        let init: HipInit = sym(&rt, "hipInit")?;
+        // SAFETY: plain call.
+        rt.check("hipInit", unsafe { init(0) })?;
         let me = Hip {
+            set_device: sym(&rt, "hipSetDevice")?,
+            attribute: sym(&rt, "hipDeviceGetAttribute")?,
             rt,
             dev: index as c_int,
             bus_id: device.pci_bus_id.clone(),
             hsa: open_first(HSA_LIBRARIES).ok(),
-            copy_stream: Mutex::new(0),
         };
-        let init = sym!(me, HipInit, "hipInit");
-        // SAFETY: plain call.
-        me.rt.check("hipInit", unsafe { init(0) })?;
         me.bind()?;
         Ok(me)
-    }
-
-    fn bind(&self) -> Result<()> {
-        let f = sym!(self, HipSetDevice, "hipSetDevice");
-        // SAFETY: plain call with a device index that exists (probed).
-        self.rt.check("hipSetDevice", unsafe { f(self.dev) })
-    }
-
-    fn copy_stream_locked(&self, slot: &mut usize) -> Result<usize> {
-        if *slot == 0 {
-            let create = sym!(self, HipStreamCreateWithFlags, "hipStreamCreateWithFlags");
-            let mut s = std::ptr::null_mut();
-            // SAFETY: out-parameter owned here.
-            self.rt.check("hipStreamCreateWithFlags", unsafe {
-                create(&mut s, HIP_STREAM_NON_BLOCKING)
-            })?;
-            *slot = s as usize;
-        }
-        Ok(*slot)
-    }
-
-    /// Waits (bounded) until the copy stream is idle.
-    fn finish_copy(&self, what: &str, stream: usize) -> Result<()> {
-        crate::gpu::poll_until(what, COPY_DEADLINE, None, || self.stream_done(stream))
     }
 
     fn hsa_err(&self, lib: &Library, st: HsaStatus) -> String {
@@ -263,68 +217,6 @@ impl Hip {
             (true, false) => Ok(gpus),
             (true, true) => Err("HSA lists no GPU agent".into()),
         }
-    }
-
-    fn route_hip_external<'a>(&'a self, region: &Region<'a>) -> Option<Route<'a>> {
-        let fd = region.dmabuf?;
-        let len = region.len;
-        Some((
-            "hipImportExternalMemory",
-            Box::new(move || {
-                self.bind().map_err(|e| e.0)?;
-                let s = |n: &str| format!("this HIP runtime has no {n}");
-                // SAFETY: signatures from hip_runtime_api.h; the desc
-                // layouts equal CUDA's (asserted in cuda.rs).
-                unsafe {
-                    let import = self
-                        .rt
-                        .sym::<HipImportExternalMemory>("hipImportExternalMemory")
-                        .ok_or_else(|| s("hipImportExternalMemory"))?;
-                    let map = self
-                        .rt
-                        .sym::<HipExternalMemoryGetMappedBuffer>("hipExternalMemoryGetMappedBuffer")
-                        .ok_or_else(|| s("hipExternalMemoryGetMappedBuffer"))?;
-                    let destroy = self
-                        .rt
-                        .sym::<HipDestroyExternalMemory>("hipDestroyExternalMemory")
-                        .ok_or_else(|| s("hipDestroyExternalMemory"))?;
-                    let dfd = dup_fd(fd.as_raw_fd())?;
-                    let desc = ExtMemHandleDesc::opaque_fd(dfd, len as u64);
-                    let mut ext = std::ptr::null_mut();
-                    let r = import(&mut ext, &desc);
-                    if r != 0 {
-                        libc::close(dfd);
-                        return Err(format!(
-                            "hipImportExternalMemory(OpaqueFd) failed: {} (KFD's GET_DMABUF_INFO \
-                             accepts only amdgpu's own dma-bufs)",
-                            self.rt.err_name(r)
-                        ));
-                    }
-                    let b = ExtMemBufferDesc {
-                        offset: 0,
-                        size: len as u64,
-                        flags: 0,
-                        reserved: [0; 16],
-                    };
-                    let mut p = std::ptr::null_mut();
-                    let r = map(&mut p, ext, &b);
-                    if r != 0 {
-                        destroy(ext);
-                        return Err(format!(
-                            "hipExternalMemoryGetMappedBuffer failed: {}",
-                            self.rt.err_name(r)
-                        ));
-                    }
-                    Ok((
-                        p as u64,
-                        Undo::External {
-                            ext: ext as usize,
-                            ptr: p as u64,
-                        },
-                    ))
-                }
-            }),
-        ))
     }
 
     fn route_hsa_interop<'a>(&'a self, region: &Region<'a>) -> Option<Route<'a>> {
@@ -501,54 +393,26 @@ impl Hip {
             }),
         ))
     }
-
-    fn route_host_register<'a>(&'a self, region: &Region<'a>) -> Option<Route<'a>> {
-        let cpu = region.cpu?;
-        let (len, mmio) = (region.len, region.mmio);
-        Some((
-            if mmio {
-                "hipHostRegister(IoMemory)"
-            } else {
-                "hipHostRegister"
-            },
-            Box::new(move || {
-                self.bind().map_err(|e| e.0)?;
-                let s = |n: &str| format!("this HIP runtime has no {n}");
-                // SAFETY: signatures from hip_runtime_api.h; `cpu` is this
-                // process's live mapping of `len` bytes.
-                unsafe {
-                    let reg = self.rt.sym::<HipHostRegister>("hipHostRegister").ok_or_else(|| s("hipHostRegister"))?;
-                    let get = self
-                        .rt
-                        .sym::<HipHostGetDevicePointer>("hipHostGetDevicePointer")
-                        .ok_or_else(|| s("hipHostGetDevicePointer"))?;
-                    let unreg = self.rt.sym::<HipHostUnregister>("hipHostUnregister").ok_or_else(|| s("hipHostUnregister"))?;
-                    let flags = HIP_HOST_REGISTER_MAPPED | if mmio { HIP_HOST_REGISTER_IO_MEMORY } else { 0 };
-                    let r = reg(cpu.cast(), len, flags);
-                    if r != 0 {
-                        return Err(format!("hipHostRegister failed: {}", self.rt.err_name(r)));
-                    }
-                    let mut d = std::ptr::null_mut();
-                    let r = get(&mut d, cpu.cast(), 0);
-                    if r != 0 {
-                        unreg(cpu.cast());
-                        return Err(format!("hipHostGetDevicePointer failed: {}", self.rt.err_name(r)));
-                    }
-                    Ok((d as u64, Undo::HostRegister { cpu: cpu as usize }))
-                }
-            }),
-        ))
-    }
 }
 
-impl Backend for Hip {
+impl Vendor for Hip {
+    const DIALECT: &'static Dialect = &HIP;
+
+    fn rt(&self) -> &Runtime {
+        &self.rt
+    }
+
+    fn bind(&self) -> Result<()> {
+        // SAFETY: plain call with a device index that exists (probed).
+        self.rt.check("hipSetDevice", unsafe { (self.set_device)(self.dev) })
+    }
+
     fn tick_hz(&self) -> Result<u64> {
         self.bind()?;
-        let f = sym!(self, HipDeviceGetAttribute, "hipDeviceGetAttribute");
         let mut khz = 0;
         // SAFETY: out-parameter owned here.
         self.rt.check("hipDeviceGetAttribute(WallClockRate)", unsafe {
-            f(&mut khz, HIP_DEVICE_ATTRIBUTE_WALL_CLOCK_RATE, self.dev)
+            (self.attribute)(&mut khz, HIP_DEVICE_ATTRIBUTE_WALL_CLOCK_RATE, self.dev)
         })?;
         if khz <= 0 {
             return Err(GpuError(format!("the wall clock rate is reported as {khz} kHz")));
@@ -556,199 +420,47 @@ impl Backend for Hip {
         Ok(khz as u64 * 1000)
     }
 
-    fn alloc_device(&self, bytes: usize) -> Result<u64> {
-        self.bind()?;
-        let f = sym!(self, HipMalloc, "hipMalloc");
-        let mut p = std::ptr::null_mut();
-        // SAFETY: out-parameter owned here.
-        self.rt.check(&format!("hipMalloc({bytes})"), unsafe { f(&mut p, bytes) })?;
-        Ok(p as u64)
-    }
-
-    fn free_device(&self, ptr: u64) {
-        // SAFETY: hipFree's signature; ptr from hipMalloc, freed once.
-        if let Some(f) = unsafe { self.rt.sym::<HipFree>("hipFree") } {
-            let _ = self.bind();
-            unsafe { f(ptr as *mut c_void) };
-        }
-    }
-
-    fn export_dmabuf(&self, ptr: u64, bytes: usize) -> Result<OwnedFd> {
-        self.bind()?;
-        let mut fd: c_int = -1;
+    fn export_dmabuf(&self, api: &Api, ptr: u64, bytes: usize) -> Result<OwnedFd> {
         // ROCm 7: hipMemGetHandleForAddressRange; before: HSA's export.
-        // SAFETY: signatures from hip_runtime_api.h / hsa_ext_amd.h; the
-        // out-parameters are owned here.
-        unsafe {
-            if let Some(f) = self
-                .rt
-                .sym::<HipMemGetHandleForAddressRange>("hipMemGetHandleForAddressRange")
-            {
-                self.rt.check(
-                    "hipMemGetHandleForAddressRange(DmaBufFd)",
-                    f((&mut fd as *mut c_int).cast(), ptr as *mut c_void, bytes, HIP_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0),
-                )?;
-            } else {
-                let lib = self
-                    .hsa
-                    .as_ref()
-                    .ok_or("no hipMemGetHandleForAddressRange and no HSA runtime to export VRAM")?;
-                let f: Symbol<HsaExportDmabuf> = hsa_sym(lib, "hsa_amd_portable_export_dmabuf")?;
-                let mut off = 0u64;
-                let st = f(ptr as *const c_void, bytes, &mut fd, &mut off);
-                if st != 0 {
-                    return Err(GpuError(format!(
-                        "hsa_amd_portable_export_dmabuf failed: {}",
-                        self.hsa_err(lib, st)
-                    )));
-                }
-                if off != 0 {
-                    libc::close(fd);
-                    return Err(GpuError(format!(
-                        "the VRAM allocation starts {off} bytes into its dma-buf; the module maps whole dma-bufs"
-                    )));
-                }
-            }
-            Ok(OwnedFd::from_raw_fd(fd))
+        if let Some(r) = api.export_range(&self.rt, ptr, bytes) {
+            return r;
         }
-    }
-
-    fn alloc_host_mapped(&self, bytes: usize) -> Result<(*mut u8, u64)> {
-        self.bind()?;
-        let alloc = sym!(self, HipHostMalloc, "hipHostMalloc");
-        let get = sym!(self, HipHostGetDevicePointer, "hipHostGetDevicePointer");
-        let mut p = std::ptr::null_mut();
-        let mut d = std::ptr::null_mut();
-        // SAFETY: out-parameters owned here. Coherent: fine-grained, so the
-        // GPU sees CPU writes while a kernel runs.
-        unsafe {
-            self.rt.check(
-                "hipHostMalloc(Mapped|Coherent)",
-                alloc(&mut p, bytes, HIP_HOST_MALLOC_MAPPED | HIP_HOST_MALLOC_COHERENT),
-            )?;
-            self.rt.check("hipHostGetDevicePointer", get(&mut d, p, 0))?;
+        let lib = self
+            .hsa
+            .as_ref()
+            .ok_or("no hipMemGetHandleForAddressRange and no HSA runtime to export VRAM")?;
+        let f: Symbol<HsaExportDmabuf> = hsa_sym(lib, "hsa_amd_portable_export_dmabuf")?;
+        let (mut fd, mut off): (c_int, u64) = (-1, 0);
+        // SAFETY: hsa_ext_amd.h signature; out-parameters owned here.
+        let st = unsafe { f(ptr as *const c_void, bytes, &mut fd, &mut off) };
+        if st != 0 {
+            return Err(GpuError(format!(
+                "hsa_amd_portable_export_dmabuf failed: {}",
+                self.hsa_err(lib, st)
+            )));
         }
-        Ok((p.cast(), d as u64))
-    }
-
-    fn free_host_mapped(&self, cpu: *mut u8) {
-        // SAFETY: hipHostFree's signature; from hipHostMalloc, freed once.
-        if let Some(f) = unsafe { self.rt.sym::<HipHostFree>("hipHostFree") } {
-            unsafe { f(cpu.cast()) };
+        // SAFETY: a new descriptor owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        if off != 0 {
+            return Err(GpuError(format!(
+                "the VRAM allocation starts {off} bytes into its dma-buf; the module maps whole dma-bufs"
+            )));
         }
+        Ok(fd)
     }
 
-    fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
-        self.bind()?;
-        let f = sym!(self, HipMemcpyHtoDAsync, "hipMemcpyHtoDAsync");
-        let mut slot = self.copy_stream.lock().unwrap_or_else(|p| p.into_inner());
-        let s = self.copy_stream_locked(&mut slot)?;
-        // SAFETY: src stays borrowed until the copy finished (below).
-        self.rt.check("hipMemcpyHtoDAsync", unsafe {
-            f(dst as *mut c_void, src.as_ptr().cast(), src.len(), s as *mut c_void)
-        })?;
-        self.finish_copy("host-to-device copy", s)
+    fn extra_routes<'a>(&'a self, region: &Region<'a>) -> Vec<Route<'a>> {
+        [self.route_hsa_interop(region), self.route_libdrm(region)]
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
-    fn copy_from_device(&self, dst: &mut [u8], src: u64) -> Result<()> {
-        self.bind()?;
-        let f = sym!(self, HipMemcpyDtoHAsync, "hipMemcpyDtoHAsync");
-        let mut slot = self.copy_stream.lock().unwrap_or_else(|p| p.into_inner());
-        let s = self.copy_stream_locked(&mut slot)?;
-        // SAFETY: dst stays borrowed until the copy finished (below).
-        self.rt.check("hipMemcpyDtoHAsync", unsafe {
-            f(dst.as_mut_ptr().cast(), src as *mut c_void, dst.len(), s as *mut c_void)
-        })?;
-        self.finish_copy("device-to-host copy", s)
-    }
-
-    fn load_module(&self, image: &[u8]) -> Result<usize> {
-        self.bind()?;
-        let f = sym!(self, HipModuleLoadData, "hipModuleLoadData");
-        let mut m = std::ptr::null_mut();
-        // SAFETY: image is a complete code object.
-        self.rt.check("hipModuleLoadData", unsafe { f(&mut m, image.as_ptr().cast()) })?;
-        Ok(m as usize)
-    }
-
-    fn unload_module(&self, module: usize) {
-        // SAFETY: hipModuleUnload's signature; loaded once, unloaded once.
-        if let Some(f) = unsafe { self.rt.sym::<HipModuleUnload>("hipModuleUnload") } {
-            unsafe { f(module as *mut c_void) };
-        }
-    }
-
-    fn function(&self, module: usize, name: &str) -> Result<usize> {
-        let f = sym!(self, HipModuleGetFunction, "hipModuleGetFunction");
-        let cname = CString::new(name).map_err(|_| GpuError("bad kernel name".into()))?;
-        let mut func = std::ptr::null_mut();
-        // SAFETY: live module, NUL-terminated name.
-        self.rt.check(&format!("hipModuleGetFunction({name})"), unsafe {
-            f(&mut func, module as *mut c_void, cname.as_ptr())
-        })?;
-        Ok(func as usize)
-    }
-
-    fn launch(&self, func: usize, grid: u32, block: u32, params: &mut [*mut c_void]) -> Result<usize> {
-        self.bind()?;
-        let create = sym!(self, HipStreamCreateWithFlags, "hipStreamCreateWithFlags");
-        let launch = sym!(self, HipModuleLaunchKernel, "hipModuleLaunchKernel");
-        let mut s = std::ptr::null_mut();
-        // SAFETY: params point at values alive across the call.
-        unsafe {
-            self.rt
-                .check("hipStreamCreateWithFlags", create(&mut s, HIP_STREAM_NON_BLOCKING))?;
-            self.rt.check(
-                "hipModuleLaunchKernel",
-                launch(func as *mut c_void, grid, 1, 1, block, 1, 1, 0, s, params.as_mut_ptr(), std::ptr::null_mut()),
-            )?;
-        }
-        Ok(s as usize)
-    }
-
-    fn stream_done(&self, stream: usize) -> Result<bool> {
-        let f = sym!(self, HipStreamQuery, "hipStreamQuery");
-        // SAFETY: live stream.
-        match unsafe { f(stream as *mut c_void) } {
-            0 => Ok(true),
-            HIP_ERROR_NOT_READY => Ok(false),
-            r => Err(GpuError(format!("the kernel failed: {}", self.rt.err_name(r)))),
-        }
-    }
-
-    fn destroy_stream(&self, stream: usize) {
-        // SAFETY: hipStreamDestroy's signature; idle stream, destroyed once.
-        if let Some(f) = unsafe { self.rt.sym::<HipStreamDestroy>("hipStreamDestroy") } {
-            unsafe { f(stream as *mut c_void) };
-        }
-    }
-
-    fn import_routes<'a>(&'a self, region: &Region<'a>) -> Vec<Route<'a>> {
-        [
-            self.route_hip_external(region),
-            self.route_hsa_interop(region),
-            self.route_libdrm(region),
-            self.route_host_register(region),
-        ]
-        .into_iter()
-        .flatten()
-        .collect()
-    }
-
-    fn release_import(&self, undo: Undo) {
-        let _ = self.bind();
+    fn release_extra(&self, undo: Undo) {
         // SAFETY: each handle came from the matching successful route and
         // is released once, in reverse order of its creation.
         unsafe {
             match undo {
-                Undo::External { ext, ptr } => {
-                    if let Some(f) = self.rt.sym::<HipFree>("hipFree") {
-                        f(ptr as *mut c_void);
-                    }
-                    if let Some(d) = self.rt.sym::<HipDestroyExternalMemory>("hipDestroyExternalMemory") {
-                        d(ext as *mut c_void);
-                    }
-                }
                 Undo::HsaInterop { ptr } => {
                     if let Some(lib) = &self.hsa {
                         if let Ok(u) = hsa_sym::<HsaInteropUnmapBuffer>(lib, "hsa_amd_interop_unmap_buffer") {
@@ -774,21 +486,8 @@ impl Backend for Hip {
                     libc::munmap(va as *mut c_void, len as usize);
                     libc::close(fd);
                 }
-                Undo::HostRegister { cpu } => {
-                    if let Some(u) = self.rt.sym::<HipHostUnregister>("hipHostUnregister") {
-                        u(cpu as *mut c_void);
-                    }
-                }
+                Undo::External { .. } | Undo::HostRegister { .. } => {}
             }
-        }
-    }
-}
-
-impl Drop for Hip {
-    fn drop(&mut self) {
-        let s = *self.copy_stream.get_mut().unwrap_or_else(|p| p.into_inner());
-        if s != 0 {
-            self.destroy_stream(s);
         }
     }
 }

@@ -37,6 +37,7 @@ compile_error!(
 
 pub mod code_object;
 mod cuda;
+mod driver;
 mod error;
 pub mod fine_grain;
 mod gpu;
