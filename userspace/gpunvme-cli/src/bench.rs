@@ -221,13 +221,32 @@ fn worker_seed(a: &BenchArgs, i: u64) -> u64 {
         .wrapping_add(i + 1)
 }
 
-/// All workers' latencies, or the first worker's error.
-fn merge<E>(lats: Vec<Result<Vec<u64>, E>>) -> Result<Vec<u64>, E> {
+/// One cell of the matrix: `workers` threads run `work(i)` at once; their
+/// latencies merged into the cell, or the first worker's error.
+fn run_cell<E: Send>(
+    qpairs: u32,
+    qd: u32,
+    workers: usize,
+    work: impl Fn(usize) -> Result<Vec<u64>, E> + Sync,
+) -> Result<Cell, E> {
+    let t = Instant::now();
+    let lats: Vec<Result<Vec<u64>, E>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..workers)
+            .map(|i| {
+                let work = &work;
+                s.spawn(move || work(i))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("bench worker panicked"))
+            .collect()
+    });
+    let secs = t.elapsed().as_secs_f64();
     let mut all = Vec::new();
     for l in lats {
         all.extend(l?);
     }
-    Ok(all)
+    Ok(cell(qpairs, qd, all, secs))
 }
 
 fn stop_for(a: &BenchArgs, qpairs: u32) -> Stop {
@@ -294,27 +313,12 @@ fn gpunvme_run(
                 .map(|_| DmaBuffer::new(&ctrl, qd as usize))
                 .collect::<gpunvme::Result<Vec<_>>>()?;
             let stop = stop_for(a, qpairs);
-            let t = Instant::now();
-            let lats: Vec<gpunvme::Result<Vec<u64>>> = std::thread::scope(|s| {
-                let hs: Vec<_> = bufs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, buf)| {
-                        let ctrl = &ctrl;
-                        let seed = worker_seed(a, i as u64);
-                        s.spawn(move || {
-                            gpunvme_worker(
-                                ctrl, buf, a.nsid, lba_size, blocks4k, qd, stop, seed, mode,
-                            )
-                        })
-                    })
-                    .collect();
-                hs.into_iter()
-                    .map(|h| h.join().expect("bench worker panicked"))
-                    .collect()
-            });
-            let secs = t.elapsed().as_secs_f64();
-            results.push(cell(qpairs, qd, merge(lats)?, secs));
+            results.push(run_cell(qpairs, qd, bufs.len(), |i| {
+                let seed = worker_seed(a, i as u64);
+                gpunvme_worker(
+                    &ctrl, &bufs[i], a.nsid, lba_size, blocks4k, qd, stop, seed, mode,
+                )
+            })?);
         }
     }
     let (target, method) = match mode {
@@ -455,20 +459,9 @@ fn kernel_run(a: &BenchArgs, dev: &PathBuf) -> Result<Run, Box<dyn std::error::E
         for &qd in &a.qd {
             if uring.is_ok() {
                 let stop = stop_for(a, qpairs);
-                let t = Instant::now();
-                let lats: Vec<Result<Vec<u64>, String>> = std::thread::scope(|s| {
-                    let hs: Vec<_> = (0..qpairs)
-                        .map(|i| {
-                            let seed = worker_seed(a, i as u64);
-                            s.spawn(move || uring_worker(fd, blocks4k, qd, stop, seed))
-                        })
-                        .collect();
-                    hs.into_iter()
-                        .map(|h| h.join().expect("bench thread panicked"))
-                        .collect()
-                });
-                let secs = t.elapsed().as_secs_f64();
-                results.push(cell(qpairs, qd, merge(lats)?, secs));
+                results.push(run_cell(qpairs, qd, qpairs as usize, |i| {
+                    uring_worker(fd, blocks4k, qd, stop, worker_seed(a, i as u64))
+                })?);
                 continue;
             }
             let threads = qpairs * qd;
@@ -480,44 +473,34 @@ fn kernel_run(a: &BenchArgs, dev: &PathBuf) -> Result<Run, Box<dyn std::error::E
                 ops: a.ops.map(|o| o.div_ceil(threads as u64)),
             };
             let failed = AtomicBool::new(false);
-            let t = Instant::now();
-            let lats: Vec<Result<Vec<u64>, String>> = std::thread::scope(|s| {
-                let hs: Vec<_> = (0..threads)
-                    .map(|i| {
-                        let failed = &failed;
-                        let seed = worker_seed(a, i as u64);
-                        s.spawn(move || -> Result<Vec<u64>, String> {
-                            let buf = Aligned::new(1).map_err(|e| e.to_string())?;
-                            let mut rng = Rng(seed | 1);
-                            let mut lat = Vec::with_capacity(1 << 14);
-                            let mut n = 0u64;
-                            while !stop.done(n) && !failed.load(Ordering::Relaxed) {
-                                let off = (rng.next() % blocks4k) * BS as u64;
-                                let t0 = Instant::now();
-                                // SAFETY: buf is BS bytes, ours; fd is open.
-                                let r = unsafe {
-                                    libc::pread(fd, buf.block(0).cast(), BS, off as libc::off_t)
-                                };
-                                if r != BS as isize {
-                                    failed.store(true, Ordering::Relaxed);
-                                    return Err(format!(
-                                        "pread at {off}: {}",
-                                        std::io::Error::last_os_error()
-                                    ));
-                                }
-                                lat.push(t0.elapsed().as_nanos() as u64);
-                                n += 1;
-                            }
-                            Ok(lat)
-                        })
-                    })
-                    .collect();
-                hs.into_iter()
-                    .map(|h| h.join().expect("bench thread panicked"))
-                    .collect()
-            });
-            let secs = t.elapsed().as_secs_f64();
-            results.push(cell(qpairs, qd, merge(lats)?, secs));
+            results.push(run_cell(
+                qpairs,
+                qd,
+                threads as usize,
+                |i| -> Result<Vec<u64>, String> {
+                    let buf = Aligned::new(1).map_err(|e| e.to_string())?;
+                    let mut rng = Rng(worker_seed(a, i as u64) | 1);
+                    let mut lat = Vec::with_capacity(1 << 14);
+                    let mut n = 0u64;
+                    while !stop.done(n) && !failed.load(Ordering::Relaxed) {
+                        let off = (rng.next() % blocks4k) * BS as u64;
+                        let t0 = Instant::now();
+                        // SAFETY: buf is BS bytes, ours; fd is open.
+                        let r =
+                            unsafe { libc::pread(fd, buf.block(0).cast(), BS, off as libc::off_t) };
+                        if r != BS as isize {
+                            failed.store(true, Ordering::Relaxed);
+                            return Err(format!(
+                                "pread at {off}: {}",
+                                std::io::Error::last_os_error()
+                            ));
+                        }
+                        lat.push(t0.elapsed().as_nanos() as u64);
+                        n += 1;
+                    }
+                    Ok(lat)
+                },
+            )?);
         }
     }
     drop(f);
