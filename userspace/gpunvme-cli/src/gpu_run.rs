@@ -111,7 +111,12 @@ pub struct GpuRunArgs {
 const MAX_CMD_BYTES: u64 = 8192;
 
 /// Checks the arguments against the controller before anything is set up.
-pub fn plan(a: &GpuRunArgs, lba_size: u32, capacity: u64, mdts: Option<u32>) -> Result<u64, String> {
+pub fn plan(
+    a: &GpuRunArgs,
+    lba_size: u32,
+    capacity: u64,
+    mdts: Option<u32>,
+) -> Result<u64, String> {
     if a.queues == 0 || a.cmds == 0 || a.blocks == 0 {
         return Err("--queues, --cmds and --blocks must be at least 1".into());
     }
@@ -129,11 +134,16 @@ pub fn plan(a: &GpuRunArgs, lba_size: u32, capacity: u64, mdts: Option<u32>) -> 
     }
     if let Some(m) = mdts {
         if cmd_bytes > m as u64 {
-            return Err(format!("{cmd_bytes} bytes per command exceeds the controller's MDTS of {m} bytes"));
+            return Err(format!(
+                "{cmd_bytes} bytes per command exceeds the controller's MDTS of {m} bytes"
+            ));
         }
     }
     let blocks = a.queues as u64 * a.cmds as u64 * a.blocks as u64;
-    if a.slba.checked_add(blocks).map_or(true, |end| end > capacity) {
+    if a.slba
+        .checked_add(blocks)
+        .map_or(true, |end| end > capacity)
+    {
         return Err(format!(
             "LBAs {}..{} do not fit namespace {} ({capacity} blocks)",
             a.slba,
@@ -162,13 +172,28 @@ struct GpuQueue<'c, 'g> {
 /// A pair whose memory the GPU could not map, handed back with the reports.
 type ImportFailure<'c> = Box<(QueuePair<'c>, Vec<ImportReport>, String)>;
 
-fn import_pair<'c, 'g>(gpu: &'g Gpu, qp: QueuePair<'c>) -> Result<GpuQueue<'c, 'g>, ImportFailure<'c>> {
+fn import_pair<'c, 'g>(
+    gpu: &'g Gpu,
+    qp: QueuePair<'c>,
+) -> Result<GpuQueue<'c, 'g>, ImportFailure<'c>> {
     let mem = qp.memory();
     let direct = qp.mode() == Mode::Direct;
     let parts = [
-        (ExportKind::Doorbell, "doorbell page", mem.doorbell_page, 4096, direct),
+        (
+            ExportKind::Doorbell,
+            "doorbell page",
+            mem.doorbell_page,
+            4096,
+            direct,
+        ),
         (ExportKind::Sq, "SQ", mem.sq, mem.sq_len, false),
-        (ExportKind::Cq, if direct { "CQ" } else { "CQ mirror" }, mem.cq, mem.cq_len, false),
+        (
+            ExportKind::Cq,
+            if direct { "CQ" } else { "CQ mirror" },
+            mem.cq,
+            mem.cq_len,
+            false,
+        ),
     ];
     let mut imports = Vec::new();
     let mut reports = Vec::new();
@@ -202,11 +227,19 @@ fn import_pair<'c, 'g>(gpu: &'g Gpu, qp: QueuePair<'c>) -> Result<GpuQueue<'c, '
             Some(i) => imports.push(i),
             None => {
                 drop(imports);
-                return Err(Box::new((qp, reports, format!("the GPU could not map {what}"))));
+                return Err(Box::new((
+                    qp,
+                    reports,
+                    format!("the GPU could not map {what}"),
+                )));
             }
         }
     }
-    Ok(GpuQueue { imports, reports, qp })
+    Ok(GpuQueue {
+        imports,
+        reports,
+        qp,
+    })
 }
 
 pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
@@ -222,16 +255,33 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         .iter()
         .find(|n| n.nsid == a.nsid)
         .copied()
-        .ok_or_else(|| format!("gpu-run: namespace {} is not active on {}", a.nsid, info.bdf))?;
-    let bytes = plan(a, ns.lba_size, ns.capacity_lbas, info.max_transfer_bytes).map_err(|e| format!("gpu-run: {e}"))?;
+        .ok_or_else(|| {
+            format!(
+                "gpu-run: namespace {} is not active on {}",
+                a.nsid, info.bdf
+            )
+        })?;
+    let bytes = plan(a, ns.lba_size, ns.capacity_lbas, info.max_transfer_bytes)
+        .map_err(|e| format!("gpu-run: {e}"))?;
     if a.depth > info.max_queue_entries {
-        return Err(format!("gpu-run: --depth {} exceeds the controller's {}", a.depth, info.max_queue_entries).into());
+        return Err(format!(
+            "gpu-run: --depth {} exceeds the controller's {}",
+            a.depth, info.max_queue_entries
+        )
+        .into());
     }
 
     let gpu = Gpu::open(a.gpu).map_err(|e| format!("gpu-run: {e}"))?;
     let dev = gpu.device().clone();
     let kind = gpu.runtime().kind;
-    eprintln!("gpu-run: GPU {} {} {} via {} ({})", dev.index, dev.name, dev.arch, gpu.runtime().library, kind);
+    eprintln!(
+        "gpu-run: GPU {} {} {} via {} ({})",
+        dev.index,
+        dev.name,
+        dev.arch,
+        gpu.runtime().library,
+        kind
+    );
     eprintln!("gpu-run: {}", fg.describe());
     let (co_path, image) = code_object::load(&a.code_objects, kind, &dev.arch, a.kernel.name())?;
     eprintln!("gpu-run: code object {}", co_path.display());
@@ -295,21 +345,26 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     }
     for (q, gq) in queues.iter().enumerate() {
         let m = gq.qp.memory();
-        let (db, sq, cq) = (gq.imports[0].device_ptr, gq.imports[1].device_ptr, gq.imports[2].device_ptr);
+        let (db, sq, cq) = (
+            gq.imports[0].device_ptr,
+            gq.imports[1].device_ptr,
+            gq.imports[2].device_ptr,
+        );
         // SAFETY: qps holds `queues` QPairs; nothing reads them yet.
         unsafe {
-            qps.at::<QPair>(q * std::mem::size_of::<QPair>()).write(QPair {
-                sq,
-                cq,
-                sq_db: db + m.sq_db_offset as u64,
-                cq_db: db + m.cq_db_offset as u64,
-                stop: stop.dev(),
-                timeout_ticks: hz.saturating_mul(a.timeout_ms) / 1000,
-                tick_hz: hz,
-                depth: a.depth,
-                phase: 1,
-                ..Default::default()
-            })
+            qps.at::<QPair>(q * std::mem::size_of::<QPair>())
+                .write(QPair {
+                    sq,
+                    cq,
+                    sq_db: db + m.sq_db_offset as u64,
+                    cq_db: db + m.cq_db_offset as u64,
+                    stop: stop.dev(),
+                    timeout_ticks: hz.saturating_mul(a.timeout_ms) / 1000,
+                    tick_hz: hz,
+                    depth: a.depth,
+                    phase: 1,
+                    ..Default::default()
+                })
         };
     }
     // SAFETY: args_mem holds one IoArgs.
@@ -330,15 +385,27 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
 
     let entry = code_object::entry_point(a.kernel.name()).expect("known kernel");
     let t0 = Instant::now();
-    let launch = gpu.launch(&module, entry, a.queues, lanes, &[qps.dev(), args_mem.dev(), res.dev()])?;
-    let batches = a.cmds.div_ceil(lanes) as u64 * if a.kernel == Kernel::Sweep { a.rounds as u64 } else { 1 };
-    let deadline = Duration::from_millis(a.timeout_ms.min(2000) * (batches + 2) * 2) + Duration::from_secs(5);
+    let launch = gpu.launch(
+        &module,
+        entry,
+        a.queues,
+        lanes,
+        &[qps.dev(), args_mem.dev(), res.dev()],
+    )?;
+    let batches = a.cmds.div_ceil(lanes) as u64
+        * if a.kernel == Kernel::Sweep {
+            a.rounds as u64
+        } else {
+            1
+        };
+    let deadline =
+        Duration::from_millis(a.timeout_ms.min(2000) * (batches + 2) * 2) + Duration::from_secs(5);
     let waited = launch.wait(deadline);
     let stuck = if waited.is_err() {
         stop_flag(&stop, 1);
-        launch
-            .wait(Duration::from_secs(5))
-            .map_err(|e| format!("gpu-run: {e}, even after the stop flag: the GPU may need a reset"))?;
+        launch.wait(Duration::from_secs(5)).map_err(|e| {
+            format!("gpu-run: {e}, even after the stop flag: the GPU may need a reset")
+        })?;
         true
     } else {
         false
@@ -346,11 +413,25 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let wall = t0.elapsed();
     let results: Vec<IoResult> = (0..a.queues as usize)
         // SAFETY: the kernel finished; res holds `queues` IoResults.
-        .map(|q| unsafe { res.at::<IoResult>(q * std::mem::size_of::<IoResult>()).read_volatile() })
+        .map(|q| unsafe {
+            res.at::<IoResult>(q * std::mem::size_of::<IoResult>())
+                .read_volatile()
+        })
         .collect();
     let routes: Vec<String> = queues
         .iter()
-        .map(|g| format!("q{} {}: {}", g.qp.qid(), g.qp.mode(), g.imports.iter().map(|i| i.route).collect::<Vec<_>>().join(" / ")))
+        .map(|g| {
+            format!(
+                "q{} {}: {}",
+                g.qp.qid(),
+                g.qp.mode(),
+                g.imports
+                    .iter()
+                    .map(|i| i.route)
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            )
+        })
         .collect();
 
     // Teardown: GPU mappings, then queue pairs (the controller stops), then
@@ -362,7 +443,11 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     drop(vram);
 
     // Sweep: each round is one batch of min(lanes, cmds) reads.
-    let expect = if a.kernel == Kernel::Sweep { a.rounds.saturating_mul(lanes.min(a.cmds)) } else { a.cmds };
+    let expect = if a.kernel == Kernel::Sweep {
+        a.rounds.saturating_mul(lanes.min(a.cmds))
+    } else {
+        a.cmds
+    };
     let mut failed = stuck;
     for r in &results {
         failed |= r.status != 0 || r.mismatches != 0 || r.completed != expect;
@@ -377,11 +462,14 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
                        "us_max_round": r.ticks_max_round as f64 * 1e6 / hz as f64})
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&json!({
-            "gpu": dev, "kernel": a.kernel.name(), "code_object": co_path, "queues": per,
-            "routes": routes, "imports": all_reports, "wall_ms": wall.as_secs_f64() * 1e3, "stopped": stuck,
-            "ok": !failed,
-        }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "gpu": dev, "kernel": a.kernel.name(), "code_object": co_path, "queues": per,
+                "routes": routes, "imports": all_reports, "wall_ms": wall.as_secs_f64() * 1e3, "stopped": stuck,
+                "ok": !failed,
+            }))?
+        );
     } else {
         for r in &routes {
             println!("route {r}");
@@ -396,7 +484,12 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
                 r.ticks_total as f64 * 1e6 / hz as f64 / r.completed.max(1) as f64
             );
         }
-        println!("{} in {:.1} ms{}", a.kernel.name(), wall.as_secs_f64() * 1e3, if stuck { " (stopped by the host)" } else { "" });
+        println!(
+            "{} in {:.1} ms{}",
+            a.kernel.name(),
+            wall.as_secs_f64() * 1e3,
+            if stuck { " (stopped by the host)" } else { "" }
+        );
     }
     if failed {
         return Err("gpu-run: the kernel reported errors or mismatches (see above)".into());
@@ -428,16 +521,28 @@ mod tests {
 
     #[test]
     fn plan_checks_everything_before_the_gpu_is_touched() {
-        assert_eq!(plan(&args(&[]), 512, 1 << 20, Some(1 << 20)), Ok(64 * 8 * 512));
+        assert_eq!(
+            plan(&args(&[]), 512, 1 << 20, Some(1 << 20)),
+            Ok(64 * 8 * 512)
+        );
         let e = plan(&args(&["--blocks", "4"]), 4096, 1 << 20, None).unwrap_err();
-        assert!(e.contains("PRP1/PRP2 only") && e.contains("2 blocks"), "{e}");
+        assert!(
+            e.contains("PRP1/PRP2 only") && e.contains("2 blocks"),
+            "{e}"
+        );
         let e = plan(&args(&["--blocks", "8"]), 512, 1 << 20, Some(2048)).unwrap_err();
         assert!(e.contains("MDTS"), "{e}");
         let e = plan(&args(&["--queues", "4", "--slba", "1000"]), 512, 2000, None).unwrap_err();
         assert!(e.contains("do not fit"), "{e}");
         assert!(plan(&args(&["--depth", "1"]), 512, 1 << 20, None).is_err());
         assert!(plan(&args(&["--cmds", "0"]), 512, 1 << 40, None).is_err());
-        let e = plan(&args(&["--queues", "64", "--cmds", "1024", "--blocks", "2"]), 4096, 1 << 40, None).unwrap_err();
+        let e = plan(
+            &args(&["--queues", "64", "--cmds", "1024", "--blocks", "2"]),
+            4096,
+            1 << 40,
+            None,
+        )
+        .unwrap_err();
         assert!(e.contains("at most"), "{e}");
     }
 }

@@ -103,8 +103,20 @@ fn help_lists_exactly_the_subcommands() {
     }
     let g = stdout(&gpunvme(&["gpu-run", "--help"]));
     for opt in [
-        "--kernel", "--queues", "--depth", "--cmds", "--blocks", "--slba", "--seed", "--mode",
-        "--code-objects", "--gpu", "--timeout-ms", "--json", "read-verify", "bridged",
+        "--kernel",
+        "--queues",
+        "--depth",
+        "--cmds",
+        "--blocks",
+        "--slba",
+        "--seed",
+        "--mode",
+        "--code-objects",
+        "--gpu",
+        "--timeout-ms",
+        "--json",
+        "read-verify",
+        "bridged",
     ] {
         assert!(g.contains(opt), "gpu-run --help lacks {opt}");
     }

@@ -130,8 +130,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("gpunvme-co-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let e = load(&dir, RuntimeKind::Hip, "gfx1101", "write").unwrap_err();
-        assert!(e.0.contains("gfx1101/write.o") && e.0.contains("gfx11-generic/write.o"), "{e}");
-        assert!(load(&dir, RuntimeKind::Cuda, "sm_70", "write").unwrap_err().0.contains("sm_70"));
+        assert!(
+            e.0.contains("gfx1101/write.o") && e.0.contains("gfx11-generic/write.o"),
+            "{e}"
+        );
+        assert!(load(&dir, RuntimeKind::Cuda, "sm_70", "write")
+            .unwrap_err()
+            .0
+            .contains("sm_70"));
         std::fs::create_dir_all(dir.join("gfx11-generic")).unwrap();
         std::fs::write(dir.join("gfx11-generic/write.o"), b"\x7fELF").unwrap();
         let (p, b) = load(&dir, RuntimeKind::Hip, "gfx1101", "write").unwrap();

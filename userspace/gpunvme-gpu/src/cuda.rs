@@ -44,11 +44,11 @@ pub(crate) static CUDA: Dialect = Dialect {
     host_register_route: "cuMemHostRegister",
     host_register_io_route: "cuMemHostRegister(IOMEMORY)",
     import_hint: "",
-    host_alloc_flags: 1 | 2,      // CU_MEMHOSTALLOC_PORTABLE | DEVICEMAP
-    host_register_mapped: 2,      // CU_MEMHOSTREGISTER_DEVICEMAP
-    host_register_io: 4,          // CU_MEMHOSTREGISTER_IOMEMORY
-    stream_non_blocking: 1,       // CU_STREAM_NON_BLOCKING
-    not_ready: 600,               // CUDA_ERROR_NOT_READY
+    host_alloc_flags: 1 | 2, // CU_MEMHOSTALLOC_PORTABLE | DEVICEMAP
+    host_register_mapped: 2, // CU_MEMHOSTREGISTER_DEVICEMAP
+    host_register_io: 4,     // CU_MEMHOSTREGISTER_IOMEMORY
+    stream_non_blocking: 1,  // CU_STREAM_NON_BLOCKING
+    not_ready: 600,          // CUDA_ERROR_NOT_READY
     who: "this CUDA driver",
 };
 
@@ -101,8 +101,9 @@ impl Vendor for Cuda {
 
     fn bind(&self) -> Result<()> {
         // SAFETY: the context was retained in open and lives until drop.
-        self.rt
-            .check("cuCtxSetCurrent", unsafe { (self.set_current)(self.ctx as *mut c_void) })
+        self.rt.check("cuCtxSetCurrent", unsafe {
+            (self.set_current)(self.ctx as *mut c_void)
+        })
     }
 
     fn tick_hz(&self) -> Result<u64> {
@@ -114,7 +115,11 @@ impl Vendor for Cuda {
         let mut supported = 0;
         // SAFETY: out-parameter owned here.
         self.rt.check("cuDeviceGetAttribute", unsafe {
-            (self.attribute)(&mut supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, self.dev)
+            (self.attribute)(
+                &mut supported,
+                CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+                self.dev,
+            )
         })?;
         if supported == 0 {
             return Err(GpuError(
@@ -123,8 +128,11 @@ impl Vendor for Cuda {
                     .into(),
             ));
         }
-        api.export_range(&self.rt, ptr, bytes)
-            .unwrap_or_else(|| Err(GpuError("this CUDA driver has no cuMemGetHandleForAddressRange".into())))
+        api.export_range(&self.rt, ptr, bytes).unwrap_or_else(|| {
+            Err(GpuError(
+                "this CUDA driver has no cuMemGetHandleForAddressRange".into(),
+            ))
+        })
     }
 
     fn extra_routes<'a>(&'a self, _region: &Region<'a>) -> Vec<Route<'a>> {

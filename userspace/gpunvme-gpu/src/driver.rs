@@ -28,7 +28,8 @@ type HtoDAsync = unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) ->
 type DtoHAsync = unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> Status;
 type ModuleLoadData = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> Status;
 type ModuleUnload = unsafe extern "C" fn(*mut c_void) -> Status;
-type ModuleGetFunction = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> Status;
+type ModuleGetFunction =
+    unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> Status;
 #[allow(clippy::type_complexity)]
 type LaunchKernel = unsafe extern "C" fn(
     *mut c_void,
@@ -159,11 +160,24 @@ impl Api {
     }
 
     /// VRAM as a dma-buf through the runtime's own call; None if it has none.
-    pub(crate) fn export_range(&self, rt: &Runtime, ptr: u64, bytes: usize) -> Option<Result<OwnedFd>> {
+    pub(crate) fn export_range(
+        &self,
+        rt: &Runtime,
+        ptr: u64,
+        bytes: usize,
+    ) -> Option<Result<OwnedFd>> {
         let f = self.handle_for_range?;
         let mut fd: c_int = -1;
         // SAFETY: the handle out-parameter is an int for DMA_BUF_FD.
-        let r = unsafe { f((&mut fd as *mut c_int).cast(), ptr, bytes, RANGE_HANDLE_DMA_BUF_FD, 0) };
+        let r = unsafe {
+            f(
+                (&mut fd as *mut c_int).cast(),
+                ptr,
+                bytes,
+                RANGE_HANDLE_DMA_BUF_FD,
+                0,
+            )
+        };
         Some(
             rt.check(&format!("{}(DMA_BUF_FD)", self.d.handle_for_range), r)
                 // SAFETY: a new descriptor owned by nobody else.
@@ -328,7 +342,13 @@ impl<V: Vendor> Driver<V> {
                     unsafe { destroy(ext) };
                     return Err(format!("{} failed: {}", d.mapped_buffer, rt.err_name(r)));
                 }
-                Ok((ptr, Undo::External { ext: ext as usize, ptr }))
+                Ok((
+                    ptr,
+                    Undo::External {
+                        ext: ext as usize,
+                        ptr,
+                    },
+                ))
             }),
         ))
     }
@@ -338,7 +358,11 @@ impl<V: Vendor> Driver<V> {
         let (len, mmio) = (region.len, region.mmio);
         let d = V::DIALECT;
         Some((
-            if mmio { d.host_register_io_route } else { d.host_register_route },
+            if mmio {
+                d.host_register_io_route
+            } else {
+                d.host_register_route
+            },
             Box::new(move || {
                 self.v.bind()?;
                 let (reg, unreg) = self
@@ -358,7 +382,11 @@ impl<V: Vendor> Driver<V> {
                     let r = (self.api.host_get_device_pointer)(&mut dev, cpu.cast(), 0);
                     if r != 0 {
                         unreg(cpu.cast());
-                        return Err(format!("{} failed: {}", d.host_get_device_pointer, rt.err_name(r)));
+                        return Err(format!(
+                            "{} failed: {}",
+                            d.host_get_device_pointer,
+                            rt.err_name(r)
+                        ));
                     }
                     Ok((dev, Undo::HostRegister { cpu: cpu as usize }))
                 }
@@ -399,8 +427,14 @@ impl<V: Vendor> Backend for Driver<V> {
         let mut dev = 0u64;
         // SAFETY: out-parameters owned here.
         unsafe {
-            self.check(d.host_alloc, (self.api.host_alloc)(&mut p, bytes, d.host_alloc_flags))?;
-            self.check(d.host_get_device_pointer, (self.api.host_get_device_pointer)(&mut dev, p, 0))?;
+            self.check(
+                d.host_alloc,
+                (self.api.host_alloc)(&mut p, bytes, d.host_alloc_flags),
+            )?;
+            self.check(
+                d.host_get_device_pointer,
+                (self.api.host_get_device_pointer)(&mut dev, p, 0),
+            )?;
         }
         Ok((p.cast(), dev))
     }
@@ -448,12 +482,20 @@ impl<V: Vendor> Backend for Driver<V> {
         let cname = CString::new(name).map_err(|_| GpuError("bad kernel name".into()))?;
         let mut func = std::ptr::null_mut();
         // SAFETY: live module, NUL-terminated name.
-        let r = unsafe { (self.api.module_get_function)(&mut func, module as *mut c_void, cname.as_ptr()) };
+        let r = unsafe {
+            (self.api.module_get_function)(&mut func, module as *mut c_void, cname.as_ptr())
+        };
         self.check(&format!("{}({name})", V::DIALECT.module_get_function), r)?;
         Ok(func as usize)
     }
 
-    fn launch(&self, func: usize, grid: u32, block: u32, params: &mut [*mut c_void]) -> Result<usize> {
+    fn launch(
+        &self,
+        func: usize,
+        grid: u32,
+        block: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<usize> {
         self.v.bind()?;
         let s = self.new_stream()?;
         // SAFETY: params point at argument values that live across the
@@ -486,7 +528,10 @@ impl<V: Vendor> Backend for Driver<V> {
         match unsafe { (self.api.stream_query)(stream as *mut c_void) } {
             0 => Ok(true),
             r if r == V::DIALECT.not_ready => Ok(false),
-            r => Err(GpuError(format!("the kernel failed: {}", self.v.rt().err_name(r)))),
+            r => Err(GpuError(format!(
+                "the kernel failed: {}",
+                self.v.rt().err_name(r)
+            ))),
         }
     }
 
@@ -529,7 +574,10 @@ impl<V: Vendor> Backend for Driver<V> {
 
 impl<V: Vendor> Drop for Driver<V> {
     fn drop(&mut self) {
-        let s = *self.copy_stream.get_mut().unwrap_or_else(|p| p.into_inner());
+        let s = *self
+            .copy_stream
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner());
         if s != 0 {
             self.destroy_stream(s);
         }

@@ -27,7 +27,13 @@ pub(crate) trait Backend: Send + Sync {
     fn unload_module(&self, module: usize);
     fn function(&self, module: usize, name: &str) -> Result<usize>;
     /// Launches on a new non-blocking stream; returns the stream.
-    fn launch(&self, func: usize, grid: u32, block: u32, params: &mut [*mut c_void]) -> Result<usize>;
+    fn launch(
+        &self,
+        func: usize,
+        grid: u32,
+        block: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<usize>;
     /// Ok(true) when everything on the stream finished.
     fn stream_done(&self, stream: usize) -> Result<bool>;
     fn destroy_stream(&self, stream: usize);
@@ -84,7 +90,11 @@ impl Gpu {
     /// error lists every library tried and why it did not do.
     pub fn open_with(libraries: &[&str], index: u32) -> Result<Gpu> {
         let report = probe_with(libraries);
-        let Some(runtime) = report.runtime.clone().filter(|_| !report.devices.is_empty()) else {
+        let Some(runtime) = report
+            .runtime
+            .clone()
+            .filter(|_| !report.devices.is_empty())
+        else {
             let tried: Vec<String> = report
                 .attempts
                 .iter()
@@ -140,7 +150,11 @@ impl Gpu {
     pub fn alloc(&self, bytes: usize) -> Result<DeviceMemory<'_>> {
         let len = bytes.max(1).div_ceil(64 << 10) * (64 << 10);
         let ptr = self.backend.alloc_device(len)?;
-        Ok(DeviceMemory { gpu: self, ptr, len })
+        Ok(DeviceMemory {
+            gpu: self,
+            ptr,
+            len,
+        })
     }
 
     /// Exports device memory as a dma-buf, for `GPUNVME_IOC_MAP_DMABUF`.
@@ -182,7 +196,14 @@ impl Gpu {
 
     /// Launches `name` from `module` on `grid` workgroups of `block` lanes,
     /// with pointer-sized arguments `args`, on its own stream.
-    pub fn launch(&self, module: &Module<'_>, name: &str, grid: u32, block: u32, args: &[u64]) -> Result<Launch<'_>> {
+    pub fn launch(
+        &self,
+        module: &Module<'_>,
+        name: &str,
+        grid: u32,
+        block: u32,
+        args: &[u64],
+    ) -> Result<Launch<'_>> {
         let func = self.backend.function(module.handle, name)?;
         let mut values: Vec<u64> = args.to_vec();
         let mut params: Vec<*mut c_void> = values
@@ -365,7 +386,13 @@ mod tests {
     fn without_a_runtime_open_says_what_was_tried() {
         let e = Gpu::open_with(&["libgpunvme-test-none.so", "libc.so.6"], 0).unwrap_err();
         assert!(e.0.starts_with("no GPU:"), "{e}");
-        assert!(e.0.contains("libgpunvme-test-none.so: dlopen failed"), "{e}");
-        assert!(e.0.contains("libc.so.6: loaded, but it has no `hipGetDeviceCount`"), "{e}");
+        assert!(
+            e.0.contains("libgpunvme-test-none.so: dlopen failed"),
+            "{e}"
+        );
+        assert!(
+            e.0.contains("libc.so.6: loaded, but it has no `hipGetDeviceCount`"),
+            "{e}"
+        );
     }
 }

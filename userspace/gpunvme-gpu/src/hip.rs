@@ -40,13 +40,15 @@ type HsaInteropMapBuffer = unsafe extern "C" fn(
     *mut *const c_void,
 ) -> HsaStatus;
 type HsaInteropUnmapBuffer = unsafe extern "C" fn(*mut c_void) -> HsaStatus;
-type HsaExportDmabuf = unsafe extern "C" fn(*const c_void, usize, *mut c_int, *mut u64) -> HsaStatus;
+type HsaExportDmabuf =
+    unsafe extern "C" fn(*const c_void, usize, *mut c_int, *mut u64) -> HsaStatus;
 
 type DrmInit = unsafe extern "C" fn(c_int, *mut u32, *mut u32, *mut *mut c_void) -> c_int;
 type DrmDeinit = unsafe extern "C" fn(*mut c_void) -> c_int;
 type DrmGetFd = unsafe extern "C" fn(*mut c_void) -> c_int;
 type DrmBoImport = unsafe extern "C" fn(*mut c_void, c_int, u32, *mut DrmImportResult) -> c_int;
-type DrmBoVaOpRaw = unsafe extern "C" fn(*mut c_void, *mut c_void, u64, u64, u64, u64, u32) -> c_int;
+type DrmBoVaOpRaw =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, u64, u64, u64, u64, u32) -> c_int;
 type DrmBoFree = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 #[repr(C)]
@@ -122,7 +124,10 @@ pub(crate) fn bdfid(bus_id: &str) -> Option<u32> {
     let df = it.next()?;
     let bus = u32::from_str_radix(it.next()?, 16).ok()?;
     let (d, f) = df.split_once('.')?;
-    let (d, f) = (u32::from_str_radix(d, 16).ok()?, u32::from_str_radix(f, 16).ok()?);
+    let (d, f) = (
+        u32::from_str_radix(d, 16).ok()?,
+        u32::from_str_radix(f, 16).ok()?,
+    );
     Some(bus << 8 | d << 3 | f)
 }
 
@@ -190,7 +195,10 @@ impl Hip {
         // SAFETY: callback and data as hsa_iterate_agents expects.
         let st = unsafe { iterate(collect, (&mut all as *mut Vec<HsaAgent>).cast()) };
         if st != 0 {
-            return Err(format!("hsa_iterate_agents failed: {}", self.hsa_err(lib, st)));
+            return Err(format!(
+                "hsa_iterate_agents failed: {}",
+                self.hsa_err(lib, st)
+            ));
         }
         let mut gpus = Vec::new();
         let mut mine = Vec::new();
@@ -338,7 +346,14 @@ impl Hip {
                     alloc_size: 0,
                 };
                 // SAFETY: a dma-buf fd and an out-parameter owned here.
-                let r = unsafe { import(dev, AMDGPU_BO_HANDLE_TYPE_DMA_BUF_FD, fd.as_raw_fd() as u32, &mut res) };
+                let r = unsafe {
+                    import(
+                        dev,
+                        AMDGPU_BO_HANDLE_TYPE_DMA_BUF_FD,
+                        fd.as_raw_fd() as u32,
+                        &mut res,
+                    )
+                };
                 if r != 0 {
                     // SAFETY: balances the initialize above.
                     unsafe { deinit(dev) };
@@ -363,7 +378,10 @@ impl Hip {
                         free(res.bo);
                         deinit(dev);
                     }
-                    return Err(format!("reserving {len} bytes of VA: {}", std::io::Error::last_os_error()));
+                    return Err(format!(
+                        "reserving {len} bytes of VA: {}",
+                        std::io::Error::last_os_error()
+                    ));
                 }
                 let flags = AMDGPU_VM_PAGE_READABLE
                     | AMDGPU_VM_PAGE_WRITEABLE
@@ -377,7 +395,10 @@ impl Hip {
                         free(res.bo);
                         deinit(dev);
                     }
-                    return Err(format!("amdgpu_bo_va_op_raw(MAP at 0x{:x}) failed: {r}", va as u64));
+                    return Err(format!(
+                        "amdgpu_bo_va_op_raw(MAP at 0x{:x}) failed: {r}",
+                        va as u64
+                    ));
                 }
                 use std::os::fd::IntoRawFd;
                 Ok((
@@ -404,18 +425,22 @@ impl Vendor for Hip {
 
     fn bind(&self) -> Result<()> {
         // SAFETY: plain call with a device index that exists (probed).
-        self.rt.check("hipSetDevice", unsafe { (self.set_device)(self.dev) })
+        self.rt
+            .check("hipSetDevice", unsafe { (self.set_device)(self.dev) })
     }
 
     fn tick_hz(&self) -> Result<u64> {
         self.bind()?;
         let mut khz = 0;
         // SAFETY: out-parameter owned here.
-        self.rt.check("hipDeviceGetAttribute(WallClockRate)", unsafe {
-            (self.attribute)(&mut khz, HIP_DEVICE_ATTRIBUTE_WALL_CLOCK_RATE, self.dev)
-        })?;
+        self.rt
+            .check("hipDeviceGetAttribute(WallClockRate)", unsafe {
+                (self.attribute)(&mut khz, HIP_DEVICE_ATTRIBUTE_WALL_CLOCK_RATE, self.dev)
+            })?;
         if khz <= 0 {
-            return Err(GpuError(format!("the wall clock rate is reported as {khz} kHz")));
+            return Err(GpuError(format!(
+                "the wall clock rate is reported as {khz} kHz"
+            )));
         }
         Ok(khz as u64 * 1000)
     }
@@ -463,7 +488,9 @@ impl Vendor for Hip {
             match undo {
                 Undo::HsaInterop { ptr } => {
                     if let Some(lib) = &self.hsa {
-                        if let Ok(u) = hsa_sym::<HsaInteropUnmapBuffer>(lib, "hsa_amd_interop_unmap_buffer") {
+                        if let Ok(u) =
+                            hsa_sym::<HsaInteropUnmapBuffer>(lib, "hsa_amd_interop_unmap_buffer")
+                        {
                             u(ptr as *mut c_void);
                         }
                         if let Ok(s) = hsa_sym::<HsaShutDown>(lib, "hsa_shut_down") {
@@ -471,10 +498,24 @@ impl Vendor for Hip {
                         }
                     }
                 }
-                Undo::Drm { dev, bo, va, len, fd } => {
+                Undo::Drm {
+                    dev,
+                    bo,
+                    va,
+                    len,
+                    fd,
+                } => {
                     if let Ok(lib) = open_first(DRM_LIBRARIES) {
                         if let Ok(op) = hsa_sym::<DrmBoVaOpRaw>(&lib, "amdgpu_bo_va_op_raw") {
-                            op(dev as *mut c_void, bo as *mut c_void, 0, len, va, 0, AMDGPU_VA_OP_UNMAP);
+                            op(
+                                dev as *mut c_void,
+                                bo as *mut c_void,
+                                0,
+                                len,
+                                va,
+                                0,
+                                AMDGPU_VA_OP_UNMAP,
+                            );
                         }
                         if let Ok(free) = hsa_sym::<DrmBoFree>(&lib, "amdgpu_bo_free") {
                             free(bo as *mut c_void);

@@ -111,7 +111,9 @@ pub(crate) type Route<'a> = (
 );
 
 /// Tries `routes` in order; stops at the first success.
-pub(crate) fn try_routes(routes: Vec<Route<'_>>) -> (Option<(u64, Undo, &'static str)>, Vec<RouteAttempt>) {
+pub(crate) fn try_routes(
+    routes: Vec<Route<'_>>,
+) -> (Option<(u64, Undo, &'static str)>, Vec<RouteAttempt>) {
     let mut attempts = Vec::new();
     for (name, attempt) in routes {
         match attempt() {
@@ -163,7 +165,10 @@ mod tests {
         let mut third_ran = false;
         let routes: Vec<Route<'_>> = vec![
             ("a", Box::new(|| Err("hipErrorInvalidValue (1)".into()))),
-            ("b", Box::new(|| Ok((0x7000, Undo::HostRegister { cpu: 1 })))),
+            (
+                "b",
+                Box::new(|| Ok((0x7000, Undo::HostRegister { cpu: 1 }))),
+            ),
             (
                 "c",
                 Box::new(|| {

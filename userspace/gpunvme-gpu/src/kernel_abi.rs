@@ -137,12 +137,16 @@ mod tests {
         // published reference value.
         assert_eq!(pattern(0, 8), 0xe220_a839_7b1d_cdaf);
         assert_ne!(pattern(1, 0), pattern(1, 8));
-        assert_eq!(pattern(7, 8) , pattern(7, 15), "one word per 8 bytes");
+        assert_eq!(pattern(7, 8), pattern(7, 15), "one word per 8 bytes");
     }
 
     #[test]
     fn statuses_are_named() {
         assert!(status_name(-110).starts_with("ETIMEDOUT"));
-        assert!(status_name(0x281).contains("SCT 2"), "{}", status_name(0x281));
+        assert!(
+            status_name(0x281).contains("SCT 2"),
+            "{}",
+            status_name(0x281)
+        );
     }
 }

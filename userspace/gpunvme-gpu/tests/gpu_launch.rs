@@ -108,7 +108,15 @@ impl Fixture {
 
     /// WRITE copies GPU -> disk, READ disk -> GPU; PRP1 to its page end,
     /// the rest at PRP2 (two pages at most: the kernels build no lists).
-    fn transfer(&self, gpu: &Gpu, write: bool, slba: u64, bytes: usize, prp1: u64, prp2: u64) -> u32 {
+    fn transfer(
+        &self,
+        gpu: &Gpu,
+        write: bool,
+        slba: u64,
+        bytes: usize,
+        prp1: u64,
+        prp2: u64,
+    ) -> u32 {
         let first = (4096 - (prp1 % 4096) as usize).min(bytes);
         if bytes - first > 4096 {
             return 0x02; // Invalid Field: would need a PRP list
@@ -153,7 +161,9 @@ impl<'g> Run<'g> {
         let qps = gpu
             .alloc_host_mapped(QUEUES as usize * std::mem::size_of::<QPair>())
             .unwrap();
-        let args = gpu.alloc_host_mapped(std::mem::size_of::<IoArgs>()).unwrap();
+        let args = gpu
+            .alloc_host_mapped(std::mem::size_of::<IoArgs>())
+            .unwrap();
         let res = gpu
             .alloc_host_mapped(QUEUES as usize * std::mem::size_of::<IoResult>())
             .unwrap();
@@ -229,7 +239,11 @@ impl<'g> Run<'g> {
 
     fn result(&self, q: usize) -> IoResult {
         // SAFETY: written by the kernel, which has finished.
-        unsafe { self.res.at::<IoResult>(q * std::mem::size_of::<IoResult>()).read_volatile() }
+        unsafe {
+            self.res
+                .at::<IoResult>(q * std::mem::size_of::<IoResult>())
+                .read_volatile()
+        }
     }
 
     fn set_stop(&self, v: u32) {
@@ -304,7 +318,11 @@ fn write_then_read_verify_through_the_rings() {
         for q in 0..QUEUES as usize {
             let r = run.result(q);
             eprintln!("# write q{q}: {r:?}");
-            assert_eq!((r.status, r.completed), (0, CMDS), "write, queue {q}: {r:?}");
+            assert_eq!(
+                (r.status, r.completed),
+                (0, CMDS),
+                "write, queue {q}: {r:?}"
+            );
         }
         // Every byte the GPU wrote went through the rings to the disk.
         let disk = fx.disk.lock().unwrap().clone();
@@ -313,7 +331,10 @@ fn write_then_read_verify_through_the_rings() {
             let got = u64::from_le_bytes(disk[w * 8..w * 8 + 8].try_into().unwrap());
             assert_eq!(got, pattern(SEED, w as u64 * 8), "disk word {w}");
         }
-        assert!(disk[total..].iter().all(|&b| b == 0), "nothing past the range");
+        assert!(
+            disk[total..].iter().all(|&b| b == 0),
+            "nothing past the range"
+        );
 
         // The write kernel left the pattern in VRAM: clear it, so only
         // data the reads deliver can pass the check.
@@ -322,7 +343,11 @@ fn write_then_read_verify_through_the_rings() {
         run.launch("read_verify").unwrap();
         for q in 0..QUEUES as usize {
             let r = run.result(q);
-            assert_eq!((r.status, r.completed, r.mismatches), (0, CMDS, 0), "read, queue {q}: {r:?}");
+            assert_eq!(
+                (r.status, r.completed, r.mismatches),
+                (0, CMDS, 0),
+                "read, queue {q}: {r:?}"
+            );
             assert!(r.ticks_total > 0);
         }
 
@@ -333,7 +358,11 @@ fn write_then_read_verify_through_the_rings() {
         for q in 0..QUEUES as usize {
             let r = run.result(q);
             eprintln!("# sweep q{q}: {r:?}");
-            assert_eq!((r.status, r.completed), (0, 4 * (DEPTH - 1)), "sweep, queue {q}: {r:?}");
+            assert_eq!(
+                (r.status, r.completed),
+                (0, 4 * (DEPTH - 1)),
+                "sweep, queue {q}: {r:?}"
+            );
             assert!(r.ticks_max_round > 0 && r.ticks_max_round <= r.ticks_total);
         }
 
@@ -344,7 +373,10 @@ fn write_then_read_verify_through_the_rings() {
         run.launch("read_verify").unwrap();
         let r: Vec<IoResult> = (0..QUEUES as usize).map(|q| run.result(q)).collect();
         eprintln!("# after one flipped word: {r:?}");
-        assert!(r.iter().all(|r| r.status == 0 && r.completed == CMDS), "{r:?}");
+        assert!(
+            r.iter().all(|r| r.status == 0 && r.completed == CMDS),
+            "{r:?}"
+        );
         assert_eq!(r.iter().map(|r| r.mismatches).sum::<u32>(), 1);
     });
 }
@@ -381,7 +413,8 @@ fn vram_exports_as_a_dmabuf() {
     match gpu.export_dmabuf(&mem) {
         Ok(fd) => {
             use std::os::fd::AsRawFd;
-            let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).unwrap();
+            let info =
+                std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).unwrap();
             eprintln!("# dma-buf fdinfo:\n{info}");
             assert!(info.contains("exp_name:"), "not a dma-buf: {info}");
             let size: usize = info
@@ -409,7 +442,14 @@ fn import_reports_every_route() {
         let fd = libc::memfd_create(c"gpunvme-test".as_ptr(), libc::MFD_CLOEXEC);
         assert!(fd >= 0);
         assert_eq!(libc::ftruncate(fd, 4096), 0);
-        let p = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
         assert_ne!(p, libc::MAP_FAILED);
         (fd, p as *mut u8)
     };
@@ -433,7 +473,10 @@ fn import_reports_every_route() {
     // Tried in order up to the first that worked; each failure says why.
     let (last, before) = report.attempts.split_last().unwrap();
     assert!(last.ok && last.route == i.route, "{report:?}");
-    assert!(before.iter().all(|a| !a.ok && !a.detail.is_empty()), "{report:?}");
+    assert!(
+        before.iter().all(|a| !a.ok && !a.detail.is_empty()),
+        "{report:?}"
+    );
     assert!(report.attempts.len() <= routes);
     // The GPU address reaches the same page: write through it, read on the CPU.
     let mut want = [0u8; 256];

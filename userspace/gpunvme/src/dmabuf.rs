@@ -137,10 +137,7 @@ mod tests {
     fn contiguity() {
         assert_eq!(contiguous_base(&[]), None);
         assert_eq!(contiguous_base(&[0x10000]), Some(0x10000));
-        assert_eq!(
-            contiguous_base(&[0x10000, 0x11000, 0x12000]),
-            Some(0x10000)
-        );
+        assert_eq!(contiguous_base(&[0x10000, 0x11000, 0x12000]), Some(0x10000));
         assert_eq!(contiguous_base(&[0x10000, 0x12000]), None);
         assert_eq!(contiguous_base(&[0x11000, 0x10000]), None);
     }
