@@ -19,7 +19,8 @@ pub(crate) struct Runtime {
 type HipGetDeviceCount = unsafe extern "C" fn(*mut c_int) -> c_int;
 type HipDeviceGetName = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
 type HipGetDeviceProperties = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
-type HipDeviceGetPciBusId = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
+/// `hipDeviceGetPCIBusId` and `cuDeviceGetPCIBusId` alike.
+type GetPciBusId = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
 type HipRuntimeGetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type HipGetErrorName = unsafe extern "C" fn(c_int) -> *const c_char;
 
@@ -29,7 +30,6 @@ type CuDeviceGetCount = unsafe extern "C" fn(*mut c_int) -> c_int;
 type CuDeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
 type CuDeviceGetName = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
 type CuDeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
-type CuDeviceGetPciBusId = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
 type CuGetErrorName = unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int;
 
 const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
@@ -46,6 +46,34 @@ pub(crate) fn cstr_buf(buf: &[c_char]) -> String {
         .map(|&c| c as u8)
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// A discovered device: its PCI address asked of `bus_id` (for runtime
+/// handle `dev`) when the runtime has that call, and its doorbell mode.
+fn gpu_device(
+    kind: RuntimeKind,
+    index: c_int,
+    name: &[c_char],
+    arch: String,
+    bus_id: Option<&GetPciBusId>,
+    dev: c_int,
+    peer_mmio_register: bool,
+) -> GpuDevice {
+    let pci_bus_id = bus_id.and_then(|f| {
+        let mut b = [0 as c_char; 64];
+        // SAFETY: the runtime writes at most b.len() bytes into our buffer.
+        (unsafe { f(b.as_mut_ptr(), b.len() as c_int, dev) } == 0)
+            .then(|| cstr_buf(&b).to_lowercase())
+    });
+    let (doorbell, reason) = classify(kind, &arch, peer_mmio_register);
+    GpuDevice {
+        index: index as u32,
+        name: cstr_buf(name),
+        arch,
+        pci_bus_id,
+        doorbell,
+        reason,
+    }
 }
 
 /// Finds the `gcnArchName` string (e.g. `gfx90a:sramecc+:xnack-`) in a
@@ -176,7 +204,7 @@ impl Runtime {
             let props_fn = self
                 .sym::<HipGetDeviceProperties>("hipGetDevicePropertiesR0600")
                 .or_else(|| self.sym::<HipGetDeviceProperties>("hipGetDeviceProperties"));
-            let bus_fn = self.sym::<HipDeviceGetPciBusId>("hipDeviceGetPCIBusId");
+            let bus_fn = self.sym::<GetPciBusId>("hipDeviceGetPCIBusId");
             let mut out = Vec::new();
             for i in 0..n.max(0) {
                 let mut name = [0 as c_char; 256];
@@ -196,20 +224,15 @@ impl Runtime {
                         find_gcn_arch(&bytes)
                     })
                     .unwrap_or_else(|| "unknown".into());
-                let pci_bus_id = bus_fn.as_ref().and_then(|f| {
-                    let mut b = [0 as c_char; 64];
-                    (f(b.as_mut_ptr(), b.len() as c_int, i) == 0)
-                        .then(|| cstr_buf(&b).to_lowercase())
-                });
-                let (doorbell, reason) = classify(RuntimeKind::Hip, &arch, false);
-                out.push(GpuDevice {
-                    index: i as u32,
-                    name: cstr_buf(&name),
+                out.push(gpu_device(
+                    RuntimeKind::Hip,
+                    i,
+                    &name,
                     arch,
-                    pci_bus_id,
-                    doorbell,
-                    reason,
-                });
+                    bus_fn.as_deref(),
+                    i,
+                    false,
+                ));
             }
             Ok(out)
         }
@@ -232,7 +255,7 @@ impl Runtime {
             let attr = self
                 .sym::<CuDeviceGetAttribute>("cuDeviceGetAttribute")
                 .ok_or("no cuDeviceGetAttribute")?;
-            let bus_fn = self.sym::<CuDeviceGetPciBusId>("cuDeviceGetPCIBusId");
+            let bus_fn = self.sym::<GetPciBusId>("cuDeviceGetPCIBusId");
             let iomem = self.has("cuMemHostRegister_v2");
             let mut n: c_int = 0;
             self.check("cuDeviceGetCount", count_fn(&mut n))?;
@@ -263,20 +286,15 @@ impl Runtime {
                     ),
                 )?;
                 let arch = format!("sm_{major}{minor}");
-                let pci_bus_id = bus_fn.as_ref().and_then(|f| {
-                    let mut b = [0 as c_char; 64];
-                    (f(b.as_mut_ptr(), b.len() as c_int, dev) == 0)
-                        .then(|| cstr_buf(&b).to_lowercase())
-                });
-                let (doorbell, reason) = classify(RuntimeKind::Cuda, &arch, iomem);
-                out.push(GpuDevice {
-                    index: i as u32,
-                    name: cstr_buf(&name),
+                out.push(gpu_device(
+                    RuntimeKind::Cuda,
+                    i,
+                    &name,
                     arch,
-                    pci_bus_id,
-                    doorbell,
-                    reason,
-                });
+                    bus_fn.as_deref(),
+                    dev,
+                    iomem,
+                ));
             }
             Ok(out)
         }
