@@ -491,32 +491,25 @@ static void pair_job_run(pair_job &j)
 		qpair q = j.p->view; /* the kernel argument, every lane its own */
 		uint16_t cid = 1;
 		uint64_t done = 0;
-		for (uint32_t r = 0; r < j.rounds; r++) {
+		bool ok = true;
+		for (uint32_t r = 0; ok && r < j.rounds; r++) {
 			uint32_t n = j.batch_n(r, j.lanes, depth);
-			batch_spec w{NVME_OPC_WRITE, n, j.page0, lba[r],
-				     j.seed * 1000u + r, cid};
-			int32_t v = lane_batch(q, gs, w, qid);
-			if (v != OK) {
-				if (lane == 0)
-					diag("pair q%u round %u: write batch of %u: %d (lane 0: %d)",
-					     qid, r, n, v, gs.rc[0]);
-				break;
+			/* Each round writes its batch, then reads it back. */
+			for (uint8_t opc : {NVME_OPC_WRITE, NVME_OPC_READ}) {
+				batch_spec b{opc, n, j.page0, lba[r],
+					     j.seed * 1000u + r, cid};
+				int32_t v = lane_batch(q, gs, b, qid);
+				if (v != OK) {
+					if (lane == 0)
+						diag("pair q%u round %u: %s batch of %u: %d (lane 0: %d)",
+						     qid, r, opc == NVME_OPC_WRITE ? "write" : "read",
+						     n, v, gs.rc[0]);
+					ok = false;
+					break;
+				}
+				cid = (uint16_t)(cid + n);
+				done += n;
 			}
-			cid = (uint16_t)(cid + n);
-			done += n;
-
-			batch_spec rd = w;
-			rd.opc = NVME_OPC_READ;
-			rd.cid0 = cid;
-			v = lane_batch(q, gs, rd, qid);
-			if (v != OK) {
-				if (lane == 0)
-					diag("pair q%u round %u: read batch of %u: %d (lane 0: %d)",
-					     qid, r, n, v, gs.rc[0]);
-				break;
-			}
-			cid = (uint16_t)(cid + n);
-			done += n;
 		}
 		finals[lane] = q;
 		if (lane == 0)
