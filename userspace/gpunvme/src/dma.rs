@@ -209,16 +209,23 @@ impl<'c> DmaBuffer<'c> {
     }
 }
 
+/// UNMAPs `handle`, then drops `map` (host memory, if any); on EBUSY both
+/// are parked until the last queue pair goes (the EBUSY rule above).
+pub(crate) fn release(ctrl: &Controller, handle: u32, map: Option<Mapping>) {
+    // Hold the lock across UNMAP so a queue pair being dropped on another
+    // thread either sees this mapping parked or not at all.
+    let mut st = ctrl.lifecycle();
+    match unmap_handle(ctrl, handle) {
+        Err(e) if e.errno() == Some(libc::EBUSY) => st.deferred.push((handle, map)),
+        // Ok, or gone (ENODEV after unbind: the module released it).
+        _ => drop(map),
+    }
+}
+
 impl Drop for DmaBuffer<'_> {
     fn drop(&mut self) {
-        let Some(map) = self.map.take() else { return };
-        // Hold the lock across UNMAP so a queue pair being dropped on
-        // another thread either sees this buffer parked or not at all.
-        let mut st = self.ctrl.lifecycle();
-        match unmap_handle(self.ctrl, self.handle) {
-            Err(e) if e.errno() == Some(libc::EBUSY) => st.deferred.push((self.handle, Some(map))),
-            // Ok, or gone (ENODEV after unbind: the module released it).
-            _ => drop(map),
+        if let Some(map) = self.map.take() {
+            release(self.ctrl, self.handle, Some(map));
         }
     }
 }

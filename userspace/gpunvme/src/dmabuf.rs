@@ -14,7 +14,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use gpunvme_sys as sys;
 
 use crate::controller::Controller;
-use crate::dma::{unmap_handle, PAGE_SIZE};
+use crate::dma::{release, PAGE_SIZE};
 use crate::error::{Error, Result};
 
 /// A dma-buf imported by the module; the controller may DMA to
@@ -25,7 +25,6 @@ pub struct DmabufMapping<'c> {
     handle: u32,
     len: u64,
     dma: Vec<u64>,
-    unmapped: bool,
 }
 
 impl<'c> DmabufMapping<'c> {
@@ -58,7 +57,6 @@ impl<'c> DmabufMapping<'c> {
             handle: m.handle,
             len: m.len,
             dma,
-            unmapped: false,
         };
         let pages = (m.len as usize).div_ceil(PAGE_SIZE);
         if m.len == 0 || m.len % PAGE_SIZE as u64 != 0 || pages > max_pages {
@@ -116,16 +114,7 @@ pub fn contiguous_base(pages: &[u64]) -> Option<u64> {
 
 impl Drop for DmabufMapping<'_> {
     fn drop(&mut self) {
-        if self.unmapped {
-            return;
-        }
-        let mut st = self.ctrl.lifecycle();
-        if let Err(e) = unmap_handle(self.ctrl, self.handle) {
-            if e.errno() == Some(libc::EBUSY) {
-                st.deferred.push((self.handle, None));
-            }
-        }
-        self.unmapped = true;
+        release(self.ctrl, self.handle, None);
     }
 }
 
