@@ -15,16 +15,50 @@
  *    gain meaning later.
  *
  * Device nodes: one per controller bound to gpunvme, /dev/gpunvme<N>, where
- * N is assigned in bind order. Opening needs CAP_SYS_RAWIO (EPERM otherwise):
- * whoever holds the descriptor can make the controller DMA.
- */
+ * N is assigned in bind order, and one per active namespace (NSID 1..4),
+ * /dev/gpunvme<N>n<NSID>. Opening needs no capability: the node's file mode
+ * (0600 root by default; a udev rule can give a group access) decides who
+ * may use the controller in shared mode. Two modes, never mixed on one
+ * controller:
+ *
+ *  - Shared mode (the default, any number of files): a queue pair's SQ, CQ
+ *    and doorbells that a file sees are shadows in memory the module owns.
+ *    A module thread takes each new SQE from the shadow SQ, checks it
+ *    (opcode Read/Write/Flush/Write Zeroes, an active namespace (only the
+ *    node's own on a namespace node), LBA range inside it, no SGL, no
+ *    metadata pointer, PRP1/PRP2 and every PRP-list entry inside a buffer
+ *    this same file mapped, PRP lists read from the pair's PRP pool and
+ *    copied into kernel memory first) and only then copies it into the real
+ *    SQ under a command ID the module picks. The completion is mirrored
+ *    back with the file's own command ID. A rejected SQE never reaches the
+ *    controller: it completes in the shadow CQ with Invalid Command Opcode
+ *    (SC 0x01), Invalid Field in Command (0x02), Invalid Namespace or
+ *    Format (0x0b) or LBA Out of Range (0x80), DNR set, and is counted in
+ *    debugfs (sqes_rejected). The real doorbell page, SQ and CQ never leave
+ *    the kernel.
+ *
+ *  - Owner mode (raw access, GPUNVME_IOC_CLAIM_OWNER): one file per
+ *    controller. Only the owner may create GPUNVME_QPAIR_RAW pairs, whose
+ *    real SQ, CQ and doorbell page it maps or exports. That is
+ *    controller-wide authority, like a VFIO device fd: the doorbell page
+ *    holds the admin doorbells and every queue's doorbells, and an SQE's
+ *    PRPs are raw device addresses, so the owner (and every GPU it gives the
+ *    queues to) can make the controller DMA to or from any address mapped
+ *    for the device, the module's own queues included, and ring any queue.
+ *    Only the IOMMU bounds it: claiming needs CAP_SYS_RAWIO, is refused
+ *    under lockdown (LOCKDOWN_PCI_ACCESS) and unless the device is in a
+ *    translating IOMMU domain (module parameter allow_unsafe_no_iommu=1
+ *    waives that last check, tainting the kernel). The admin queue skips
+ *    completions that are not its own, so an owner's stray admin doorbell
+ *    write does not break it for the files that come after.
+ */ */
 #ifndef _UAPI_GPUNVME_H
 #define _UAPI_GPUNVME_H
 
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-#define GPUNVME_UAPI_VERSION 1
+#define GPUNVME_UAPI_VERSION 2
 
 /* ioctl type byte; not in Documentation/userspace-api/ioctl/ioctl-number.rst */
 #define GPUNVME_IOC_MAGIC 0xB7
@@ -69,6 +103,16 @@ struct gpunvme_ns_info {
  * @num_namespaces: out: valid entries in @ns.
  * @page_size:   out: controller memory page size in use (CC.MPS), 4096.
  * @ns:          out: the active namespaces, lowest NSID first.
+ * @iommu_mode:  out: the controller's IOMMU domain, GPUNVME_IOMMU_*.
+ * @modes:       out: GPUNVME_MODE_* this caller may use now: SHARED unless
+ *               an owner holds the controller; OWNER when a claim by this
+ *               caller would pass the capability, lockdown and IOMMU checks
+ *               (it may still get EBUSY).
+ * @shared_max_transfer: out: largest transfer of one shared-mode command in
+ *               bytes (mdts_bytes, capped at 2 MiB so one PRP-list page
+ *               covers it).
+ * @node_nsid:   out: the namespace this file is limited to (a namespace
+ *               node), or 0 (the controller node: every active namespace).
  * @reserved:    in: zero; out: zero.
  */
 struct gpunvme_info {
@@ -91,8 +135,25 @@ struct gpunvme_info {
 	__u32 num_namespaces;
 	__u32 page_size;
 	struct gpunvme_ns_info ns[GPUNVME_MAX_NS];
-	__u64 reserved[8];
+	__u32 iommu_mode;
+	__u32 modes;
+	__u32 shared_max_transfer;
+	__u32 node_nsid;
+	__u64 reserved[6];
 };
+
+/* gpunvme_info.iommu_mode */
+#define GPUNVME_IOMMU_NONE     0	/* no IOMMU: DMA addresses are physical */
+#define GPUNVME_IOMMU_IDENTITY 1	/* passthrough (iommu=pt): not translating */
+#define GPUNVME_IOMMU_STRICT   2	/* translating, strict invalidation */
+#define GPUNVME_IOMMU_LAZY     3	/* translating, flush queue (DMA-FQ): an
+					 * unmapped page stays reachable until the
+					 * next IOTLB flush (up to ~10 ms) */
+#define GPUNVME_IOMMU_OTHER    4	/* blocked, unmanaged or unknown */
+
+/* gpunvme_info.modes */
+#define GPUNVME_MODE_SHARED (1u << 0)
+#define GPUNVME_MODE_OWNER  (1u << 1)
 
 /* Fill struct gpunvme_info. Errors: EINVAL (size/version/reserved), EFAULT,
  * ENODEV (the controller was unbound since open). */
@@ -104,12 +165,10 @@ struct gpunvme_info {
  * (the doorbell mapping is always one 4 KiB page). Any other offset or size
  * fails with EINVAL and a log line.
  *
- * SQ and CQ memory are coherent DMA memory (cacheable). The doorbell page is
- * a page of BAR0, mapped uncached: it also holds the doorbells of the admin
- * queue and of every other queue pair on the controller, so a descriptor is
- * as trusted as CAP_SYS_RAWIO (required to open). The module zeroes each
- * admin SQ slot once its command completes, so a stray admin doorbell write
- * only produces error completions.
+ * SQ, CQ and PRP-pool memory are coherent DMA memory (cacheable). The
+ * doorbell page of a shared pair is a page of that memory holding two
+ * shadow cells; of an owner's raw pair it is the page of BAR0 (mapped
+ * uncached) that also holds the admin doorbells and every other queue's.
  *
  * After unbind every mapping is removed (later accesses fault with SIGBUS).
  */
@@ -118,25 +177,33 @@ struct gpunvme_info {
 #define GPUNVME_MIN_QUEUE_DEPTH 2
 
 /*
- * GPUNVME_QPAIR_BRIDGED: the CPU bridge stands between the peer and the
- * controller. The "doorbell page" (mmap at db_offset, or exported) is then a
- * page of ordinary memory holding two shadow cells, the SQ tail at sq_db = 0
- * and the CQ head at cq_db = 64; and the CQ (cq_offset, or exported) is a
- * mirror of the real CQ, which stays inside the module. One kernel thread
- * per pair, for the pair's whole life, writes a real doorbell only when its
- * shadow changed and copies each CQE whole, phase dword last. Its counters
- * are in debugfs: gpunvme-<bdf>-q<qid>/{polls, sq_doorbell_writes,
- * cq_doorbell_writes, cqes_mirrored, max_sq_tail, bad_doorbell_values}.
- * Code that drives the queue is the same in both modes.
+ * Bit 0 (GPUNVME_QPAIR_BRIDGED in UAPI version 1) is gone: shared mode is
+ * the relayed mode now, and it validates. A set bit 0 is EINVAL.
+ *
+ * GPUNVME_QPAIR_RAW: an owner-mode pair (the file must hold
+ * GPUNVME_IOC_CLAIM_OWNER; EPERM otherwise). The SQ, CQ and doorbell page
+ * the file maps or exports are the real ones; nothing is checked.
+ *
+ * Without it the pair is shared (validated): the doorbell page is a page of
+ * memory with the SQ tail cell at sq_db = 0 and the CQ head cell at
+ * cq_db = 64; the SQ is a shadow the module reads, the CQ a mirror it
+ * writes; and PRP lists must be built in the pair's PRP pool (prp_offset,
+ * prp_size; its entries' addresses start at prp_dma). One module thread per
+ * pair, for the pair's whole life, writes a real doorbell only when there
+ * is something new and copies each CQE whole, phase dword last. Its
+ * counters are in debugfs: gpunvme-<bdf>-q<qid>/{polls, sq_doorbell_writes,
+ * cq_doorbell_writes, cqes_mirrored, max_sq_tail, bad_doorbell_values,
+ * sqes_accepted, sqes_rejected}. Code that drives the queue is the same in
+ * both modes; a CQE's SQ head is the shadow SQ's head in shared mode.
  */
-#define GPUNVME_QPAIR_BRIDGED (1u << 0)
+#define GPUNVME_QPAIR_RAW (1u << 1)
 
 /**
  * struct gpunvme_qpair_create - create an I/O submission/completion queue pair.
  * @size, @version: as for every struct.
  * @depth:     in: entries in each queue, GPUNVME_MIN_QUEUE_DEPTH ..
  *             info.max_queue_entries (EINVAL otherwise).
- * @flags:     in: 0 (direct) or GPUNVME_QPAIR_BRIDGED.
+ * @flags:     in: 0 (shared, validated) or GPUNVME_QPAIR_RAW (owner only).
  * @qid:       out: the queue ID (1-based), the same for the SQ and its CQ.
  * @sq_offset: out: mmap offset of the SQ (64-byte entries).
  * @sq_size:   out: bytes to map there (depth * 64 rounded up to 4 KiB).
@@ -144,14 +211,22 @@ struct gpunvme_info {
  *             interrupts; phase tag starts at 1).
  * @cq_size:   out: bytes to map there.
  * @db_offset: out: mmap offset of the doorbell page holding this pair's
- *             doorbells (4096 bytes; the shadow page when bridged).
+ *             doorbells (4096 bytes; the shadow page of a shared pair).
  * @sq_db:     out: byte offset of the SQ tail doorbell within that page.
  * @cq_db:     out: byte offset of the CQ head doorbell within that page.
+ * @prp_offset: out: shared pairs: mmap offset of the PRP pool, where the
+ *             file builds PRP lists (0 for a raw pair).
+ * @prp_size:  out: bytes of the PRP pool (0 for a raw pair).
+ * @prp_dma:   out: the address that names the pool's first byte in a PRP2
+ *             (0 for a raw pair). A shared SQE whose transfer needs a PRP
+ *             list must point PRP2 into the pool (8-byte aligned); the
+ *             module reads the list there.
  * @reserved:  in: zero.
  *
  * The queue pair belongs to the file: closing it (or process exit) deletes
  * both queues on the controller (SQ first) before their memory is freed.
- * Errors: EINVAL, ENOSPC (no I/O queue left: info.io_queues in use),
+ * Errors: EINVAL, EPERM (GPUNVME_QPAIR_RAW without owning the controller),
+ * EBUSY (another file owns the controller), ENOSPC (no I/O queue left: info.io_queues in use),
  * ENOMEM, EIO (the controller failed the command; the log has its status),
  * ETIMEDOUT (the controller did not answer the admin command in time),
  * EOPNOTSUPP (a doorbell stride of 4 KiB or more puts this queue's SQ and
@@ -173,7 +248,10 @@ struct gpunvme_qpair_create {
 	__u64 db_offset;
 	__u32 sq_db;
 	__u32 cq_db;
-	__u64 reserved[4];
+	__u64 prp_offset;
+	__u64 prp_size;
+	__u64 prp_dma;
+	__u64 reserved[1];
 };
 
 /**
@@ -273,10 +351,13 @@ struct gpunvme_unmap {
 #define GPUNVME_EXPORT_DOORBELL 1	/* the 4 KiB BAR0 page holding the pair's doorbells */
 #define GPUNVME_EXPORT_SQ       2	/* the SQ memory (sq_size bytes) */
 #define GPUNVME_EXPORT_CQ       3	/* the CQ memory (cq_size bytes) */
+#define GPUNVME_EXPORT_PRP_POOL 4	/* a shared pair's PRP pool (prp_size bytes) */
 
 /**
  * struct gpunvme_export - export part of a queue pair as a dma-buf, for a
- * GPU (or any DMA peer) to import into its own address space.
+ * GPU (or any DMA peer) to import into its own address space. A shared
+ * pair exports its shadows (doorbell cells, SQ, CQ mirror, PRP pool); only
+ * a raw pair of the owner exports the real doorbell page and queues.
  * @qid:    in: a live queue pair of this file.
  * @kind:   in: GPUNVME_EXPORT_*.
  * @flags:  in: O_CLOEXEC and O_RDWR only (for the new fd).
@@ -316,5 +397,28 @@ struct gpunvme_export {
 #define GPUNVME_IOC_UNMAP         _IOW(GPUNVME_IOC_MAGIC, 0x04, struct gpunvme_unmap)
 #define GPUNVME_IOC_EXPORT        _IOWR(GPUNVME_IOC_MAGIC, 0x05, struct gpunvme_export)
 #define GPUNVME_IOC_MAP_DMABUF    _IOWR(GPUNVME_IOC_MAGIC, 0x06, struct gpunvme_map_dmabuf)
+
+/**
+ * struct gpunvme_owner - claim owner mode (raw access) for this file.
+ * @flags:      in: 0.
+ * @iommu_mode: out: GPUNVME_IOMMU_* of the controller.
+ * @reserved:   in: zero.
+ *
+ * Ownership lasts until the file is closed. While a file owns the
+ * controller, no other file can create queue pairs (EBUSY).
+ * Errors: EPERM (no CAP_SYS_RAWIO; kernel lockdown; a namespace node; the
+ * device is not in a translating IOMMU domain and allow_unsafe_no_iommu is
+ * off: the log names the mode), EBUSY (another file owns the controller or
+ * has queue pairs), EALREADY (this file owns it already), EINVAL, ENODEV.
+ */
+struct gpunvme_owner {
+	__u32 size;
+	__u32 version;
+	__u32 flags;
+	__u32 iommu_mode;
+	__u64 reserved[2];
+};
+
+#define GPUNVME_IOC_CLAIM_OWNER   _IOWR(GPUNVME_IOC_MAGIC, 0x07, struct gpunvme_owner)
 
 #endif /* _UAPI_GPUNVME_H */
