@@ -283,7 +283,8 @@ struct gpunvme_qpair_destroy {
  * @handle:    out: names the mapping for GPUNVME_IOC_UNMAP.
  * @reserved:  in: zero.
  * Errors: EINVAL (alignment, size), EFAULT (not mapped, or dma_addrs bad),
- * ENOMEM, EIO (DMA mapping failed), ENODEV.
+ * ENOMEM, EIO (DMA mapping failed), EBUSY (another file owns the
+ * controller), ENODEV.
  */
 struct gpunvme_map_host {
 	__u32 size;
@@ -318,7 +319,7 @@ struct gpunvme_map_host {
  * Errors: EBADF, EINVAL (size not 4 KiB multiple, more pages than
  * max_pages, max_pages out of range, unaligned segments), EOPNOTSUPP,
  * ETIMEDOUT (exporter fences), EINTR/ERESTARTSYS (a signal during that
- * wait), ENODEV.
+ * wait), EBUSY (another file owns the controller), ENODEV.
  */
 struct gpunvme_map_dmabuf {
 	__u32 size;
@@ -408,8 +409,11 @@ struct gpunvme_export {
  * controller, no other file can create queue pairs (EBUSY).
  * Errors: EPERM (no CAP_SYS_RAWIO; kernel lockdown; a namespace node; the
  * device is not in a translating IOMMU domain and allow_unsafe_no_iommu is
- * off: the log names the mode), EBUSY (another file owns the controller or
- * has queue pairs), EALREADY (this file owns it already), EINVAL, ENODEV.
+ * off: the log names the mode), EBUSY (another file owns the controller,
+ * or has queue pairs or buffers mapped), EALREADY (this file owns it
+ * already), EINVAL, ENODEV. While a file owns the controller, other files'
+ * MAP_HOST and MAP_DMABUF fail with EBUSY too: raw SQEs could name any
+ * buffer mapped for the device.
  */
 struct gpunvme_owner {
 	__u32 size;
