@@ -66,14 +66,36 @@ fn the_table_covers_the_known_abi() {
         "field gpunvme_info.bdf offset",
         "field gpunvme_info.reserved offset",
         "ioctl GPUNVME_IOC_GET_INFO ",
-        "const GPUNVME_UAPI_VERSION 1",
+        "const GPUNVME_UAPI_VERSION 2",
         "const GPUNVME_BDF_LEN 16",
+        "field gpunvme_info.iommu_mode offset",
+        "field gpunvme_info.modes offset",
+        "field gpunvme_info.shared_max_transfer offset",
+        "field gpunvme_info.node_nsid offset",
+        "field gpunvme_qpair_create.prp_offset offset",
+        "field gpunvme_qpair_create.prp_size offset",
+        "field gpunvme_qpair_create.prp_dma offset",
+        "type gpunvme_owner size 32 align 8",
+        "field gpunvme_owner.iommu_mode offset 12 size 4",
+        "ioctl GPUNVME_IOC_CLAIM_OWNER ",
+        "const GPUNVME_QPAIR_RAW 2",
+        "const GPUNVME_EXPORT_PRP_POOL 4",
+        "const GPUNVME_MODE_SHARED 1",
+        "const GPUNVME_MODE_OWNER 2",
+        "const GPUNVME_IOMMU_NONE 0",
+        "const GPUNVME_IOMMU_LAZY 3",
+        "const GPUNVME_IOMMU_OTHER 4",
     ] {
         assert!(
             rust.iter().any(|l| l.starts_with(needle)),
             "missing `{needle}` in {rust:#?}"
         );
     }
+    // Version 1's bridged flag (bit 0) is gone: a set bit 0 is EINVAL now.
+    assert!(
+        !rust.iter().any(|l| l.contains("GPUNVME_QPAIR_BRIDGED")),
+        "{rust:#?}"
+    );
 }
 
 /// Independent of the generated table: a hand-written C program computes
