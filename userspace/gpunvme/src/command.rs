@@ -1,5 +1,16 @@
 //! NVM command set submission entries (64 bytes) and completion entries
-//! (16 bytes), byte-exact as NVMe 1.4 section 4.2/4.6 lays them out.
+//! (16 bytes), byte-exact as NVMe 1.4 section 4.2/4.6 lays them out, and
+//! the PRPs that say where a command's data is.
+//!
+//! PRP lists (transfers touching more than two memory pages) must be
+//! where the controller, or in shared mode the module, reads them: a shared
+//! pair's lists go in its PRP pool ([`crate::PrpPool::list_slot`]; the
+//! module reads and checks them there and rejects a PRP2 elsewhere), a raw
+//! pair's anywhere the controller can DMA from, e.g. a
+//! [`crate::DmaBuffer`] ([`crate::DmaBuffer::list_pages`]). [`build_prps`]
+//! writes them into either.
+
+use std::marker::PhantomData;
 
 use crate::status::Status;
 
@@ -299,6 +310,135 @@ pub fn prp_plan(
     })
 }
 
+/// Memory where PRP lists are written: one or more regions, writable
+/// here, each named by an address (the PRP2 or chain entry that points at
+/// it) and holding up to [`entries`](Self::entries) 8-byte entries. Whole
+/// 4 KiB pages (512 entries; a full list page chains to the next region)
+/// from [`crate::DmaBuffer::list_pages`] (a raw pair), one slot of a
+/// shared pair's pool from [`crate::PrpPool::list_slot`], or any memory
+/// with [`PrpListMem::from_slice`].
+#[derive(Debug)]
+pub struct PrpListMem<'a> {
+    ptr: *mut u8,
+    dma: &'a [u64],
+    entries: usize,
+    _mem: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> PrpListMem<'a> {
+    /// `mem` holds (at least) one 4 KiB page per entry of `dma`, which
+    /// names those pages in order (each 4 KiB aligned).
+    pub fn from_slice(mem: &'a mut [u8], dma: &'a [u64]) -> Result<Self, String> {
+        if mem.len() < dma.len() * 4096 {
+            return Err(format!(
+                "{} PRP list page(s) need {} bytes, {} given",
+                dma.len(),
+                dma.len() * 4096,
+                mem.len()
+            ));
+        }
+        if mem.as_ptr() as usize % 8 != 0 {
+            return Err("PRP list memory is not 8-byte aligned".into());
+        }
+        // SAFETY: `mem` is exclusively borrowed for 'a and long enough.
+        Ok(unsafe { Self::from_raw(mem.as_mut_ptr(), dma, PRP_ENTRIES_PER_PAGE) })
+    }
+
+    /// # Safety
+    /// `ptr` is 8-byte aligned and valid for writes of `dma.len()` regions
+    /// of `entries` * 8 bytes each, back to back, for `'a`, and nothing
+    /// else reads or writes them through a Rust reference meanwhile.
+    /// A region of fewer than 512 entries must not cross a 4 KiB boundary
+    /// of the address space its `dma` address is in.
+    pub(crate) unsafe fn from_raw(ptr: *mut u8, dma: &'a [u64], entries: usize) -> Self {
+        debug_assert!((1..=PRP_ENTRIES_PER_PAGE).contains(&entries));
+        PrpListMem {
+            ptr,
+            dma,
+            entries,
+            _mem: PhantomData,
+        }
+    }
+
+    /// Number of regions (list pages).
+    pub fn pages(&self) -> usize {
+        self.dma.len()
+    }
+
+    /// Entries each region holds: 512 for whole pages.
+    pub fn entries(&self) -> usize {
+        self.entries
+    }
+
+    /// The address of each region, as a PRP entry names it.
+    pub fn dma_addrs(&self) -> &[u64] {
+        self.dma
+    }
+
+    /// Writes `plan`'s list pages into the first `plan.lists.len()`
+    /// regions. Regions of fewer than 512 entries take one unchained list
+    /// each (a list only chains at the end of a whole page).
+    pub fn write(&mut self, plan: &PrpPlan) -> Result<(), String> {
+        if plan.lists.len() > self.pages() {
+            return Err(format!(
+                "{} PRP list page(s) to write into {}",
+                plan.lists.len(),
+                self.pages()
+            ));
+        }
+        if self.entries < PRP_ENTRIES_PER_PAGE && plan.lists.len() > 1 {
+            return Err(format!(
+                "a chained PRP list ({} pages) does not fit slots of {} entries",
+                plan.lists.len(),
+                self.entries
+            ));
+        }
+        for (i, list) in plan.lists.iter().enumerate() {
+            if list.len() > self.entries {
+                return Err(format!(
+                    "a PRP list of {} entries does not fit a slot of {}",
+                    list.len(),
+                    self.entries
+                ));
+            }
+            for (j, e) in list.iter().enumerate() {
+                // SAFETY: region i < pages(), entry j < entries: inside the
+                // memory `from_raw`'s contract covers; 8-byte aligned.
+                unsafe {
+                    self.ptr
+                        .add((i * self.entries + j) * 8)
+                        .cast::<u64>()
+                        .write(e.to_le());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// PRP1/PRP2 for `len` bytes (> 0) starting `offset` bytes into the page
+/// whose address is `pages[0]` (`pages`: every 4 KiB page of the data, in
+/// order), with the PRP list, when more than two data pages need one,
+/// written into `lists` (see [`prp_plan`]). That memory must stay
+/// untouched until the command completes.
+pub fn build_prps(
+    pages: &[u64],
+    offset: usize,
+    len: usize,
+    lists: Option<PrpListMem<'_>>,
+) -> Result<Prp, String> {
+    let plan = prp_plan(
+        pages,
+        offset,
+        len,
+        lists.as_ref().map_or(&[], |l| l.dma_addrs()),
+    )?;
+    if let Some(mut l) = lists {
+        l.write(&plan)?;
+    }
+    Ok(plan.prp)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,6 +591,40 @@ mod tests {
             })
             .collect();
         assert_eq!(all, pg[1..].to_vec());
+    }
+
+    #[test]
+    fn build_prps_writes_the_lists_little_endian() {
+        // (A slot smaller than a page is tested with the pool in qpair.rs.)
+        let map = crate::map::Mapping::anonymous(2 * 4096).unwrap();
+        // SAFETY: the mapping is live, 2 pages long and only used here.
+        let mem = unsafe { std::slice::from_raw_parts_mut(map.ptr(), map.len()) };
+        let (l0, l1) = (0x7000_0000u64, 0x7000_1000u64);
+        let dma = [l0, l1];
+        let lists = PrpListMem::from_slice(mem, &dma).unwrap();
+        assert_eq!(lists.pages(), 2);
+        let pg = pages(4);
+        let p = build_prps(&pg, 0, 4 * 4096, Some(lists)).unwrap();
+        assert_eq!(p, Prp { prp1: P, prp2: l0 });
+        for (i, want) in pg[1..].iter().enumerate() {
+            assert_eq!(u64_at(mem, i * 8), *want);
+        }
+        assert!(mem[24..].iter().all(|&b| b == 0), "nothing past the list");
+        // Two pages need no list memory at all.
+        assert_eq!(
+            build_prps(&pg, 0, 8192, None).unwrap(),
+            Prp {
+                prp1: P,
+                prp2: pg[1]
+            }
+        );
+        assert!(build_prps(&pg, 0, 3 * 4096, None)
+            .unwrap_err()
+            .contains("list page"));
+        let mut small = vec![0u8; 4096];
+        assert!(PrpListMem::from_slice(&mut small, &dma)
+            .unwrap_err()
+            .contains("8192"));
     }
 
     #[test]

@@ -19,6 +19,103 @@ pub fn node_path(n: u32) -> PathBuf {
     Path::new(DEV_DIR).join(format!("gpunvme{n}"))
 }
 
+/// Path of the node of controller `n` limited to namespace `nsid`
+/// (`/dev/gpunvme<N>n<NSID>`: shared mode only, that namespace only).
+pub fn namespace_node_path(n: u32, nsid: u32) -> PathBuf {
+    Path::new(DEV_DIR).join(format!("gpunvme{n}n{nsid}"))
+}
+
+/// The controller's IOMMU domain as the module reports it
+/// (`gpunvme_info.iommu_mode`, `gpunvme_owner.iommu_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IommuMode {
+    /// No IOMMU: DMA addresses are physical addresses.
+    None,
+    /// Passthrough (`iommu=pt`): an IOMMU that does not translate.
+    Identity,
+    /// Translating, strict invalidation.
+    Strict,
+    /// Translating, with a flush queue (DMA-FQ): an unmapped page stays
+    /// reachable until the next IOTLB flush (up to about 10 ms).
+    Lazy,
+    /// Blocked, unmanaged or unknown (also any value this crate does not
+    /// know, from a newer module).
+    Other,
+}
+
+impl IommuMode {
+    /// Decodes a `GPUNVME_IOMMU_*` value.
+    pub fn from_raw(v: u32) -> Self {
+        match v {
+            sys::GPUNVME_IOMMU_NONE => IommuMode::None,
+            sys::GPUNVME_IOMMU_IDENTITY => IommuMode::Identity,
+            sys::GPUNVME_IOMMU_STRICT => IommuMode::Strict,
+            sys::GPUNVME_IOMMU_LAZY => IommuMode::Lazy,
+            _ => IommuMode::Other,
+        }
+    }
+
+    /// Whether the IOMMU translates the controller's DMA (strict or lazy):
+    /// what owner mode needs (unless the module's allow_unsafe_no_iommu
+    /// waives it).
+    pub fn is_translating(self) -> bool {
+        matches!(self, IommuMode::Strict | IommuMode::Lazy)
+    }
+
+    /// `none`, `identity (passthrough)`, `strict`, `lazy` or `other`.
+    pub fn name(self) -> &'static str {
+        match self {
+            IommuMode::None => "none",
+            IommuMode::Identity => "identity (passthrough)",
+            IommuMode::Strict => "strict",
+            IommuMode::Lazy => "lazy",
+            IommuMode::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for IommuMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The modes this caller may use on a controller now
+/// (`gpunvme_info.modes`, `GPUNVME_MODE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Modes {
+    /// Shared (validated) queue pairs: set unless another file owns the
+    /// controller.
+    pub shared: bool,
+    /// Owner mode ([`Controller::claim_owner`], raw pairs): this caller
+    /// would pass the capability, lockdown and IOMMU checks (the claim can
+    /// still meet EBUSY).
+    pub owner: bool,
+}
+
+impl Modes {
+    /// Decodes the `modes` bit mask (unknown bits are ignored).
+    pub fn from_raw(bits: u32) -> Self {
+        Modes {
+            shared: bits & sys::GPUNVME_MODE_SHARED != 0,
+            owner: bits & sys::GPUNVME_MODE_OWNER != 0,
+        }
+    }
+}
+
+impl std::fmt::Display for Modes {
+    /// `shared, owner`, `shared`, `owner` or `none`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.shared, self.owner) {
+            (true, true) => f.write_str("shared, owner"),
+            (true, false) => f.write_str("shared"),
+            (false, true) => f.write_str("owner"),
+            (false, false) => f.write_str("none"),
+        }
+    }
+}
+
 /// One active namespace (`struct gpunvme_ns_info`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Namespace {
@@ -85,6 +182,17 @@ pub struct Info {
     pub page_size: u32,
     /// Active namespaces, lowest NSID first.
     pub namespaces: Vec<Namespace>,
+    /// The controller's IOMMU domain.
+    pub iommu_mode: IommuMode,
+    /// The modes this caller may use now.
+    pub modes: Modes,
+    /// Largest transfer of one command on a shared pair, in bytes (MDTS,
+    /// capped at 2 MiB so one PRP-list page covers it); `None` if the
+    /// module reported 0.
+    pub shared_max_transfer_bytes: Option<u32>,
+    /// The namespace this file is limited to (opened through a namespace
+    /// node, `/dev/gpunvme<N>n<NSID>`); `None` on the controller node.
+    pub node_nsid: Option<u32>,
 }
 
 impl Info {
@@ -154,9 +262,33 @@ impl Info {
                     capacity_lbas: n.capacity_lbas,
                 })
                 .collect(),
+            iommu_mode: IommuMode::from_raw(raw.iommu_mode),
+            modes: Modes::from_raw(raw.modes),
+            shared_max_transfer_bytes: (raw.shared_max_transfer != 0)
+                .then_some(raw.shared_max_transfer),
+            node_nsid: (raw.node_nsid != 0).then_some(raw.node_nsid),
         })
     }
+
+    /// Largest transfer of one command on a pair of `mode`, in bytes;
+    /// `None`: no limit. Shared pairs are bounded by
+    /// [`shared_max_transfer_bytes`](Self::shared_max_transfer_bytes) (or,
+    /// if the module did not report it, MDTS capped at 2 MiB as the module
+    /// caps it); raw pairs by MDTS.
+    pub fn max_transfer_for(&self, mode: crate::Mode) -> Option<u32> {
+        match mode {
+            crate::Mode::Raw => self.max_transfer_bytes,
+            crate::Mode::Shared => Some(self.shared_max_transfer_bytes.unwrap_or_else(|| {
+                self.max_transfer_bytes
+                    .map_or(SHARED_TRANSFER_CAP, |m| m.min(SHARED_TRANSFER_CAP))
+            })),
+        }
+    }
 }
+
+/// The module's cap on one shared-mode transfer: 2 MiB, what one PRP-list
+/// page (512 entries) covers.
+pub const SHARED_TRANSFER_CAP: u32 = 2 << 20;
 
 /// What the file has alive on the kernel side, for the UNMAP-while-queues
 /// rule (see [`crate::DmaBuffer`]).
@@ -168,14 +300,21 @@ pub(crate) struct Lifecycle {
     /// got EBUSY: unmapped when the last queue pair goes (or the file
     /// closes), then their host memory, if any, is unmapped.
     pub(crate) deferred: Vec<(u32, Option<crate::map::Mapping>)>,
+    /// The IOMMU mode `GPUNVME_IOC_CLAIM_OWNER` reported, once this file
+    /// owns the controller (it does until it is closed).
+    pub(crate) owner: Option<IommuMode>,
 }
 
-/// An open gpunvme device node. Opening needs CAP_SYS_RAWIO.
+/// An open gpunvme device node: `/dev/gpunvme<N>` (the controller) or
+/// `/dev/gpunvme<N>n<NSID>` (one namespace, shared mode only). Opening
+/// needs no capability: the node's file mode decides who may use the
+/// controller in shared mode; owner mode ([`Controller::claim_owner`])
+/// needs CAP_SYS_RAWIO and more.
 ///
 /// Queue pairs ([`crate::QueuePair`]) and DMA buffers
 /// ([`crate::DmaBuffer`]) borrow it: they belong to this file, and closing
 /// it (dropping the `Controller`) releases whatever is left on the kernel
-/// side.
+/// side, ownership included.
 #[derive(Debug)]
 pub struct Controller {
     file: File,
@@ -227,6 +366,44 @@ impl Controller {
             )?
         };
         Info::from_raw(&raw)
+    }
+
+    /// Claims owner mode for this file (`GPUNVME_IOC_CLAIM_OWNER`): from
+    /// now until the file is closed only this file may create queue pairs
+    /// on the controller, and it may create raw ones ([`crate::Mode::Raw`]:
+    /// the real SQ, CQ and doorbell page, nothing checked). Returns the
+    /// controller's IOMMU mode, the only bound on what a raw pair's PRPs
+    /// can reach.
+    ///
+    /// Fails with EPERM (no CAP_SYS_RAWIO, kernel lockdown, a namespace
+    /// node, or the device is not in a translating IOMMU domain: the
+    /// kernel log names the mode), EBUSY (another file owns the controller
+    /// or has queue pairs), EALREADY (this file owns it already).
+    pub fn claim_owner(&self) -> Result<IommuMode> {
+        let mut o = sys::gpunvme_owner {
+            size: std::mem::size_of::<sys::gpunvme_owner>() as u32,
+            version: sys::GPUNVME_UAPI_VERSION,
+            ..Default::default()
+        };
+        let mut st = self.lifecycle();
+        // SAFETY: GPUNVME_IOC_CLAIM_OWNER takes a struct gpunvme_owner; `o`
+        // is one, live and exclusively borrowed for the call.
+        unsafe {
+            self.ioctl(
+                "GPUNVME_IOC_CLAIM_OWNER",
+                sys::GPUNVME_IOC_CLAIM_OWNER,
+                &mut o as *mut _ as *mut _,
+            )?
+        };
+        let mode = IommuMode::from_raw(o.iommu_mode);
+        st.owner = Some(mode);
+        Ok(mode)
+    }
+
+    /// Whether this file owns the controller ([`claim_owner`](Self::claim_owner)
+    /// succeeded); its IOMMU mode then.
+    pub fn owner(&self) -> Option<IommuMode> {
+        self.lifecycle().owner
     }
 
     /// The open descriptor (for mmap).
@@ -306,6 +483,9 @@ mod tests {
             lba_size: 4096,
             capacity_lbas: 10,
         };
+        raw.iommu_mode = sys::GPUNVME_IOMMU_STRICT;
+        raw.modes = sys::GPUNVME_MODE_SHARED;
+        raw.shared_max_transfer = 512 * 1024;
         raw
     }
 
@@ -334,13 +514,70 @@ mod tests {
         assert_eq!(i.namespaces.len(), 2);
         assert_eq!(i.namespaces[1].nsid, 3);
         assert_eq!(i.namespaces[0].capacity_bytes(), 1024 * 1024);
+        assert_eq!(i.iommu_mode, IommuMode::Strict);
+        assert_eq!(
+            i.modes,
+            Modes {
+                shared: true,
+                owner: false
+            }
+        );
+        assert_eq!(i.shared_max_transfer_bytes, Some(512 * 1024));
+        assert_eq!(i.node_nsid, None);
+        assert_eq!(i.max_transfer_for(crate::Mode::Shared), Some(512 * 1024));
+        assert_eq!(i.max_transfer_for(crate::Mode::Raw), Some(512 * 1024));
 
         let mut raw = raw_info(cap);
         raw.mdts_bytes = 0;
         raw.num_namespaces = 0;
+        raw.shared_max_transfer = 0;
+        raw.node_nsid = 3;
+        raw.modes = sys::GPUNVME_MODE_SHARED | sys::GPUNVME_MODE_OWNER | (1 << 7);
+        raw.iommu_mode = 99;
         let i = Info::from_raw(&raw).unwrap();
         assert_eq!(i.max_transfer_bytes, None);
         assert!(i.namespaces.is_empty());
+        assert_eq!(i.node_nsid, Some(3));
+        assert_eq!(i.modes.to_string(), "shared, owner");
+        assert_eq!(i.iommu_mode, IommuMode::Other);
+        // No MDTS: raw pairs have no limit, shared ones the module's 2 MiB.
+        assert_eq!(i.max_transfer_for(crate::Mode::Raw), None);
+        assert_eq!(
+            i.max_transfer_for(crate::Mode::Shared),
+            Some(SHARED_TRANSFER_CAP)
+        );
+    }
+
+    #[test]
+    fn iommu_modes_and_mode_bits_decode() {
+        let names: Vec<String> = (0..=5)
+            .map(|v| IommuMode::from_raw(v).to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "none",
+                "identity (passthrough)",
+                "strict",
+                "lazy",
+                "other",
+                "other"
+            ]
+        );
+        assert!(IommuMode::Strict.is_translating() && IommuMode::Lazy.is_translating());
+        assert!(!IommuMode::Identity.is_translating() && !IommuMode::None.is_translating());
+        assert_eq!(
+            serde_json::to_value(IommuMode::Identity).unwrap(),
+            serde_json::json!("identity")
+        );
+        assert_eq!(Modes::from_raw(0).to_string(), "none");
+        assert_eq!(
+            Modes::from_raw(sys::GPUNVME_MODE_OWNER).to_string(),
+            "owner"
+        );
+        assert_eq!(sys::GPUNVME_MODE_SHARED, 1);
+        assert_eq!(sys::GPUNVME_MODE_OWNER, 2);
+        assert_eq!(namespace_node_path(0, 2), Path::new("/dev/gpunvme0n2"));
     }
 
     #[test]
@@ -352,6 +589,9 @@ mod tests {
 
         let mut raw = raw_info(0x3ff);
         raw.reserved[3] = 1;
+        assert!(Info::from_raw(&raw).is_err());
+        let mut raw = raw_info(0x3ff);
+        raw.reserved[5] = 1;
         assert!(Info::from_raw(&raw).is_err());
 
         let mut raw = raw_info(0x3ff);
@@ -382,6 +622,9 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert!(e.to_string().contains("not a gpunvme device node"), "{e}");
+        let e = c.claim_owner().unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOTTY));
+        assert_eq!(c.owner(), None, "a failed claim owns nothing");
     }
 
     #[test]

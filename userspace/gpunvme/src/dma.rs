@@ -20,7 +20,7 @@
 
 use gpunvme_sys as sys;
 
-use crate::command::{prp_list_pages, prp_plan, Prp};
+use crate::command::{build_prps, Prp, PrpListMem};
 use crate::controller::Controller;
 use crate::error::{Error, Result};
 use crate::map::Mapping;
@@ -165,17 +165,38 @@ impl<'c> DmaBuffer<'c> {
         unsafe { std::slice::from_raw_parts_mut(self.map().ptr(), self.len()) }
     }
 
+    /// Pages `first..first + n` of this buffer as room for PRP list pages
+    /// (for a raw pair's commands: a shared pair's lists must be in its
+    /// [`crate::PrpPool`], the module rejects a PRP2 anywhere else).
+    pub fn list_pages(&mut self, first: usize, n: usize) -> Result<PrpListMem<'_>> {
+        if first.checked_add(n).map_or(true, |end| end > self.pages()) {
+            return Err(Error::Invalid(format!(
+                "PRP list pages {first}..{} of a {}-page buffer",
+                first.saturating_add(n),
+                self.pages()
+            )));
+        }
+        let ptr = self.map().ptr();
+        // SAFETY: pages first..first+n lie inside the live mapping (checked)
+        // and `&mut self` keeps every other Rust access out while the view
+        // lives; page-aligned.
+        Ok(unsafe {
+            PrpListMem::from_raw(
+                ptr.add(first * PAGE_SIZE),
+                &self.dma[first..first + n],
+                crate::command::PRP_ENTRIES_PER_PAGE,
+            )
+        })
+    }
+
     /// PRP1/PRP2 for `len` bytes at byte `offset` (dword aligned) of this
-    /// buffer. More than two pages need a PRP list: `lists` gives the
-    /// buffer and first page index where the list pages
-    /// ([`crate::command::prp_list_pages`] of them) are written; they must
-    /// stay untouched until the command completes.
-    pub fn prp(
-        &self,
-        offset: usize,
-        len: usize,
-        lists: Option<(&mut DmaBuffer<'_>, usize)>,
-    ) -> Result<Prp> {
+    /// buffer. More than two pages need a PRP list: `lists` is where it is
+    /// written, a slot of the queue pair's pool
+    /// ([`crate::PrpPool::list_slot`], shared pairs) or
+    /// [`crate::command::prp_list_pages`] pages of a buffer
+    /// ([`DmaBuffer::list_pages`], raw pairs); it must stay untouched
+    /// until the command completes.
+    pub fn prp(&self, offset: usize, len: usize, lists: Option<PrpListMem<'_>>) -> Result<Prp> {
         if offset.checked_add(len).map_or(true, |end| end > self.len()) {
             return Err(Error::Invalid(format!(
                 "{len} bytes at offset {offset} do not fit a {}-byte DMA buffer",
@@ -183,29 +204,7 @@ impl<'c> DmaBuffer<'c> {
             )));
         }
         let first = offset / PAGE_SIZE;
-        let need = prp_list_pages(offset % PAGE_SIZE, len);
-        let no_lists: &[u64] = &[];
-        let list_addrs = match &lists {
-            None => no_lists,
-            Some((b, p)) => b.dma.get(*p..*p + need).ok_or_else(|| {
-                Error::Invalid(format!(
-                    "PRP list needs {need} page(s) at page {p} of a {}-page buffer",
-                    b.pages()
-                ))
-            })?,
-        };
-        let plan = prp_plan(&self.dma[first..], offset % PAGE_SIZE, len, list_addrs)
-            .map_err(Error::Invalid)?;
-        if let Some((b, p)) = lists {
-            let mem = b.as_mut_slice();
-            for (i, l) in plan.lists.iter().enumerate() {
-                let page = &mut mem[(p + i) * PAGE_SIZE..(p + i + 1) * PAGE_SIZE];
-                for (j, e) in l.iter().enumerate() {
-                    page[j * 8..j * 8 + 8].copy_from_slice(&e.to_le_bytes());
-                }
-            }
-        }
-        Ok(plan.prp)
+        build_prps(&self.dma[first..], offset % PAGE_SIZE, len, lists).map_err(Error::Invalid)
     }
 }
 

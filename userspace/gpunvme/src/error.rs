@@ -96,22 +96,37 @@ impl Error {
     }
 }
 
-/// What an errno means for a gpunvme ioctl (see the comments in
+/// What an errno means for the gpunvme ioctl `name` (see the comments in
 /// `uapi/gpunvme.h`).
-fn ioctl_hint(errno: i32) -> &'static str {
-    match errno {
-        libc::EINVAL => {
+fn ioctl_hint(name: &str, errno: i32) -> &'static str {
+    match (name, errno) {
+        ("GPUNVME_IOC_CLAIM_OWNER", libc::EPERM | libc::EACCES) => {
+            "owner mode needs CAP_SYS_RAWIO, no kernel lockdown, the controller node (not a \
+             namespace node) and a translating IOMMU domain (the kernel log names the mode); \
+             shared queue pairs need none of that"
+        }
+        ("GPUNVME_IOC_CLAIM_OWNER", libc::EBUSY) => {
+            "another file owns the controller or has queue pairs on it"
+        }
+        ("GPUNVME_IOC_CLAIM_OWNER", libc::EALREADY) => "this file owns the controller already",
+        ("GPUNVME_IOC_CREATE_QPAIR", libc::EPERM | libc::EACCES) => {
+            "a raw queue pair needs owner mode: claim the controller first"
+        }
+        ("GPUNVME_IOC_CREATE_QPAIR", libc::EBUSY) => {
+            "another file owns the controller (owner mode): no other file may create queue pairs"
+        }
+        (_, libc::EINVAL) => {
             "size/version mismatch with the module or non-zero reserved field; \
              the kernel log names both values"
         }
-        libc::EPERM | libc::EACCES => "needs CAP_SYS_RAWIO (run as root)",
-        libc::ENODEV => "the controller was unbound from gpunvme since the node was opened",
-        libc::ENOTTY => "not a gpunvme device node, or the module does not know this ioctl",
-        libc::EFAULT => "bad user pointer",
-        libc::ENOSPC => "no I/O queue pair left on the controller (info.io_queues in use)",
-        libc::EBUSY => "this file still has queue pairs: destroy them first",
-        libc::ENOENT => "no such queue pair or mapping on this file",
-        libc::EIO => "the controller failed the command; the kernel log has its status",
+        (_, libc::EPERM | libc::EACCES) => "not permitted on this node or file",
+        (_, libc::ENODEV) => "the controller was unbound from gpunvme since the node was opened",
+        (_, libc::ENOTTY) => "not a gpunvme device node, or the module does not know this ioctl",
+        (_, libc::EFAULT) => "bad user pointer",
+        (_, libc::ENOSPC) => "no I/O queue pair left on the controller (info.io_queues in use)",
+        (_, libc::EBUSY) => "this file still has queue pairs: destroy them first",
+        (_, libc::ENOENT) => "no such queue pair or mapping on this file",
+        (_, libc::EIO) => "the controller failed the command; the kernel log has its status",
         _ => "",
     }
 }
@@ -124,7 +139,11 @@ impl fmt::Display for Error {
                 if source.raw_os_error() == Some(libc::EACCES)
                     || source.raw_os_error() == Some(libc::EPERM)
                 {
-                    write!(f, " (try as root)")?;
+                    write!(
+                        f,
+                        " (a gpunvme node's file mode decides who may open it: run as root, \
+                         or have a udev rule give your group access)"
+                    )?;
                 }
                 Ok(())
             }
@@ -140,7 +159,7 @@ impl fmt::Display for Error {
                     "ioctl {name} (0x{request:08x}) on {} failed: {os}",
                     path.display()
                 )?;
-                let hint = ioctl_hint(*errno);
+                let hint = ioctl_hint(name, *errno);
                 if !hint.is_empty() {
                     write!(f, " ({hint})")?;
                 }
@@ -209,6 +228,27 @@ mod tests {
         assert!(s.contains("/dev/gpunvme0"), "{s}");
         assert!(s.contains("version"), "{s}");
         assert_eq!(e.errno(), Some(libc::EINVAL));
+    }
+
+    #[test]
+    fn owner_mode_errors_say_what_is_missing() {
+        let e = |name, errno| {
+            Error::Ioctl {
+                name,
+                request: 0,
+                path: "/dev/gpunvme0".into(),
+                errno,
+            }
+            .to_string()
+        };
+        let s = e("GPUNVME_IOC_CLAIM_OWNER", libc::EPERM);
+        assert!(s.contains("CAP_SYS_RAWIO") && s.contains("IOMMU"), "{s}");
+        let s = e("GPUNVME_IOC_CREATE_QPAIR", libc::EPERM);
+        assert!(s.contains("owner mode"), "{s}");
+        let s = e("GPUNVME_IOC_CREATE_QPAIR", libc::EBUSY);
+        assert!(s.contains("owns the controller"), "{s}");
+        let s = e("GPUNVME_IOC_UNMAP", libc::EBUSY);
+        assert!(s.contains("still has queue pairs"), "{s}");
     }
 
     #[test]

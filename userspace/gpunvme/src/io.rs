@@ -1,8 +1,11 @@
 //! Block I/O on one namespace through one queue pair: LBA ranges into and
-//! out of a [`DmaBuffer`], split at the controller's MDTS, pipelined up to
-//! the queue's capacity.
+//! out of a [`DmaBuffer`], split at the controller's MDTS (on a shared pair
+//! at the module's shared-mode limit), pipelined up to the queue's
+//! capacity. Commands of more than two pages get a PRP list: on a shared
+//! pair in the pair's [`crate::PrpPool`] (where the module reads it), on a
+//! raw pair in a buffer the `Io` maps for that.
 
-use crate::command::{opcode, prp_list_pages, Sqe};
+use crate::command::{opcode, pages_spanned, prp_list_pages, PrpListMem, Sqe};
 use crate::controller::{Controller, Info, Namespace};
 use crate::dma::{DmaBuffer, PAGE_SIZE};
 use crate::error::{Error, Result};
@@ -29,23 +32,28 @@ pub struct Io<'c> {
     // Field order is drop order: the queue pair goes before the PRP list
     // buffer, so the list buffer's UNMAP is not refused with EBUSY.
     qp: QueuePair<'c>,
-    lists: DmaBuffer<'c>,
+    /// A raw pair's PRP list pages; `None` on a shared pair, whose lists
+    /// go in its PRP pool.
+    lists: Option<DmaBuffer<'c>>,
     ns: Namespace,
     max_bytes: usize,
     list_pages_per_cmd: usize,
+    list_entries_per_cmd: usize,
     slot_of_cid: Vec<Option<usize>>,
     free_slots: Vec<usize>,
+    slots: usize,
     commands: u64,
 }
 
 impl<'c> Io<'c> {
-    /// Creates a queue pair of `depth` entries on `ctrl` for namespace
-    /// `nsid` (which must be in `info`).
+    /// Creates a shared queue pair of `depth` entries on `ctrl` for
+    /// namespace `nsid` (which must be in `info`).
     pub fn new(ctrl: &'c Controller, info: &Info, nsid: u32, depth: u32) -> Result<Self> {
-        Self::new_with(ctrl, info, nsid, depth, Mode::Direct)
+        Self::new_with(ctrl, info, nsid, depth, Mode::Shared)
     }
 
-    /// [`new`](Self::new) on a queue pair of the given [`Mode`].
+    /// [`new`](Self::new) on a queue pair of the given [`Mode`] (a raw pair
+    /// needs [`Controller::claim_owner`] first).
     pub fn new_with(
         ctrl: &'c Controller,
         info: &Info,
@@ -64,34 +72,71 @@ impl<'c> Io<'c> {
                     info.namespaces.iter().map(|n| n.nsid).collect::<Vec<_>>()
                 ))
             })?;
+        if let Some(only) = info.node_nsid.filter(|&n| n != nsid) {
+            return Err(Error::Invalid(format!(
+                "{} is limited to namespace {only}, not {nsid}",
+                ctrl.path().display()
+            )));
+        }
         if ns.lba_size == 0 || ns.lba_size as usize % 4 != 0 {
             return Err(Error::Invalid(format!(
                 "namespace {nsid} has LBA size {}",
                 ns.lba_size
             )));
         }
-        let mdts = info.max_transfer_bytes.map_or(NO_MDTS_CAP, |m| m as usize);
+        let mdts = info
+            .max_transfer_for(mode)
+            .map_or(NO_MDTS_CAP, |m| m as usize);
         let lba = ns.lba_size as usize;
         // Whole blocks, at most 65536 of them (NLB is 16 bits).
         let max_bytes = (mdts / lba).min(65536) * lba;
         if max_bytes == 0 {
             return Err(Error::Invalid(format!(
-                "MDTS of {mdts} bytes is smaller than one {lba}-byte block"
+                "the largest {mode} transfer, {mdts} bytes, is smaller than one {lba}-byte block"
             )));
         }
         // Worst case: the transfer starts just short of a page end.
         let list_pages_per_cmd = prp_list_pages(PAGE_SIZE - 4, max_bytes).max(1);
+        let list_entries_per_cmd = pages_spanned(PAGE_SIZE - 4, max_bytes) - 1;
         let qp = QueuePair::create_with(ctrl, depth, mode)?;
-        let slots = qp.capacity();
-        let lists = DmaBuffer::new(ctrl, slots * list_pages_per_cmd)?;
+        // One PRP slot per command in flight: on a raw pair whole pages of
+        // a buffer of our own, on a shared pair a list slot of its pool (as
+        // many as the pool holds, at most the queue's capacity).
+        let (slots, lists) = match qp.prp_pool() {
+            Some(pool) => {
+                if list_pages_per_cmd > 1 {
+                    return Err(Error::Invalid(format!(
+                        "{max_bytes}-byte commands need chained PRP lists, which shared pairs do not take"
+                    )));
+                }
+                let slots = pool.slots(list_entries_per_cmd).min(qp.capacity());
+                if slots == 0 {
+                    return Err(Error::Invalid(format!(
+                        "the {}-byte PRP pool of qid {} holds no list of {list_entries_per_cmd} entries",
+                        pool.len(),
+                        qp.qid()
+                    )));
+                }
+                (slots, None)
+            }
+            None => {
+                let slots = qp.capacity();
+                (
+                    slots,
+                    Some(DmaBuffer::new(ctrl, slots * list_pages_per_cmd)?),
+                )
+            }
+        };
         Ok(Io {
-            slot_of_cid: vec![None; slots],
+            slot_of_cid: vec![None; qp.capacity()],
             free_slots: (0..slots).rev().collect(),
+            slots,
             qp,
             lists,
             ns,
             max_bytes,
             list_pages_per_cmd,
+            list_entries_per_cmd,
             commands: 0,
         })
     }
@@ -99,6 +144,12 @@ impl<'c> Io<'c> {
     /// The namespace.
     pub fn namespace(&self) -> Namespace {
         self.ns
+    }
+
+    /// Commands this `Io` keeps in flight at most: the queue's capacity,
+    /// or fewer when a shared pair's PRP pool holds fewer list slots.
+    pub fn max_in_flight(&self) -> usize {
+        self.slots
     }
 
     /// Largest transfer of one command, in bytes (whole blocks).
@@ -219,8 +270,14 @@ impl<'c> Io<'c> {
                 let off = offset + (next * lba_size) as usize;
                 let len = (n * lba_size) as usize;
                 let slot = *self.free_slots.last().unwrap();
-                let page = slot * self.list_pages_per_cmd;
-                let prp = buf.prp(off, len, Some((&mut self.lists, page)))?;
+                let lists: PrpListMem<'_> = match (&mut self.lists, self.qp.prp_pool_mut()) {
+                    (Some(b), _) => {
+                        b.list_pages(slot * self.list_pages_per_cmd, self.list_pages_per_cmd)?
+                    }
+                    (None, Some(pool)) => pool.list_slot(slot, self.list_entries_per_cmd)?,
+                    (None, None) => unreachable!("an Io has list pages or a pool"),
+                };
+                let prp = buf.prp(off, len, Some(lists))?;
                 let s = if op == opcode::READ {
                     Sqe::read(self.ns.nsid, lba + next, n as u32, prp)
                 } else {

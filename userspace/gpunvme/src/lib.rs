@@ -1,15 +1,22 @@
 //! Safe userspace API for the gpunvme kernel module.
 //!
-//! - [`Controller`]: an open `/dev/gpunvme<N>` node and its ioctls;
-//! - [`Info`], [`Cap`], [`Version`]: decoded controller identity;
+//! - [`Controller`]: an open `/dev/gpunvme<N>` (or namespace) node and its
+//!   ioctls, owner mode included ([`Controller::claim_owner`]);
+//! - [`Info`], [`Cap`], [`Version`], [`IommuMode`], [`Modes`]: decoded
+//!   controller identity, IOMMU domain and the modes the caller may use;
 //! - [`QueuePair`]: an I/O SQ/CQ pair mapped into this process (submit,
-//!   doorbells, phase-tag polling with deadlines);
+//!   doorbells, phase-tag polling with deadlines), shared (validated by the
+//!   module, the default) or raw (owner mode): see [`Mode`]; a shared
+//!   pair's [`PrpPool`] holds its PRP lists;
 //! - [`DmaBuffer`]: host memory mapped for the controller's DMA;
 //! - [`DmabufMapping`]: GPU memory (a dma-buf) mapped for the controller's
 //!   DMA; [`QueuePair::export`] goes the other way;
 //! - [`command`]: SQE builders (read, write, flush, write zeroes), CQE
-//!   decoding and PRP construction; [`Status`]: NVMe completion status;
-//! - [`Io`]: LBA-range reads/writes of a namespace, split at MDTS;
+//!   decoding and PRP construction ([`PrpListMem`]: where the lists go);
+//!   [`Status`]: NVMe completion status;
+//! - [`Io`]: LBA-range reads/writes of a namespace, split at MDTS (and at
+//!   the module's shared-mode cap), PRP lists in the pair's pool or, on a
+//!   raw pair, in a buffer of its own;
 //! - [`pattern`]: deterministic per-LBA data for integrity checks;
 //! - [`sysfs`]: finding NVMe controllers and moving them between the kernel
 //!   `nvme` driver and `gpunvme` (driver_override, never class matching).
@@ -33,13 +40,16 @@ mod regs;
 mod status;
 pub mod sysfs;
 
-pub use command::{Cqe, Prp, Sqe};
-pub use controller::{node_path, Controller, Info, Namespace, DEV_DIR};
+pub use command::{Cqe, Prp, PrpListMem, Sqe};
+pub use controller::{
+    namespace_node_path, node_path, Controller, Info, IommuMode, Modes, Namespace, DEV_DIR,
+    SHARED_TRANSFER_CAP,
+};
 pub use dma::{DmaBuffer, PAGE_SIZE};
 pub use dmabuf::{contiguous_base, DmabufMapping};
 pub use error::{Error, Result};
 pub use gpunvme_sys as sys;
 pub use io::{Io, RangeCheck, NO_MDTS_CAP};
-pub use qpair::{Completion, ExportKind, Mode, QueueMemory, QueuePair, DEFAULT_TIMEOUT};
+pub use qpair::{Completion, ExportKind, Mode, PrpPool, QueueMemory, QueuePair, DEFAULT_TIMEOUT};
 pub use regs::{Cap, Version};
 pub use status::Status;

@@ -1,6 +1,7 @@
 //! An I/O submission/completion queue pair, driven from this process
 //! through mmap'ed queue memory and the doorbell page
-//! (`GPUNVME_IOC_CREATE_QPAIR` / `GPUNVME_IOC_DESTROY_QPAIR`).
+//! (`GPUNVME_IOC_CREATE_QPAIR` / `GPUNVME_IOC_DESTROY_QPAIR`), shared
+//! (validated, the default) or raw (owner mode): see [`Mode`].
 //!
 //! Memory ordering: SQE stores are volatile, then a release fence (plus
 //! `dsb st` on aarch64, where a DMB does not order normal memory against
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use gpunvme_sys as sys;
 
-use crate::command::{Cqe, Sqe, CQE_SIZE, SQE_SIZE};
+use crate::command::{Cqe, PrpListMem, Sqe, CQE_SIZE, PRP_ENTRIES_PER_PAGE, SQE_SIZE};
 use crate::controller::Controller;
 use crate::dma::unmap_handle;
 use crate::error::{Error, Result};
@@ -179,34 +180,44 @@ fn backoff(spins: &mut u32) {
     }
 }
 
-/// How a queue pair reaches the controller.
+/// How a queue pair reaches the controller. The code that drives the
+/// queue is the same in both modes: only what the mappings are differs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
-    /// The doorbell page is the controller's (BAR0) and the CQ is the one
-    /// the controller writes.
+    /// A shared (validated) pair, `flags` 0: any number of files may have
+    /// them. The SQ, CQ and doorbell page this process maps are shadows in
+    /// memory the module owns (the doorbell page holds the SQ tail cell at
+    /// `sq_db` 0 and the CQ head cell at `cq_db` 64; the CQ is a mirror).
+    /// A module thread checks every new SQE (opcode Read, Write, Flush or
+    /// Write Zeroes; namespace and LBA range; PRP1, PRP2 and every PRP-list
+    /// entry inside a buffer this file mapped; PRP lists in the pair's
+    /// [`PrpPool`]) before it copies it into the real SQ; a rejected one
+    /// completes with an error status (SCT 0, SC 0x01, 0x02, 0x0b or 0x80,
+    /// DNR) and never reaches the controller.
     #[default]
-    Direct,
-    /// `GPUNVME_QPAIR_BRIDGED`: the doorbell page is a shadow page of
-    /// ordinary memory (SQ tail at `sq_db`, CQ head at `cq_db`) and the CQ
-    /// is a mirror; a kernel thread relays shadow values to the real
-    /// doorbells and copies CQEs. Driven by the same code as `Direct`.
-    Bridged,
+    Shared,
+    /// `GPUNVME_QPAIR_RAW`: an owner-mode pair (the file must have
+    /// [`Controller::claim_owner`]ed the controller): the real SQ, CQ and
+    /// doorbell page (BAR0, shared with the admin queue and every other
+    /// queue), nothing checked. PRP lists may be anywhere the controller
+    /// can read, e.g. a [`crate::DmaBuffer`].
+    Raw,
 }
 
 impl Mode {
     /// The `flags` word of `struct gpunvme_qpair_create`.
     pub fn flags(self) -> u32 {
         match self {
-            Mode::Direct => 0,
-            Mode::Bridged => sys::GPUNVME_QPAIR_BRIDGED,
+            Mode::Shared => 0,
+            Mode::Raw => sys::GPUNVME_QPAIR_RAW,
         }
     }
 
-    /// "direct" or "bridged".
+    /// "shared" or "raw".
     pub fn name(self) -> &'static str {
         match self {
-            Mode::Direct => "direct",
-            Mode::Bridged => "bridged",
+            Mode::Shared => "shared",
+            Mode::Raw => "raw",
         }
     }
 }
@@ -217,41 +228,157 @@ impl std::fmt::Display for Mode {
     }
 }
 
-/// An I/O queue pair owned by this process. Dropping it unmaps the queue
-/// memory and destroys the pair on the controller (outstanding commands
-/// are aborted by the controller when the SQ is deleted).
 /// What [`QueuePair::export`] exports (`GPUNVME_EXPORT_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]
 pub enum ExportKind {
-    /// The 4 KiB page holding the pair's doorbells (BAR0 MMIO when direct,
-    /// the shadow page when bridged).
+    /// The 4 KiB page holding the pair's doorbells: the shadow page of a
+    /// shared pair (memory), the BAR0 page of a raw pair (MMIO).
     Doorbell = sys::GPUNVME_EXPORT_DOORBELL as u16,
-    /// The SQ memory.
+    /// The SQ memory (the shadow SQ of a shared pair).
     Sq = sys::GPUNVME_EXPORT_SQ as u16,
-    /// The CQ memory (the mirror when bridged).
+    /// The CQ memory (the mirror of a shared pair).
     Cq = sys::GPUNVME_EXPORT_CQ as u16,
+    /// A shared pair's PRP pool.
+    PrpPool = sys::GPUNVME_EXPORT_PRP_POOL as u16,
+}
+
+/// A shared pair's PRP pool, mapped here: where the PRP lists of its
+/// commands must be built (the module reads each list there, checks every
+/// entry and copies it before the command reaches the controller). A PRP2
+/// names pool byte `o` as [`dma_base`](Self::dma_base) `+ o`.
+///
+/// The pool is carved into list slots ([`list_slot`](Self::list_slot)): a
+/// slot of `entries` entries is that many rounded up to a power of two (at
+/// most 512, one page) times 8 bytes, aligned to its size in the pool's
+/// address space, so no list crosses a page boundary and none chains (a
+/// shared transfer is at most 2 MiB: one list page covers it). The module
+/// sizes the pool for one slot per queue entry of the list its largest
+/// transfer needs.
+#[derive(Debug)]
+pub struct PrpPool {
+    map: Mapping,
+    dma: u64,
+    /// Addresses of the current slot layout (see `list_slot`), cached.
+    layout: Option<(usize, Vec<u64>)>,
+}
+
+impl PrpPool {
+    fn new(map: Mapping, dma: u64) -> Result<Self> {
+        if dma % 8 != 0 || dma.checked_add(map.len() as u64).is_none() {
+            return Err(Error::Invalid(format!(
+                "CREATE_QPAIR returned PRP pool address {dma:#x} (size {}), not 8-byte aligned",
+                map.len()
+            )));
+        }
+        Ok(PrpPool {
+            map,
+            dma,
+            layout: None,
+        })
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Always false: a pool has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The address that names the pool's first byte in a PRP2
+    /// (`prp_dma`).
+    pub fn dma_base(&self) -> u64 {
+        self.dma
+    }
+
+    /// Where the pool is mapped in this process (for code that builds
+    /// lists itself, e.g. a GPU kernel after importing the pool's export).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.map.ptr()
+    }
+
+    /// Bytes of a slot of `entries` entries (see the type's docs).
+    pub fn slot_bytes(entries: usize) -> usize {
+        entries.clamp(1, PRP_ENTRIES_PER_PAGE).next_power_of_two() * 8
+    }
+
+    /// Pool offset of the first slot of `slot_bytes`, and how many fit.
+    fn geometry(&self, slot_bytes: usize) -> (usize, usize) {
+        let sb = slot_bytes as u64;
+        let first = ((sb - self.dma % sb) % sb) as usize;
+        (first, self.len().saturating_sub(first) / slot_bytes)
+    }
+
+    /// How many slots of `entries` entries the pool holds.
+    pub fn slots(&self, entries: usize) -> usize {
+        self.geometry(Self::slot_bytes(entries)).1
+    }
+
+    /// Slot `slot` of `entries` entries, to build one command's PRP list
+    /// in ([`crate::DmaBuffer::prp`], [`crate::command::build_prps`]). It
+    /// must stay untouched until that command completes.
+    pub fn list_slot(&mut self, slot: usize, entries: usize) -> Result<PrpListMem<'_>> {
+        let bytes = Self::slot_bytes(entries);
+        let (first, count) = self.geometry(bytes);
+        if slot >= count {
+            return Err(Error::Invalid(format!(
+                "PRP list slot {slot} of {entries} entries: the {}-byte PRP pool holds {count}",
+                self.len()
+            )));
+        }
+        if self.layout.as_ref().map(|l| l.0) != Some(bytes) {
+            let base = self.dma + first as u64;
+            let addrs = (0..count as u64).map(|i| base + i * bytes as u64).collect();
+            self.layout = Some((bytes, addrs));
+        }
+        let addrs = &self.layout.as_ref().expect("set above").1;
+        // SAFETY: the slot lies inside the live mapping (slot < count),
+        // 8-byte aligned (the mapping is page aligned, `first` and `bytes`
+        // multiples of 8), does not cross a page of the pool's address
+        // space (aligned to its power-of-two size, at most 4096); `&mut
+        // self` keeps other Rust accesses out while the view lives.
+        Ok(unsafe {
+            PrpListMem::from_raw(
+                self.map.ptr().add(first + slot * bytes),
+                &addrs[slot..slot + 1],
+                bytes / 8,
+            )
+        })
+    }
 }
 
 /// A queue pair's memory as mapped in this process ([`QueuePair::memory`]).
 #[derive(Debug, Clone, Copy)]
 pub struct QueueMemory {
-    /// SQ ring (64-byte entries).
+    /// SQ ring (64-byte entries; a shared pair's shadow SQ).
     pub sq: *mut u8,
     /// Bytes mapped at `sq`.
     pub sq_len: usize,
-    /// CQ ring (16-byte entries), or the bridge's mirror.
+    /// CQ ring (16-byte entries; a shared pair's mirror).
     pub cq: *mut u8,
     /// Bytes mapped at `cq`.
     pub cq_len: usize,
-    /// The 4 KiB doorbell page (or shadow page).
+    /// The 4 KiB doorbell page (a shared pair's shadow page).
     pub doorbell_page: *mut u8,
     /// SQ tail doorbell's byte offset in that page.
     pub sq_db_offset: u32,
     /// CQ head doorbell's byte offset in that page.
     pub cq_db_offset: u32,
+    /// A shared pair's PRP pool (null for a raw pair).
+    pub prp_pool: *mut u8,
+    /// Bytes mapped at `prp_pool` (0 for a raw pair).
+    pub prp_pool_len: usize,
+    /// The address naming the pool's first byte in a PRP2 (0 for a raw
+    /// pair).
+    pub prp_dma: u64,
 }
 
+/// An I/O queue pair owned by this process. Dropping it unmaps the queue
+/// memory and destroys the pair on the controller (outstanding commands
+/// are aborted by the controller when the SQ is deleted).
 #[derive(Debug)]
 pub struct QueuePair<'c> {
     ctrl: &'c Controller,
@@ -261,6 +388,7 @@ pub struct QueuePair<'c> {
     sq: Option<Mapping>,
     cq: Option<Mapping>,
     db: Option<Mapping>,
+    pool: Option<PrpPool>,
     sq_db: *mut u32,
     cq_db: *mut u32,
     sq_db_offset: u32,
@@ -279,15 +407,18 @@ fn map_err(ctrl: &Controller, what: &str, e: std::io::Error) -> Error {
 }
 
 impl<'c> QueuePair<'c> {
-    /// Creates a direct queue pair of `depth` entries (2 ..=
-    /// max_queue_entries) and maps its SQ, CQ and doorbell page.
+    /// Creates a shared queue pair of `depth` entries (2 ..=
+    /// max_queue_entries) and maps its SQ, CQ, doorbell page and PRP pool.
     pub fn create(ctrl: &'c Controller, depth: u32) -> Result<Self> {
-        Self::create_with(ctrl, depth, Mode::Direct)
+        Self::create_with(ctrl, depth, Mode::Shared)
     }
 
-    /// [`create`](Self::create) in either [`Mode`]: a bridged pair's
-    /// doorbell page is the shadow page and its CQ the mirror, at the
-    /// offsets the module returns, so nothing else differs.
+    /// [`create`](Self::create) in either [`Mode`]: the mappings are at
+    /// the offsets the module returns (shadows for a shared pair, the real
+    /// queues and BAR0 doorbell page for a raw one), so nothing else
+    /// differs but the PRP pool, which only a shared pair has. A raw pair
+    /// needs [`Controller::claim_owner`] first (EPERM otherwise); while
+    /// another file owns the controller a shared pair gets EBUSY.
     pub fn create_with(ctrl: &'c Controller, depth: u32, mode: Mode) -> Result<Self> {
         if !(sys::GPUNVME_MIN_QUEUE_DEPTH..=65536).contains(&depth) {
             return Err(Error::Invalid(format!(
@@ -323,6 +454,7 @@ impl<'c> QueuePair<'c> {
             sq: None,
             cq: None,
             db: None,
+            pool: None,
             sq_db: ptr::null_mut(),
             cq_db: ptr::null_mut(),
             sq_db_offset: c.sq_db,
@@ -360,13 +492,24 @@ impl<'c> QueuePair<'c> {
             qp.cq_db = db.ptr().add(c.cq_db as usize).cast();
         }
         qp.db = Some(db);
+        if mode == Mode::Shared {
+            if c.prp_size == 0 {
+                return Err(Error::Invalid(
+                    "CREATE_QPAIR returned no PRP pool (prp_size 0) for a shared pair".into(),
+                ));
+            }
+            let map = Mapping::shared(fd, c.prp_offset, c.prp_size as usize)
+                .map_err(|e| map_err(ctrl, "PRP pool", e))?;
+            qp.pool = Some(PrpPool::new(map, c.prp_dma)?);
+        }
         Ok(qp)
     }
 
     /// Exports part of this pair as a dma-buf (`GPUNVME_IOC_EXPORT`), for a
-    /// GPU to import. For a bridged pair the doorbell is the shadow page and
-    /// the CQ the mirror. The module revokes every export when the pair is
-    /// destroyed or the file closed.
+    /// GPU to import. A shared pair exports its shadows (doorbell cells,
+    /// SQ, CQ mirror) and its PRP pool; a raw pair the real doorbell page
+    /// and queues (and no pool). The module revokes every export when the
+    /// pair is destroyed or the file closed.
     pub fn export(&self, kind: ExportKind) -> Result<OwnedFd> {
         let mut e = sys::gpunvme_export {
             size: std::mem::size_of::<sys::gpunvme_export>() as u32,
@@ -403,7 +546,21 @@ impl<'c> QueuePair<'c> {
             doorbell_page: self.db.as_ref().expect("live queue").ptr(),
             sq_db_offset: self.sq_db_offset,
             cq_db_offset: self.cq_db_offset,
+            prp_pool: self.pool.as_ref().map_or(ptr::null_mut(), |p| p.as_ptr()),
+            prp_pool_len: self.pool.as_ref().map_or(0, |p| p.len()),
+            prp_dma: self.pool.as_ref().map_or(0, |p| p.dma_base()),
         }
+    }
+
+    /// The PRP pool of a shared pair (`None` for a raw pair), where its
+    /// commands' PRP lists must be built.
+    pub fn prp_pool(&self) -> Option<&PrpPool> {
+        self.pool.as_ref()
+    }
+
+    /// [`prp_pool`](Self::prp_pool), writable: to build lists in it.
+    pub fn prp_pool_mut(&mut self) -> Option<&mut PrpPool> {
+        self.pool.as_mut()
     }
 
     /// Queue ID.
@@ -411,7 +568,7 @@ impl<'c> QueuePair<'c> {
         self.qid
     }
 
-    /// Direct or bridged.
+    /// Shared or raw.
     pub fn mode(&self) -> Mode {
         self.mode
     }
@@ -644,7 +801,12 @@ impl Drop for QueuePair<'_> {
         // No user access to the queues from here on.
         self.sq_db = ptr::null_mut();
         self.cq_db = ptr::null_mut();
-        drop((self.sq.take(), self.cq.take(), self.db.take()));
+        drop((
+            self.sq.take(),
+            self.cq.take(),
+            self.db.take(),
+            self.pool.take(),
+        ));
         let mut st = self.ctrl.lifecycle();
         let mut d = sys::gpunvme_qpair_destroy {
             size: std::mem::size_of::<sys::gpunvme_qpair_destroy>() as u32,
@@ -687,11 +849,75 @@ mod tests {
 
     #[test]
     fn mode_flags_match_the_uapi() {
-        assert_eq!(Mode::default(), Mode::Direct);
-        assert_eq!(Mode::Direct.flags(), 0);
-        assert_eq!(Mode::Bridged.flags(), sys::GPUNVME_QPAIR_BRIDGED);
-        assert_eq!(sys::GPUNVME_QPAIR_BRIDGED, 1);
-        assert_eq!(Mode::Bridged.to_string(), "bridged");
+        assert_eq!(Mode::default(), Mode::Shared);
+        assert_eq!(Mode::Shared.flags(), 0);
+        assert_eq!(Mode::Raw.flags(), sys::GPUNVME_QPAIR_RAW);
+        assert_eq!(
+            sys::GPUNVME_QPAIR_RAW,
+            1 << 1,
+            "bit 0 (v1's bridged) is gone"
+        );
+        assert_eq!(Mode::Raw.to_string(), "raw");
+        assert_eq!(Mode::Shared.to_string(), "shared");
+        assert_eq!(ExportKind::PrpPool as u16, 4);
+    }
+
+    #[test]
+    fn prp_pool_slots_never_cross_a_page() {
+        assert_eq!(PrpPool::slot_bytes(0), 8);
+        assert_eq!(PrpPool::slot_bytes(128), 1024);
+        assert_eq!(PrpPool::slot_bytes(129), 2048);
+        assert_eq!(PrpPool::slot_bytes(4000), 4096);
+
+        // As the module sizes it: depth 32, 128 entries each: 8 pages.
+        let mut p = PrpPool::new(Mapping::anonymous(8 * 4096).unwrap(), 0x8000_0000).unwrap();
+        assert_eq!((p.len(), p.dma_base()), (8 * 4096, 0x8000_0000));
+        assert_eq!(p.slots(128), 32);
+        assert_eq!(p.slots(512), 8);
+        assert_eq!(p.slots(100), 32, "rounded up to 128");
+        let l = p.list_slot(3, 128).unwrap();
+        assert_eq!(l.dma_addrs(), &[0x8000_0c00]);
+        assert_eq!(l.entries(), 128);
+        drop(l);
+        assert!(p
+            .list_slot(32, 128)
+            .unwrap_err()
+            .to_string()
+            .contains("holds 32"));
+        // A 3-page transfer: a list of 2 entries, written in slot 3.
+        let mut l = p.list_slot(3, 128).unwrap();
+        let plan = crate::command::prp_plan(
+            &[0x10_0000, 0x20_0000, 0x30_0000],
+            0,
+            3 * 4096,
+            l.dma_addrs(),
+        )
+        .unwrap();
+        assert_eq!(plan.prp.prp2, 0x8000_0c00);
+        l.write(&plan).unwrap();
+        drop(l);
+        // SAFETY: the mapping is live and 8 pages long.
+        let mem = unsafe { std::slice::from_raw_parts(p.as_ptr(), p.len()) };
+        let at = |o: usize| u64::from_le_bytes(mem[o..o + 8].try_into().unwrap());
+        assert_eq!((at(0xc00), at(0xc08), at(0xc10)), (0x20_0000, 0x30_0000, 0));
+        assert!(mem[..0xc00].iter().all(|&b| b == 0));
+
+        // A list longer than its slot is refused, not truncated.
+        let pages: Vec<u64> = (0..6).map(|i| 0x10_0000 + i * 4096).collect();
+        let mut l = p.list_slot(0, 4).unwrap();
+        let plan = crate::command::prp_plan(&pages, 0, 6 * 4096, l.dma_addrs()).unwrap();
+        assert!(l.write(&plan).unwrap_err().contains("5 entries"));
+        drop(l);
+
+        // An address 8-byte but not slot aligned: slots start at the first
+        // slot boundary of the pool's address space; the tail is unused.
+        let mut p = PrpPool::new(Mapping::anonymous(2 * 4096).unwrap(), 0x8000_0200).unwrap();
+        assert_eq!(p.slots(512), 1);
+        assert_eq!(p.slots(64), 16);
+        assert_eq!(p.list_slot(0, 512).unwrap().dma_addrs(), &[0x8000_1000]);
+        assert_eq!(p.list_slot(0, 64).unwrap().dma_addrs(), &[0x8000_0200]);
+
+        assert!(PrpPool::new(Mapping::anonymous(4096).unwrap(), 0x1004).is_err());
     }
 
     #[test]

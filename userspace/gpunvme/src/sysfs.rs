@@ -46,6 +46,9 @@ pub struct NvmeController {
     pub namespaces: Vec<String>,
     /// The gpunvme device node, when bound to gpunvme and found.
     pub node: Option<PathBuf>,
+    /// Its namespace nodes (`/dev/gpunvme<N>n<NSID>`: shared mode, one
+    /// namespace each), when bound to gpunvme.
+    pub namespace_nodes: Vec<PathBuf>,
 }
 
 /// One reason a controller's storage is in use.
@@ -162,6 +165,21 @@ fn namespace_names(name: &str) -> Option<(String, Option<String>)> {
         return Some((name.to_string(), Some(format!("nvme{subsys}n{ns}"))));
     }
     None
+}
+
+/// `gpunvme<N>` (a controller node: `(N, None)`) or `gpunvme<N>n<NSID>`
+/// (a namespace node: `(N, Some(NSID))`).
+pub fn parse_node_name(name: &str) -> Option<(u32, Option<u32>)> {
+    let rest = name.strip_prefix("gpunvme")?;
+    let num = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u32>().ok())
+            .flatten()
+    };
+    match rest.split_once('n') {
+        None => Some((num(rest)?, None)),
+        Some((n, ns)) => Some((num(n)?, Some(num(ns)?))),
+    }
 }
 
 /// Undoes the octal escapes of /proc/self/mounts (`\040` for a space).
@@ -311,10 +329,10 @@ impl Sysfs {
         } else {
             (None, Vec::new())
         };
-        let node = if driver.as_deref() == Some(GPUNVME_DRIVER) {
-            self.find_node(&bdf)
+        let (node, namespace_nodes) = if driver.as_deref() == Some(GPUNVME_DRIVER) {
+            (self.find_node(&bdf), self.find_namespace_nodes(&bdf))
         } else {
-            None
+            (None, Vec::new())
         };
         Ok(NvmeController {
             bdf,
@@ -325,31 +343,20 @@ impl Sysfs {
             nvme_name,
             namespaces,
             node,
+            namespace_nodes,
         })
     }
 
     /// The gpunvme device node of the controller at `bdf`: through the
     /// misc device's `device` link or the PCI device's `misc/` directory,
-    /// else by asking each `/dev/gpunvme*` node for its address.
+    /// else by asking each `/dev/gpunvme<N>` node for its address.
+    /// Namespace nodes (`gpunvme<N>n<NSID>`) are never it.
     pub fn find_node(&self, bdf: &str) -> Option<PathBuf> {
-        let misc = self.root.join("class/misc");
-        for name in sorted_dir_names(&misc)
-            .into_iter()
-            .filter(|n| n.starts_with("gpunvme"))
-        {
-            if link_name(&misc.join(&name).join("device")).as_deref() == Some(bdf) {
-                return Some(self.dev.join(name));
-            }
+        let is_ctrl = |n: &String| matches!(parse_node_name(n), Some((_, None)));
+        if let Some(name) = self.misc_names(bdf).into_iter().find(is_ctrl) {
+            return Some(self.dev.join(name));
         }
-        for name in sorted_dir_names(&self.dev_path(bdf).join("misc")) {
-            if name.starts_with("gpunvme") {
-                return Some(self.dev.join(name));
-            }
-        }
-        for name in sorted_dir_names(&self.dev)
-            .into_iter()
-            .filter(|n| n.starts_with("gpunvme"))
-        {
+        for name in sorted_dir_names(&self.dev).into_iter().filter(is_ctrl) {
             let path = self.dev.join(&name);
             if let Ok(info) = crate::Controller::open(&path).and_then(|c| c.info()) {
                 if info.bdf == bdf {
@@ -358,6 +365,40 @@ impl Sysfs {
             }
         }
         None
+    }
+
+    /// The namespace nodes (`/dev/gpunvme<N>n<NSID>`) of the controller at
+    /// `bdf`, as sysfs links them to it, lowest NSID first.
+    pub fn find_namespace_nodes(&self, bdf: &str) -> Vec<PathBuf> {
+        let mut v: Vec<(u32, String)> = self
+            .misc_names(bdf)
+            .into_iter()
+            .filter_map(|n| match parse_node_name(&n) {
+                Some((_, Some(nsid))) => Some((nsid, n)),
+                _ => None,
+            })
+            .collect();
+        v.sort();
+        v.into_iter().map(|(_, n)| self.dev.join(n)).collect()
+    }
+
+    /// Names of the gpunvme misc devices of `bdf`: those under
+    /// `class/misc` whose `device` link names it, else the PCI device's
+    /// `misc/` directory; sorted.
+    fn misc_names(&self, bdf: &str) -> Vec<String> {
+        let misc = self.root.join("class/misc");
+        let linked: Vec<String> = sorted_dir_names(&misc)
+            .into_iter()
+            .filter(|n| parse_node_name(n).is_some())
+            .filter(|n| link_name(&misc.join(n).join("device")).as_deref() == Some(bdf))
+            .collect();
+        if !linked.is_empty() {
+            return linked;
+        }
+        sorted_dir_names(&self.dev_path(bdf).join("misc"))
+            .into_iter()
+            .filter(|n| parse_node_name(n).is_some())
+            .collect()
     }
 
     /// Block devices of the namespaces under an nvme controller directory
@@ -700,7 +741,8 @@ mod tests {
     /// A fake /sys with:
     /// - 0000:00:04.0: NVMe, bound to nvme as nvme0, namespaces nvme0n1
     ///   (partitions p1, p2) and nvme0n2 (held by dm-0 = "vg-data");
-    /// - 0000:00:05.0: NVMe, bound to gpunvme, node gpunvme0;
+    /// - 0000:00:05.0: NVMe, bound to gpunvme, node gpunvme0, namespace
+    ///   nodes gpunvme0n2 and gpunvme0n10;
     /// - 0000:00:06.0: NVMe, no driver;
     /// - 0000:00:01.0: a non-NVMe device (VGA).
     struct Fake {
@@ -742,12 +784,16 @@ mod tests {
             .unwrap();
             write(&sys.join("class/block/dm-0/dm/name"), "vg-data\n");
             dev("0000:00:05.0", "0x010802", Some("gpunvme"));
-            fs::create_dir_all(sys.join("class/misc/gpunvme0")).unwrap();
-            symlink(
-                "../../../bus/pci/devices/0000:00:05.0",
-                sys.join("class/misc/gpunvme0/device"),
-            )
-            .unwrap();
+            // The controller node and two namespace nodes ("gpunvme0n10"
+            // sorts before "gpunvme0n2" by name).
+            for node in ["gpunvme0n10", "gpunvme0", "gpunvme0n2"] {
+                fs::create_dir_all(sys.join("class/misc").join(node)).unwrap();
+                symlink(
+                    "../../../bus/pci/devices/0000:00:05.0",
+                    sys.join("class/misc").join(node).join("device"),
+                )
+                .unwrap();
+            }
             dev("0000:00:06.0", "0x010802", None);
             dev("0000:00:01.0", "0x030000", None);
             write(
@@ -809,6 +855,22 @@ mod tests {
     }
 
     #[test]
+    fn node_name_parsing() {
+        assert_eq!(parse_node_name("gpunvme0"), Some((0, None)));
+        assert_eq!(parse_node_name("gpunvme12n3"), Some((12, Some(3))));
+        for bad in [
+            "gpunvme",
+            "gpunvmen1",
+            "gpunvme0n",
+            "gpunvme0p1",
+            "nvme0n1",
+            "gpunvme-1",
+        ] {
+            assert_eq!(parse_node_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn lists_only_nvme_controllers() {
         let f = Fake::new();
         let list = f.sysfs().list().unwrap();
@@ -826,7 +888,15 @@ mod tests {
         let g = &list[1];
         assert_eq!(g.driver.as_deref(), Some("gpunvme"));
         assert_eq!(g.node, Some(f.tmp.0.join("dev/gpunvme0")));
+        assert_eq!(
+            g.namespace_nodes,
+            [
+                f.tmp.0.join("dev/gpunvme0n2"),
+                f.tmp.0.join("dev/gpunvme0n10")
+            ]
+        );
         assert!(g.namespaces.is_empty());
+        assert!(c.namespace_nodes.is_empty());
 
         assert_eq!(list[2].driver, None);
     }
