@@ -3,10 +3,11 @@
 //! kernel nvme block device with O_DIRECT: io_uring (raw syscalls, one
 //! ring of QD reads per "queue pair" thread, completions by interrupt),
 //! or with --pread (or when io_uring is unavailable) synchronous pread
-//! from QD x queue-pairs threads. With --bridged the gpunvme matrix is
-//! measured again on bridged queue pairs (GPUNVME_QPAIR_BRIDGED: shadow
-//! doorbells and a mirrored CQ, relayed by a kernel thread per pair) and
-//! compared with the direct one.
+//! from QD x queue-pairs threads. The gpunvme matrix runs on shared queue
+//! pairs (shadow SQ and doorbells, mirrored CQ: a module thread per pair
+//! checks each command and relays it). With --owner it is measured again
+//! on raw queue pairs (the file claims owner mode: the real queues and
+//! doorbells, nothing checked) and the two are compared.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::OpenOptionsExt;
@@ -29,7 +30,7 @@ const BS: usize = 4096;
 pub struct BenchArgs {
     #[command(flatten)]
     pub target: Target,
-    /// Also (or, without BDF/--dev, only) measure this kernel nvme block
+    /// Also (or, without BDF/--dev/--node, only) measure this kernel nvme block
     /// device, e.g. /dev/nvme0n1: O_DIRECT io_uring, one ring of QD reads
     /// per queue-pair thread.
     #[arg(long, value_name = "DEV")]
@@ -38,10 +39,12 @@ pub struct BenchArgs {
     /// queue-pairs threads instead of io_uring.
     #[arg(long)]
     pub pread: bool,
-    /// Also measure the gpunvme matrix on bridged queue pairs (CPU bridge
-    /// relay) and print/write bridged/direct ratios.
+    /// Also measure the gpunvme matrix on raw queue pairs in owner mode
+    /// (claims the controller: needs CAP_SYS_RAWIO, no lockdown, a
+    /// translating IOMMU) and print/write shared/raw ratios: what the
+    /// module's checking relay costs.
     #[arg(long)]
-    pub bridged: bool,
+    pub owner: bool,
     /// Namespace ID on the gpunvme controller.
     #[arg(long, default_value_t = 1)]
     pub nsid: u32,
@@ -264,8 +267,8 @@ fn range_bytes(a: &BenchArgs, capacity: u64) -> u64 {
     want.min(capacity) / BS as u64 * BS as u64
 }
 
-const TARGET_DIRECT: &str = "gpunvme";
-const TARGET_BRIDGED: &str = "gpunvme-bridged";
+const TARGET_SHARED: &str = "gpunvme";
+const TARGET_RAW: &str = "gpunvme-raw";
 const TARGET_KERNEL: &str = "kernel";
 
 fn gpunvme_run(
@@ -274,6 +277,7 @@ fn gpunvme_run(
     mode: Mode,
 ) -> Result<Run, Box<dyn std::error::Error>> {
     let ctrl = crate::blockio::open(sysfs, &a.target)?;
+    let mode = crate::blockio::mode_for(&ctrl, mode == Mode::Raw, "bench")?;
     let info = ctrl.info()?;
     let ns = *info
         .namespaces
@@ -322,15 +326,16 @@ fn gpunvme_run(
         }
     }
     let (target, method) = match mode {
-        Mode::Direct => (
-            TARGET_DIRECT,
-            "gpunvme queue pairs mapped into this process, polled, one thread per queue pair",
+        Mode::Shared => (
+            TARGET_SHARED,
+            "gpunvme shared queue pairs mapped into this process, polled, one thread per queue \
+             pair; a module thread per pair checks each SQE of the shadow SQ, copies it into the \
+             real SQ, rings the doorbell and mirrors the CQEs",
         ),
-        Mode::Bridged => (
-            TARGET_BRIDGED,
-            "gpunvme bridged queue pairs (GPUNVME_QPAIR_BRIDGED) mapped into this process, \
-             polled, one thread per queue pair; CPU bridge relay: a kernel thread per pair \
-             copies shadow doorbells to the controller and mirrors CQEs",
+        Mode::Raw => (
+            TARGET_RAW,
+            "gpunvme raw queue pairs (owner mode, GPUNVME_QPAIR_RAW) mapped into this process, \
+             polled, one thread per queue pair: the real SQ, CQ and doorbells",
         ),
     };
     Ok(Run {
@@ -561,7 +566,7 @@ fn fmt_ratio(r: Option<f64>) -> String {
     r.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
 }
 
-/// gpunvme (direct) vs kernel: IOPS gpunvme/kernel, p50 kernel/gpunvme.
+/// gpunvme (shared) vs kernel: IOPS gpunvme/kernel, p50 kernel/gpunvme.
 fn kernel_ratios(g: &Run, k: &Run) -> Vec<serde_json::Value> {
     println!();
     println!(
@@ -585,33 +590,35 @@ fn kernel_ratios(g: &Run, k: &Run) -> Vec<serde_json::Value> {
     out
 }
 
-/// Bridged vs direct, every cell: IOPS, p50 and p99 latency, each
-/// bridged/direct (latency > 1 and IOPS < 1: the bridge costs).
-fn bridged_ratios(d: &Run, b: &Run) -> Vec<serde_json::Value> {
+/// Shared vs raw, every cell: IOPS, p50 and p99 latency, each shared/raw
+/// (latency > 1 and IOPS < 1: the checking relay costs).
+fn owner_ratios(raw: &Run, shared: &Run) -> Vec<serde_json::Value> {
     println!();
-    println!("bridged/direct (latency above 1 and IOPS below 1: what the CPU bridge costs)");
+    println!(
+        "shared/raw (latency above 1 and IOPS below 1: what the module's checking relay costs)"
+    );
     println!(
         "{:>7} {:>4} {:>10} {:>10} {:>10}",
         "QPAIRS", "QD", "IOPS", "P50", "P99"
     );
     let mut out = Vec::new();
-    for (cd, cb) in matched(d, b) {
-        let ri = ratio(cb.iops, cd.iops);
-        let r50 = ratio(cb.lat_us_p50, cd.lat_us_p50);
-        let r99 = ratio(cb.lat_us_p99, cd.lat_us_p99);
+    for (cr, cs) in matched(raw, shared) {
+        let ri = ratio(cs.iops, cr.iops);
+        let r50 = ratio(cs.lat_us_p50, cr.lat_us_p50);
+        let r99 = ratio(cs.lat_us_p99, cr.lat_us_p99);
         println!(
             "{:>7} {:>4} {:>10} {:>10} {:>10}",
-            cd.qpairs,
-            cd.qd,
+            cr.qpairs,
+            cr.qd,
             fmt_ratio(ri),
             fmt_ratio(r50),
             fmt_ratio(r99)
         );
         out.push(json!({
-            "qpairs": cd.qpairs, "qd": cd.qd,
-            "iops_bridged_over_direct": ri,
-            "p50_latency_bridged_over_direct": r50,
-            "p99_latency_bridged_over_direct": r99,
+            "qpairs": cr.qpairs, "qd": cr.qd,
+            "iops_shared_over_raw": ri,
+            "p50_latency_shared_over_raw": r50,
+            "p99_latency_shared_over_raw": r99,
         }));
     }
     out
@@ -621,12 +628,15 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
     if a.qd.iter().chain(&a.qpairs).any(|&v| v == 0) {
         return Err("--qd and --qpairs values must be at least 1".into());
     }
-    let want_gpunvme =
-        a.target.bdf.is_some() || a.target.dev.is_some() || a.block_device.is_none() || a.bridged;
-    // JSON order stays: gpunvme, kernel, then gpunvme-bridged.
+    let want_gpunvme = a.target.bdf.is_some()
+        || a.target.dev.is_some()
+        || a.target.node.is_some()
+        || a.block_device.is_none()
+        || a.owner;
+    // JSON order: gpunvme (shared), kernel, then gpunvme-raw.
     let mut runs = Vec::new();
     if want_gpunvme {
-        runs.push(gpunvme_run(sysfs, a, Mode::Direct)?);
+        runs.push(gpunvme_run(sysfs, a, Mode::Shared)?);
         print_run(runs.last().unwrap());
     }
     if let Some(dev) = &a.block_device {
@@ -637,16 +647,18 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
         print_run(runs.last().unwrap());
     }
     let mut ratios = Vec::new();
-    if let (Some(g), Some(k)) = (find(&runs, TARGET_DIRECT), find(&runs, TARGET_KERNEL)) {
+    if let (Some(g), Some(k)) = (find(&runs, TARGET_SHARED), find(&runs, TARGET_KERNEL)) {
         ratios = kernel_ratios(g, k);
     }
-    let mut bridged = Vec::new();
-    if a.bridged {
+    let mut owner = Vec::new();
+    if a.owner {
         println!();
-        runs.push(gpunvme_run(sysfs, a, Mode::Bridged)?);
+        // A file of its own, claimed as owner once the shared run's file
+        // (and its queue pairs) are gone; closed at the end of the run.
+        runs.push(gpunvme_run(sysfs, a, Mode::Raw)?);
         print_run(runs.last().unwrap());
-        if let (Some(d), Some(b)) = (find(&runs, TARGET_DIRECT), find(&runs, TARGET_BRIDGED)) {
-            bridged = bridged_ratios(d, b);
+        if let (Some(r), Some(s)) = (find(&runs, TARGET_RAW), find(&runs, TARGET_SHARED)) {
+            owner = owner_ratios(r, s);
         }
     }
     if let Some(p) = &a.json {
@@ -659,8 +671,8 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
             "runs": runs,
             "ratios": ratios,
         });
-        if a.bridged {
-            v["bridged_ratios"] = json!(bridged);
+        if a.owner {
+            v["owner_ratios"] = json!(owner);
         }
         std::fs::write(p, serde_json::to_string_pretty(&v)? + "\n")
             .map_err(|e| format!("cannot write {}: {e}", p.display()))?;

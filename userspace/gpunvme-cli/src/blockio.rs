@@ -8,9 +8,24 @@ use std::time::Instant;
 use clap::Args;
 use gpunvme::{command::opcode, pattern, Controller, DmaBuffer, Info, Io, Mode, RangeCheck};
 
+/// `--owner`: claims owner mode on `ctrl` (saying so on stderr) and picks
+/// raw queue pairs; otherwise shared ones.
+pub fn mode_for(ctrl: &Controller, owner: bool, who: &str) -> Result<Mode, gpunvme::Error> {
+    if !owner {
+        return Ok(Mode::Shared);
+    }
+    let iommu = ctrl.claim_owner()?;
+    eprintln!(
+        "{who}: owner of {} (raw queue pairs; IOMMU {iommu})",
+        ctrl.path().display()
+    );
+    Ok(Mode::Raw)
+}
+
 use crate::Res;
 
-/// Which controller: a BDF bound to gpunvme, or /dev/gpunvme<N>.
+/// Which controller: a BDF bound to gpunvme, /dev/gpunvme<N>, or a node
+/// by path.
 #[derive(Args, Debug, Clone)]
 pub struct Target {
     /// PCI address of a controller bound to gpunvme, e.g. 0000:01:00.0.
@@ -18,6 +33,10 @@ pub struct Target {
     /// Use /dev/gpunvme<N> (default: 0 when no BDF is given).
     #[arg(long, value_name = "N", conflicts_with = "bdf")]
     pub dev: Option<u32>,
+    /// Use this device node, e.g. /dev/gpunvme0n1 (a namespace node:
+    /// shared mode, that namespace only).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["bdf", "dev"])]
+    pub node: Option<PathBuf>,
 }
 
 /// An LBA range of a namespace and how to move it.
@@ -48,10 +67,13 @@ pub struct Range {
     /// Deadline of each command in milliseconds.
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     pub timeout_ms: u64,
-    /// Use a bridged queue pair (GPUNVME_QPAIR_BRIDGED: shadow doorbells
-    /// and a mirrored CQ, relayed by a kernel thread).
+    /// Claim owner mode for this process's file and use a raw queue pair
+    /// (the real SQ, CQ and doorbells; nothing checked). Needs
+    /// CAP_SYS_RAWIO, no kernel lockdown, a translating IOMMU, and no
+    /// other file using the controller. Default: a shared queue pair,
+    /// whose every command the module checks before relaying it.
     #[arg(long)]
-    pub bridged: bool,
+    pub owner: bool,
 }
 
 /// Bytes moved per batch of commands (a multiple of every LBA size).
@@ -61,6 +83,9 @@ pub fn open(
     sysfs: &gpunvme::sysfs::Sysfs,
     t: &Target,
 ) -> Result<Controller, Box<dyn std::error::Error>> {
+    if let Some(p) = &t.node {
+        return Ok(Controller::open(p)?);
+    }
     Ok(match &t.bdf {
         Some(bdf) => {
             let c = sysfs.controller(bdf)?;
@@ -99,11 +124,7 @@ fn session<'c>(
 ) -> Result<Session<'c>, Box<dyn std::error::Error>> {
     // Session's field order drops the Io (its queue pair) before the data
     // buffer: no deferred UNMAP.
-    let mode = if r.bridged {
-        Mode::Bridged
-    } else {
-        Mode::Direct
-    };
+    let mode = mode_for(ctrl, r.owner, "gpunvme")?;
     let mut io = Io::new_with(ctrl, info, r.nsid, r.depth, mode)?;
     io.qpair()
         .set_timeout(std::time::Duration::from_millis(r.timeout_ms));
@@ -151,15 +172,10 @@ fn summary(what: &str, info: &Info, r: &Range, s: &mut Session<'_>, t: Instant) 
         s.io.qpair().depth(),
         s.io.qpair().mode(),
     );
-    let br = if mode == Mode::Bridged {
-        ", bridged"
-    } else {
-        ""
-    };
     let s = t.elapsed().as_secs_f64();
     eprintln!(
         "{what} {} block(s) of {lba_size} bytes at LBA {} of namespace {} on {} ({bytes} bytes, \
-         {cmds} command(s) on qid {qid} of depth {depth}{br}, {:.1} ms, {:.1} MiB/s)",
+         {cmds} command(s) on {mode} qid {qid} of depth {depth}, {:.1} ms, {:.1} MiB/s)",
         r.count,
         r.lba,
         r.nsid,

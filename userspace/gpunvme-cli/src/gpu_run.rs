@@ -3,14 +3,20 @@
 //! and the controller DMAs straight to and from VRAM.
 //!
 //! Steps, each failing with its own message: HSA_FORCE_FINE_GRAIN_PCIE
-//! (before HIP loads), open the GPU, load the code object for its
-//! architecture, allocate VRAM and export it as a dma-buf for
-//! GPUNVME_IOC_MAP_DMABUF, create queue pairs and import their doorbell
-//! page, SQ and CQ into the GPU (every route tried and reported; in auto
-//! mode a direct pair whose doorbell cannot be imported is replaced by a
-//! bridged one), launch one workgroup per queue pair, wait with a
-//! deadline (the stop flag ends a stuck kernel), report, tear down in the
-//! order that never frees memory the controller or GPU can still reach.
+//! (before HIP loads), claim owner mode (--owner only), open the GPU, load
+//! the code object for its architecture, allocate VRAM and export it as a
+//! dma-buf for GPUNVME_IOC_MAP_DMABUF, create queue pairs and import their
+//! doorbell page, SQ and CQ into the GPU (every route tried and reported),
+//! launch one workgroup per queue pair, wait with a deadline (the stop
+//! flag ends a stuck kernel), report, tear down in the order that never
+//! frees memory the controller or GPU can still reach.
+//!
+//! Queue pairs are shared by default: their doorbell page, SQ and CQ are
+//! shadows in memory (the module checks each command and relays it), so
+//! any GPU that can map host memory can drive them, and the data buffer
+//! is VRAM this same file mapped, as the checks demand. With --owner they
+//! are raw: the GPU rings the controller's BAR0 doorbell page itself,
+//! which needs a GPU that can map peer MMIO (`gpunvme probe`: direct).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -46,17 +52,6 @@ impl Kernel {
     }
 }
 
-/// How the GPU reaches the doorbells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DoorbellChoice {
-    /// Direct if the GPU can import the doorbell page, else bridged.
-    Auto,
-    /// The GPU rings the controller's doorbell itself; fail otherwise.
-    Direct,
-    /// The module's CPU bridge relays the doorbell and mirrors the CQ.
-    Bridged,
-}
-
 #[derive(Args, Debug)]
 pub struct GpuRunArgs {
     #[command(flatten)]
@@ -89,9 +84,12 @@ pub struct GpuRunArgs {
     /// Sweep: batches per queue pair.
     #[arg(long, default_value_t = 16)]
     pub rounds: u32,
-    /// Doorbell path.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub mode: DoorbellChoice,
+    /// Claim owner mode and use raw queue pairs: the GPU rings the
+    /// controller's doorbell itself (needs CAP_SYS_RAWIO, no lockdown, a
+    /// translating IOMMU, and a GPU that can map the BAR0 doorbell page).
+    /// Default: shared queue pairs, relayed and checked by the module.
+    #[arg(long)]
+    pub owner: bool,
     /// Where `make kernels` put the code objects.
     #[arg(long, value_name = "DIR", default_value = "kernels/build")]
     pub code_objects: PathBuf,
@@ -177,19 +175,29 @@ fn import_pair<'c, 'g>(
     qp: QueuePair<'c>,
 ) -> Result<GpuQueue<'c, 'g>, ImportFailure<'c>> {
     let mem = qp.memory();
-    let direct = qp.mode() == Mode::Direct;
+    let raw = qp.mode() == Mode::Raw;
     let parts = [
         (
             ExportKind::Doorbell,
-            "doorbell page",
+            if raw {
+                "doorbell page"
+            } else {
+                "doorbell cells"
+            },
             mem.doorbell_page,
             4096,
-            direct,
+            raw, // BAR0 MMIO only on a raw pair
         ),
-        (ExportKind::Sq, "SQ", mem.sq, mem.sq_len, false),
+        (
+            ExportKind::Sq,
+            if raw { "SQ" } else { "shadow SQ" },
+            mem.sq,
+            mem.sq_len,
+            false,
+        ),
         (
             ExportKind::Cq,
-            if direct { "CQ" } else { "CQ mirror" },
+            if raw { "CQ" } else { "CQ mirror" },
             mem.cq,
             mem.cq_len,
             false,
@@ -261,8 +269,21 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
                 a.nsid, info.bdf
             )
         })?;
-    let bytes = plan(a, ns.lba_size, ns.capacity_lbas, info.max_transfer_bytes)
-        .map_err(|e| format!("gpu-run: {e}"))?;
+    let mode = if a.owner { Mode::Raw } else { Mode::Shared };
+    if let Some(only) = info.node_nsid.filter(|&n| n != a.nsid) {
+        return Err(format!(
+            "gpu-run: {} is limited to namespace {only}",
+            ctrl.path().display()
+        )
+        .into());
+    }
+    let bytes = plan(
+        a,
+        ns.lba_size,
+        ns.capacity_lbas,
+        info.max_transfer_for(mode),
+    )
+    .map_err(|e| format!("gpu-run: {e}"))?;
     if a.depth > info.max_queue_entries {
         return Err(format!(
             "gpu-run: --depth {} exceeds the controller's {}",
@@ -270,6 +291,10 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         )
         .into());
     }
+
+    // Before anything else uses the controller: the claim fails once this
+    // (or another) file has queue pairs.
+    crate::blockio::mode_for(&ctrl, a.owner, "gpu-run")?;
 
     let gpu = Gpu::open(a.gpu).map_err(|e| format!("gpu-run: {e}"))?;
     let dev = gpu.device().clone();
@@ -311,33 +336,21 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let mut queues: Vec<GpuQueue> = Vec::new();
     let mut all_reports: Vec<ImportReport> = Vec::new();
     for _ in 0..a.queues {
-        let first = if a.mode == DoorbellChoice::Bridged {
-            Mode::Bridged
-        } else {
-            Mode::Direct
-        };
-        let qp = QueuePair::create_with(&ctrl, a.depth, first)?;
+        let qp = QueuePair::create_with(&ctrl, a.depth, mode)?;
         let gq = match import_pair(&gpu, qp) {
             Ok(g) => g,
             Err(failure) => {
-                let (qp, reports, why) = *failure;
-                all_reports.extend(reports);
-                if a.mode != DoorbellChoice::Auto || first == Mode::Bridged {
-                    for r in &all_reports {
-                        eprintln!("{}", r.describe());
-                    }
-                    return Err(format!("gpu-run: {why} (mode {:?})", a.mode).into());
+                let (_, reports, why) = *failure;
+                for r in all_reports.iter().chain(&reports) {
+                    eprintln!("{}", r.describe());
                 }
-                eprintln!("gpu-run: {why}; falling back to a bridged queue pair");
-                drop(qp);
-                let qp = QueuePair::create_with(&ctrl, a.depth, Mode::Bridged)?;
-                import_pair(&gpu, qp).map_err(|failure| {
-                    let (_, reports, why) = *failure;
-                    for r in all_reports.iter().chain(&reports) {
-                        eprintln!("{}", r.describe());
-                    }
-                    format!("gpu-run: {why}")
-                })?
+                let hint = if a.owner {
+                    " (a raw pair's doorbell page is BAR0 MMIO, which this GPU could not map; \
+                     without --owner the pairs are shared and their doorbell cells are memory)"
+                } else {
+                    ""
+                };
+                return Err(format!("gpu-run: {why}{hint}").into());
             }
         };
         all_reports.extend(gq.reports.iter().cloned());

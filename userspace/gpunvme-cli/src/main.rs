@@ -40,20 +40,19 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// List NVMe controllers (PCI class 0x010802): address, IDs, driver,
-    /// driver_override, and the gpunvme node or nvme namespaces.
+    /// driver_override, and the gpunvme nodes or nvme namespaces.
     List {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Show a gpunvme controller's identity and decoded CAP/VS registers
-    /// (queue depth, doorbell stride, ready timeout, ...). Needs root.
+    /// Show a gpunvme controller's identity, decoded CAP/VS registers
+    /// (queue depth, doorbell stride, ready timeout, ...), its IOMMU mode
+    /// and the modes (shared, owner) you may use on it. Needs access to
+    /// the node (root, unless a udev rule grants it).
     Info {
-        /// Use /dev/gpunvme<N> (default: 0 when no BDF is given).
-        #[arg(long, value_name = "N", conflicts_with = "bdf")]
-        dev: Option<u32>,
-        /// PCI address of a controller bound to gpunvme, e.g. 0000:01:00.0.
-        bdf: Option<String>,
+        #[command(flatten)]
+        target: blockio::Target,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -75,15 +74,17 @@ enum Cmd {
         #[arg(long)]
         to_nvme: bool,
     },
-    /// Look for a GPU runtime (HIP, then CUDA), list the GPUs and say which
-    /// doorbell mapping mode this machine can do: direct, bridge only or none.
+    /// Look for a GPU runtime (HIP, then CUDA), list the GPUs, say which
+    /// doorbell mapping mode this machine can do (direct, bridge only or
+    /// none), and for each controller bound to gpunvme its IOMMU mode and
+    /// the modes (shared, owner) you may use.
     Probe {
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Read LBAs through a queue pair of this process: to --out FILE, or a
-    /// hex dump on stdout. Needs root.
+    /// Read LBAs through a queue pair of this process (shared, or raw with
+    /// --owner): to --out FILE, or a hex dump on stdout.
     Read {
         #[command(flatten)]
         range: blockio::Range,
@@ -127,13 +128,15 @@ enum Cmd {
     },
     /// 4 KiB random-read benchmark: IOPS and latency p50/p99 at each queue
     /// depth (default 1, 8, 32) with each number of queue pairs (default 1,
-    /// 4); with --block-device, the same matrix on a kernel nvme device
-    /// (O_DIRECT io_uring, or pread threads with --pread). Table on stdout.
+    /// 4) on shared queue pairs (with --owner also on raw ones); with
+    /// --block-device, the same matrix on a kernel nvme device (O_DIRECT
+    /// io_uring, or pread threads with --pread). Table on stdout.
     Bench(bench::BenchArgs),
     /// Run an example GPU kernel (write, read-verify, sweep) against a
     /// controller bound to gpunvme: VRAM exported to the controller, queue
-    /// pairs imported into the GPU (direct, else bridged), every import
-    /// route reported. Needs a GPU, ROCm or the NVIDIA driver, and root.
+    /// pairs (shared, or raw with --owner) imported into the GPU, every
+    /// import route reported. Needs a GPU, ROCm or the NVIDIA driver, and
+    /// access to the node (root for --owner).
     GpuRun(gpu_run::GpuRunArgs),
 }
 
@@ -164,7 +167,7 @@ fn run(cli: Cli) -> Res {
     let sysfs = Sysfs::with_root(&cli.sysfs_root);
     match cli.cmd {
         Cmd::List { json } => list(&sysfs, json),
-        Cmd::Info { dev, bdf, json } => info(&sysfs, dev, bdf, json),
+        Cmd::Info { target, json } => info(&sysfs, &target, json),
         Cmd::Bind { bdf } => {
             let c = sysfs.bind(&bdf)?;
             let node = c
@@ -232,10 +235,21 @@ fn list(sysfs: &Sysfs, json: bool) -> Res {
 
 fn usage(c: &NvmeController) -> String {
     match c.driver.as_deref() {
-        Some(GPUNVME_DRIVER) => match &c.node {
-            Some(n) => n.display().to_string(),
-            None => "(device node not found)".into(),
-        },
+        Some(GPUNVME_DRIVER) => {
+            let mut u = match &c.node {
+                Some(n) => n.display().to_string(),
+                None => "(device node not found)".into(),
+            };
+            if !c.namespace_nodes.is_empty() {
+                let names: Vec<String> = c
+                    .namespace_nodes
+                    .iter()
+                    .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+                    .collect();
+                u.push_str(&format!(" (namespaces: {})", names.join(" ")));
+            }
+            u
+        }
         Some("nvme") => {
             let name = c.nvme_name.as_deref().unwrap_or("nvme?");
             if c.namespaces.is_empty() {
@@ -248,8 +262,8 @@ fn usage(c: &NvmeController) -> String {
     }
 }
 
-fn info(sysfs: &Sysfs, dev: Option<u32>, bdf: Option<String>, json: bool) -> Res {
-    let ctrl = blockio::open(sysfs, &blockio::Target { bdf, dev })?;
+fn info(sysfs: &Sysfs, target: &blockio::Target, json: bool) -> Res {
+    let ctrl = blockio::open(sysfs, target)?;
     let i = ctrl.info()?;
     if json {
         println!("{}", serde_json::to_string_pretty(&info_json(&ctrl, &i))?);
@@ -281,7 +295,30 @@ fn info_json(ctrl: &Controller, i: &Info) -> serde_json::Value {
         "io_queues": i.io_queues,
         "page_size": i.page_size,
         "namespaces": i.namespaces,
+        "iommu_mode": i.iommu_mode,
+        "modes": i.modes,
+        "shared_max_transfer_bytes": i.shared_max_transfer_bytes,
+        "node_nsid": i.node_nsid,
     })
+}
+
+/// One line on the modes `i.modes` allows this caller, and why not owner.
+fn modes_line(i: &Info) -> String {
+    let mut s = format!("{}", i.modes);
+    if !i.modes.shared {
+        s.push_str(" (another file owns the controller: no shared queue pairs until it closes)");
+    }
+    if !i.modes.owner {
+        let why = if i.node_nsid.is_some() {
+            "a namespace node serves shared mode only"
+        } else if !i.iommu_mode.is_translating() {
+            "owner mode needs a translating IOMMU (or the module's allow_unsafe_no_iommu) and CAP_SYS_RAWIO"
+        } else {
+            "owner mode needs CAP_SYS_RAWIO and no kernel lockdown"
+        };
+        s.push_str(&format!("; not owner: {why}"));
+    }
+    s
 }
 
 fn yes(b: bool) -> &'static str {
@@ -323,6 +360,15 @@ fn print_info(ctrl: &Controller, i: &Info) {
         None => println!("  max transfer        no limit"),
     }
     println!("  page size           {} bytes", i.page_size);
+    println!("  IOMMU mode          {}", i.iommu_mode);
+    println!("  modes you may use   {}", modes_line(i));
+    match i.shared_max_transfer_bytes {
+        Some(b) => println!("  shared max transfer {b} bytes"),
+        None => println!("  shared max transfer not reported"),
+    }
+    if let Some(n) = i.node_nsid {
+        println!("  this node           namespace {n} only");
+    }
     for n in &i.namespaces {
         println!(
             "  namespace {:<9} {} blocks of {} bytes ({} bytes)",
@@ -360,13 +406,60 @@ fn print_info(ctrl: &Controller, i: &Info) {
     println!("    controller memory buffer (CMBS)    {}", yes(c.cmbs));
 }
 
+/// A controller bound to gpunvme as `probe` sees it: its node's answer to
+/// GET_INFO, or why there is none.
+struct Probed {
+    bdf: String,
+    node: Option<PathBuf>,
+    info: Result<Info, String>,
+}
+
+impl Probed {
+    fn json(&self) -> serde_json::Value {
+        match &self.info {
+            Ok(i) => json!({
+                "bdf": self.bdf, "node": self.node, "iommu_mode": i.iommu_mode,
+                "modes": i.modes, "node_nsid": i.node_nsid,
+            }),
+            Err(e) => json!({"bdf": self.bdf, "node": self.node, "error": e}),
+        }
+    }
+}
+
+fn probe_controllers(sysfs: &Sysfs) -> Vec<Probed> {
+    let Ok(ctrls) = sysfs.list() else {
+        return Vec::new();
+    };
+    ctrls
+        .into_iter()
+        .filter(|c| c.driver.as_deref() == Some(GPUNVME_DRIVER))
+        .map(|c| {
+            let info = match &c.node {
+                None => Err("no /dev/gpunvme<N> node found".to_string()),
+                Some(node) => Controller::open(node)
+                    .and_then(|ctrl| ctrl.info())
+                    .map_err(|e| e.to_string()),
+            };
+            Probed {
+                bdf: c.bdf,
+                node: c.node,
+                info,
+            }
+        })
+        .collect()
+}
+
 fn probe(sysfs: &Sysfs, json: bool) -> Res {
     let r = gpunvme_gpu::probe();
     let module = sysfs.driver_loaded(GPUNVME_DRIVER);
+    let controllers = probe_controllers(sysfs);
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({ "gpu": r, "gpunvme_module_loaded": module }))?
+            serde_json::to_string_pretty(&json!({
+                "gpu": r, "gpunvme_module_loaded": module,
+                "controllers": controllers.iter().map(Probed::json).collect::<Vec<_>>(),
+            }))?
         );
         return Ok(());
     }
@@ -405,6 +498,10 @@ fn probe(sysfs: &Sysfs, json: bool) -> Res {
     println!("Doorbell mapping: {}", r.doorbell);
     println!("  why: {}", r.reason);
     println!(
+        "  shared queue pairs (the default) always go through the module's relay, for any GPU;"
+    );
+    println!("  only raw pairs (owner mode, --owner) need the GPU to ring the controller directly");
+    println!(
         "gpunvme module: {}",
         if module {
             "loaded".to_string()
@@ -415,6 +512,24 @@ fn probe(sysfs: &Sysfs, json: bool) -> Res {
             )
         }
     );
+    if module && controllers.is_empty() {
+        println!("gpunvme controllers: none bound (`gpunvme bind BDF`)");
+    }
+    for c in &controllers {
+        let node = c
+            .node
+            .as_ref()
+            .map_or("no node".to_string(), |p| p.display().to_string());
+        match &c.info {
+            Err(e) => println!("controller {} ({node}): {e}", c.bdf),
+            Ok(i) => println!(
+                "controller {} ({node}): IOMMU {}; modes you may use: {}",
+                c.bdf,
+                i.iommu_mode,
+                modes_line(i)
+            ),
+        }
+    }
     if r.devices.is_empty() {
         println!();
         if r.runtime.is_none() {
@@ -424,13 +539,13 @@ fn probe(sysfs: &Sysfs, json: bool) -> Res {
             println!("Missing: a GPU. The runtime loaded but reports no device (driver not loaded, no permission");
             println!("on /dev/kfd or /dev/nvidia*, or no GPU in this machine).");
         }
-        println!("Without a GPU nothing can drive the NVMe queues from the GPU side. The CPU bridge (the fallback");
-        println!("doorbell path) runs inside the gpunvme kernel module: it needs the module loaded and a");
-        println!("controller bound to it (`gpunvme bind BDF`), and a GPU to serve.");
+        println!("Without a GPU nothing can drive the NVMe queues from the GPU side. The relay of shared");
+        println!("queue pairs (the CPU bridge) runs inside the gpunvme kernel module: it needs the module loaded");
+        println!("and a controller bound to it (`gpunvme bind BDF`), and a GPU to serve.");
     } else if !module {
         println!();
-        println!("Both doorbell modes need the gpunvme kernel module (the CPU bridge runs in it): load it and");
-        println!("bind a controller with `gpunvme bind BDF`.");
+        println!("Both modes need the gpunvme kernel module (shared pairs are relayed by it, raw pairs are");
+        println!("created by it): load it and bind a controller with `gpunvme bind BDF`.");
     }
     Ok(())
 }

@@ -73,20 +73,27 @@ fn help_lists_exactly_the_subcommands() {
         assert!(o.status.success(), "{sub} --help");
     }
     assert!(stdout(&gpunvme(&["unbind", "--help"])).contains("--to-nvme"));
-    assert!(stdout(&gpunvme(&["info", "--help"])).contains("--json"));
+    let i = stdout(&gpunvme(&["info", "--help"]));
+    for opt in ["--json", "--dev", "--node", "IOMMU mode", "shared, owner"] {
+        assert!(i.contains(opt), "info --help lacks {opt}");
+    }
     for sub in ["read", "write", "verify"] {
         let h = stdout(&gpunvme(&[sub, "--help"]));
         for opt in [
             "--dev",
+            "--node",
             "--nsid",
             "--lba",
             "--count",
             "--no-range-check",
             "--timeout-ms",
-            "--bridged",
+            "--owner",
+            "raw queue pair",
+            "shared queue pair",
         ] {
             assert!(h.contains(opt), "{sub} --help lacks {opt}");
         }
+        assert!(!h.contains("--bridged"), "{sub} --help: {h}");
     }
     assert!(stdout(&gpunvme(&["write", "--help"])).contains("--pattern"));
     let b = stdout(&gpunvme(&["bench", "--help"]));
@@ -97,7 +104,8 @@ fn help_lists_exactly_the_subcommands() {
         "--duration-ms",
         "--ops",
         "--json",
-        "--bridged",
+        "--owner",
+        "shared/raw",
     ] {
         assert!(b.contains(opt), "bench --help lacks {opt}");
     }
@@ -110,16 +118,44 @@ fn help_lists_exactly_the_subcommands() {
         "--blocks",
         "--slba",
         "--seed",
-        "--mode",
+        "--owner",
         "--code-objects",
         "--gpu",
         "--timeout-ms",
         "--json",
         "read-verify",
-        "bridged",
+        "shared queue pairs",
     ] {
         assert!(g.contains(opt), "gpu-run --help lacks {opt}");
     }
+    assert!(!g.contains("--mode"), "{g}");
+    assert!(stdout(&gpunvme(&["probe", "--help"])).contains("IOMMU mode"));
+}
+
+#[test]
+fn owner_flag_on_a_missing_node_fails_cleanly() {
+    for args in [
+        vec!["read", "--dev", "97", "--lba", "0", "--owner"],
+        vec!["bench", "--dev", "97", "--owner", "--ops", "1"],
+        vec!["gpu-run", "--dev", "97", "--kernel", "write", "--owner"],
+        vec!["info", "--node", "/nonexistent/gpunvme97n1"],
+    ] {
+        let o = gpunvme(&args);
+        assert!(!o.status.success(), "{args:?}");
+        let e = stderr(&o);
+        assert!(e.contains("gpunvme97"), "{args:?}: {e}");
+        assert_eq!(e.lines().count(), 1, "{args:?}: {e}");
+    }
+    // The mode flags of UAPI version 1 are gone.
+    assert!(
+        !gpunvme(&["read", "--dev", "97", "--lba", "0", "--bridged"])
+            .status
+            .success()
+    );
+    let e = stderr(&gpunvme(&[
+        "gpu-run", "--dev", "97", "--kernel", "write", "--mode", "direct",
+    ]));
+    assert!(e.contains("--mode"), "{e}");
 }
 
 #[test]
@@ -235,6 +271,10 @@ fn probe_always_reports() {
     assert!(out.contains("Doorbell mapping: "), "{out}");
     assert!(out.contains("tried libamdhip64.so"), "{out}");
     assert!(out.contains("gpunvme module: not loaded"), "{out}");
+    assert!(
+        out.contains("shared queue pairs (the default) always go through the module's relay"),
+        "{out}"
+    );
 
     let o = gpunvme(&["probe", "--json", "--sysfs-root", root.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -242,4 +282,30 @@ fn probe_always_reports() {
     assert!(["direct", "bridge only", "none"].contains(&mode), "{mode}");
     assert_eq!(v["gpunvme_module_loaded"], false);
     assert!(!v["gpu"]["attempts"].as_array().unwrap().is_empty());
+    assert_eq!(v["controllers"], serde_json::json!([]));
+}
+
+#[test]
+fn probe_reports_each_bound_controller() {
+    // Bound to gpunvme, but its node cannot be opened here: probe still
+    // answers, naming the controller and why it has no IOMMU mode for it.
+    let root = fake_sysfs("probe-bound");
+    let pci = root.join("bus/pci");
+    write(&pci.join("drivers/gpunvme/bind"), "");
+    let d = pci.join("devices/0000:04:00.0");
+    write(&d.join("class"), "0x010802\n");
+    write(&d.join("vendor"), "0x1b36\n");
+    write(&d.join("device"), "0x0010\n");
+    write(&d.join("driver_override"), "gpunvme\n");
+    symlink("../../drivers/gpunvme", d.join("driver")).unwrap();
+    let r = root.to_str().unwrap();
+    let o = gpunvme(&["probe", "--sysfs-root", r]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("gpunvme module: loaded"), "{out}");
+    assert!(out.contains("controller 0000:04:00.0 ("), "{out}");
+    let o = gpunvme(&["probe", "--json", "--sysfs-root", r]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["controllers"][0]["bdf"], "0000:04:00.0");
+    assert!(v["controllers"][0]["error"].is_string(), "{v}");
 }

@@ -36,7 +36,7 @@ pub struct Region<'a> {
     pub cpu: Option<*mut u8>,
     /// Bytes.
     pub len: usize,
-    /// MMIO (the doorbell page of a direct pair) rather than memory.
+    /// MMIO (the doorbell page of a raw pair) rather than memory.
     pub mmio: bool,
 }
 

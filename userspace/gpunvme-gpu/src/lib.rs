@@ -7,9 +7,12 @@
 //! each failed.
 //!
 //! - [`probe`]: which runtime and GPUs this machine has, and which doorbell
-//!   mode each GPU can do: `direct` (the GPU maps the NVMe doorbell page
-//!   and rings it itself), `bridge only` (the module's CPU bridge relays the
-//!   doorbell and mirrors the CQ) or `none`.
+//!   mode each GPU can do: `direct` (the GPU can map the NVMe doorbell page
+//!   and ring it itself: what a raw queue pair in owner mode needs),
+//!   `bridge only` (shared queue pairs only: their doorbell cells, SQ and
+//!   CQ mirror are memory, and the module's relay, the CPU bridge, rings
+//!   the controller) or `none`. Shared pairs, the default, work with
+//!   either.
 //! - [`Gpu`]: one opened GPU: VRAM allocation and its export as a dma-buf
 //!   (for `GPUNVME_IOC_MAP_DMABUF`), host memory mapped for the GPU, import
 //!   of the module's doorbell/SQ/CQ dma-bufs into the GPU's address space
@@ -22,8 +25,8 @@
 //! - [`kernel_abi`]: the argument blocks of the example kernels, pinned to
 //!   the C++ layout by asserts on both sides.
 //!
-//! Both GPU doorbell modes need the gpunvme kernel module (the bridge runs
-//! in it).
+//! Both modes need the gpunvme kernel module (it relays shared pairs and
+//! creates raw ones).
 //!
 //! The optional `hip-sys` feature (link against ROCm at build time) is
 //! declared but needs a ROCm installation; it is not built here.

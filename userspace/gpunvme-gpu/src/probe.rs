@@ -52,10 +52,12 @@ pub enum DoorbellMode {
     /// No GPU path at all.
     #[serde(rename = "none")]
     None,
-    /// Only through the module's CPU bridge.
+    /// Only through the module's CPU bridge: shared queue pairs (the
+    /// default; their doorbell cells are memory).
     #[serde(rename = "bridge only")]
     BridgeOnly,
-    /// The GPU maps and rings the doorbell itself.
+    /// The GPU can map and ring the controller's doorbell itself, as raw
+    /// queue pairs in owner mode need; shared pairs work too.
     #[serde(rename = "direct")]
     Direct,
 }

@@ -878,7 +878,6 @@ mod tests {
         let l = p.list_slot(3, 128).unwrap();
         assert_eq!(l.dma_addrs(), &[0x8000_0c00]);
         assert_eq!(l.entries(), 128);
-        drop(l);
         assert!(p
             .list_slot(32, 128)
             .unwrap_err()
@@ -895,7 +894,6 @@ mod tests {
         .unwrap();
         assert_eq!(plan.prp.prp2, 0x8000_0c00);
         l.write(&plan).unwrap();
-        drop(l);
         // SAFETY: the mapping is live and 8 pages long.
         let mem = unsafe { std::slice::from_raw_parts(p.as_ptr(), p.len()) };
         let at = |o: usize| u64::from_le_bytes(mem[o..o + 8].try_into().unwrap());
@@ -907,7 +905,6 @@ mod tests {
         let mut l = p.list_slot(0, 4).unwrap();
         let plan = crate::command::prp_plan(&pages, 0, 6 * 4096, l.dma_addrs()).unwrap();
         assert!(l.write(&plan).unwrap_err().contains("5 entries"));
-        drop(l);
 
         // An address 8-byte but not slot aligned: slots start at the first
         // slot boundary of the pool's address space; the tail is unused.
