@@ -370,15 +370,16 @@ impl Controller {
 
     /// Claims owner mode for this file (`GPUNVME_IOC_CLAIM_OWNER`): from
     /// now until the file is closed only this file may create queue pairs
-    /// on the controller, and it may create raw ones ([`crate::Mode::Raw`]:
-    /// the real SQ, CQ and doorbell page, nothing checked). Returns the
-    /// controller's IOMMU mode, the only bound on what a raw pair's PRPs
-    /// can reach.
+    /// or map buffers on the controller, and it may create raw pairs
+    /// ([`crate::Mode::Raw`]: the real SQ, CQ and doorbell page, nothing
+    /// checked). Returns the controller's IOMMU mode, the only bound on
+    /// what a raw pair's PRPs can reach.
     ///
     /// Fails with EPERM (no CAP_SYS_RAWIO, kernel lockdown, a namespace
     /// node, or the device is not in a translating IOMMU domain: the
-    /// kernel log names the mode), EBUSY (another file owns the controller
-    /// or has queue pairs), EALREADY (this file owns it already).
+    /// kernel log names the mode), EBUSY (another file owns the controller,
+    /// or has queue pairs or buffers mapped), EALREADY (this file owns it
+    /// already).
     pub fn claim_owner(&self) -> Result<IommuMode> {
         let mut o = sys::gpunvme_owner {
             size: std::mem::size_of::<sys::gpunvme_owner>() as u32,

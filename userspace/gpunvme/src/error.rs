@@ -106,7 +106,7 @@ fn ioctl_hint(name: &str, errno: i32) -> &'static str {
              shared queue pairs need none of that"
         }
         ("GPUNVME_IOC_CLAIM_OWNER", libc::EBUSY) => {
-            "another file owns the controller or has queue pairs on it"
+            "another file owns the controller, or has queue pairs or buffers mapped on it"
         }
         ("GPUNVME_IOC_CLAIM_OWNER", libc::EALREADY) => "this file owns the controller already",
         ("GPUNVME_IOC_CREATE_QPAIR", libc::EPERM | libc::EACCES) => {
@@ -114,6 +114,9 @@ fn ioctl_hint(name: &str, errno: i32) -> &'static str {
         }
         ("GPUNVME_IOC_CREATE_QPAIR", libc::EBUSY) => {
             "another file owns the controller (owner mode): no other file may create queue pairs"
+        }
+        ("GPUNVME_IOC_MAP_HOST" | "GPUNVME_IOC_MAP_DMABUF", libc::EBUSY) => {
+            "another file owns the controller (owner mode): no other file may map buffers"
         }
         (_, libc::EINVAL) => {
             "size/version mismatch with the module or non-zero reserved field; \
@@ -246,6 +249,8 @@ mod tests {
         let s = e("GPUNVME_IOC_CREATE_QPAIR", libc::EPERM);
         assert!(s.contains("owner mode"), "{s}");
         let s = e("GPUNVME_IOC_CREATE_QPAIR", libc::EBUSY);
+        assert!(s.contains("owns the controller"), "{s}");
+        let s = e("GPUNVME_IOC_MAP_HOST", libc::EBUSY);
         assert!(s.contains("owns the controller"), "{s}");
         let s = e("GPUNVME_IOC_UNMAP", libc::EBUSY);
         assert!(s.contains("still has queue pairs"), "{s}");
