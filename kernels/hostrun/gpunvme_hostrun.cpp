@@ -10,9 +10,10 @@
 // is a real barrier and group_submit()/group_reap() run with 1 to 8 lanes
 // exactly as a GPU workgroup runs them, one workgroup per queue pair.
 //
-// The queue-pair view is built the way a GPU gets it: SQ, CQ (or the
-// bridge's mirror) and the doorbell page mmapped from /dev/gpunvme<N>,
-// doorbells = doorbell page + sq_db / cq_db. Two kinds of workloads:
+// The queue-pair view is built the way a GPU gets it: SQ, CQ and the
+// doorbell page mmapped from /dev/gpunvme<N> (for a shared pair the shadow
+// SQ, the CQ mirror and the shadow doorbell cells), doorbells = doorbell
+// page + sq_db / cq_db. Two kinds of workloads:
 //  - this file's lane loop (pair_job_run): per round, a batch of writes of
 //    a known pattern, then reads of it back into poisoned pages, every SQE
 //    built by sqe_write()/sqe_read() + prp_pair(), every batch submitted
@@ -23,7 +24,14 @@
 //  - write.hip, read_verify.hip and sweep.hip themselves, launched with
 //    one workgroup per queue pair (their groups one after another: see
 //    launch()), results, ring positions and the data checked by the host.
-// Each runs on a direct and on a bridged pair.
+// Plus a PRP-list transfer (the list in a shared pair's PRP pool, or in
+// the buffer for a raw pair) and, on shared pairs, SQEs the module must
+// reject. Each runs first on shared pairs (flags 0: the module checks and
+// relays every SQE; its debugfs counters must show it did), then on raw
+// pairs after the file claims owner mode (GPUNVME_IOC_CLAIM_OWNER); when
+// the claim is refused with EPERM (no CAP_SYS_RAWIO, lockdown, no
+// translating IOMMU) the raw tests are reported as skipped, with the
+// reason.
 // Output: KTAP. Environment: GPUNVME_BDF, GPUNVME_DIR (module load and
 // bind as in tests/selftests/vmenv.h).
 
@@ -135,6 +143,17 @@ static uint64_t lba_alloc(uint32_t pages)
 	return lba;
 }
 
+static const char *iommu_name(uint32_t m)
+{
+	switch (m) {
+	case GPUNVME_IOMMU_NONE: return "none";
+	case GPUNVME_IOMMU_IDENTITY: return "identity (passthrough)";
+	case GPUNVME_IOMMU_STRICT: return "strict";
+	case GPUNVME_IOMMU_LAZY: return "lazy";
+	default: return "other";
+	}
+}
+
 static int open_controller(std::string &why)
 {
 	const char *bdf = gpunvme_bdf();
@@ -162,6 +181,11 @@ static int open_controller(std::string &why)
 				diag("%s: %s on %s, io_queues %u, MQES+1 %u",
 				     path, g_info.model, g_info.bdf,
 				     g_info.io_queues, g_info.max_queue_entries);
+				diag("IOMMU mode %s, modes %s%s, shared max transfer %u bytes, MDTS %u bytes",
+				     iommu_name(g_info.iommu_mode),
+				     (g_info.modes & GPUNVME_MODE_SHARED) ? "shared " : "",
+				     (g_info.modes & GPUNVME_MODE_OWNER) ? "owner" : "",
+				     g_info.shared_max_transfer, g_info.mdts_bytes);
 				return fd;
 			}
 			close(fd);
@@ -234,6 +258,7 @@ static void teardown()
 struct pair {
 	gpunvme_qpair_create c;
 	void *sq = MAP_FAILED, *cq = MAP_FAILED, *db = MAP_FAILED;
+	void *pool = MAP_FAILED; /* a shared pair's PRP pool */
 	uint32_t stop = 0; /* the host's stop flag for this pair */
 	qpair view{};      /* the kernel argument every lane starts from */
 	bool live = false;
@@ -255,6 +280,15 @@ static int pair_open(pair &p, uint32_t depth, uint32_t flags)
 		    p.c.db_offset);
 	if (p.sq == MAP_FAILED || p.cq == MAP_FAILED || p.db == MAP_FAILED)
 		return -errno;
+	if (!(flags & GPUNVME_QPAIR_RAW)) {
+		/* UAPI: a shared pair builds its PRP lists in its pool. */
+		if (!p.c.prp_size || p.c.prp_dma % 8)
+			return -EPROTO;
+		p.pool = mmap(nullptr, p.c.prp_size, PROT_READ | PROT_WRITE,
+			      MAP_SHARED, g_fd, p.c.prp_offset);
+		if (p.pool == MAP_FAILED)
+			return -errno;
+	}
 
 	qpair &q = p.view;
 	q = qpair{};
@@ -282,7 +316,9 @@ static void pair_close(pair &p)
 		munmap(p.cq, p.c.cq_size);
 	if (p.db != MAP_FAILED)
 		munmap(p.db, PAGE);
-	p.sq = p.cq = p.db = MAP_FAILED;
+	if (p.pool != MAP_FAILED)
+		munmap(p.pool, p.c.prp_size);
+	p.sq = p.cq = p.db = p.pool = MAP_FAILED;
 	if (p.live) {
 		gpunvme_qpair_destroy d;
 		UAPI_INIT(d);
@@ -523,9 +559,10 @@ static void pair_job_run(pair_job &j)
 }
 
 /*
- * Bridged pairs: the bridge's debugfs counters must show that it relayed
- * this pair's traffic (at least `commands` CQEs mirrored, doorbells rung).
- * -1 when debugfs is not there (a skip of this check, not a failure).
+ * Shared pairs: the relay's debugfs counters must show that it checked and
+ * relayed this pair's traffic (at least `commands` SQEs accepted and CQEs
+ * mirrored, none rejected, doorbells rung). -1 when debugfs (or one
+ * counter) is not there (a skip of that check, not a failure).
  */
 static long long bridge_counter(uint16_t qid, const char *name)
 {
@@ -548,14 +585,19 @@ static bool bridge_relayed(const pair &p, uint64_t commands)
 	long long sq = bridge_counter(p.c.qid, "sq_doorbell_writes");
 	long long cq = bridge_counter(p.c.qid, "cq_doorbell_writes");
 	long long bad = bridge_counter(p.c.qid, "bad_doorbell_values");
+	long long accepted = bridge_counter(p.c.qid, "sqes_accepted");
+	long long rejected = bridge_counter(p.c.qid, "sqes_rejected");
 	if (mirrored < 0) {
-		diag("q%u: no bridge counters in debugfs; relay not checked", p.c.qid);
+		diag("q%u: no relay counters in debugfs; relay not checked", p.c.qid);
 		return true;
 	}
-	diag("q%u bridge: cqes_mirrored %lld sq_doorbell_writes %lld cq_doorbell_writes %lld bad_doorbell_values %lld",
-	     p.c.qid, mirrored, sq, cq, bad);
-	return mirrored >= (long long)commands && sq > 0 && cq > 0 && bad == 0;
+	diag("q%u relay: cqes_mirrored %lld sq_doorbell_writes %lld cq_doorbell_writes %lld bad_doorbell_values %lld sqes_accepted %lld sqes_rejected %lld",
+	     p.c.qid, mirrored, sq, cq, bad, accepted, rejected);
+	return mirrored >= (long long)commands && sq > 0 && cq > 0 && bad == 0 &&
+	       (accepted < 0 || accepted >= (long long)commands) && rejected <= 0;
 }
+
+static bool is_shared(uint32_t flags) { return !(flags & GPUNVME_QPAIR_RAW); }
 
 /* Where the ring must be after `total` commands through a fresh pair. */
 static bool ring_position_ok(const qpair &q, uint64_t total)
@@ -630,7 +672,7 @@ static void run_pairs(uint32_t flags, uint32_t npairs, uint32_t depth,
 			else if (check_wrap &&
 				 !ring_position_ok(jobs[i].final, jobs[i].commands))
 				g_ok = false;
-			if ((flags & GPUNVME_QPAIR_BRIDGED) &&
+			if (is_shared(flags) &&
 			    !bridge_relayed(pairs[i], jobs[i].commands))
 				g_ok = false;
 		}
@@ -747,9 +789,9 @@ static void t_timeout_stop(uint32_t flags)
 	CHECK(ns < TICK_HZ, "stop took %llu ns", (unsigned long long)ns);
 	__atomic_store_n(&p.stop, 0u, __ATOMIC_RELEASE);
 
-	/* Bridged only: the shadow cells are memory (MMIO doorbells are
+	/* Shared only: the shadow cells are memory (MMIO doorbells are
 	 * write-only): nobody rang either. */
-	CHECK(!(flags & GPUNVME_QPAIR_BRIDGED) ||
+	CHECK(!is_shared(flags) ||
 	      (*(volatile uint32_t *)view.sq_db == 0 &&
 	       *(volatile uint32_t *)view.cq_db == 0),
 	      "shadow SQ tail %u, CQ head %u", *(volatile uint32_t *)view.sq_db,
@@ -932,7 +974,7 @@ static void run_examples(uint32_t flags, const example_cfg &x, uint64_t seed)
 	uint64_t total = 0;
 	for (uint32_t q = 0; q < x.queues; q++) {
 		total += sent[q];
-		if ((flags & GPUNVME_QPAIR_BRIDGED) && !bridge_relayed(pairs[q], sent[q]))
+		if (is_shared(flags) && !bridge_relayed(pairs[q], sent[q]))
 			g_ok = false;
 	}
 	diag("examples: %u queue(s) x %u lanes, depth %u: %llu commands",
@@ -992,6 +1034,198 @@ static void t_example_nvme_error(uint32_t flags)
 		pair_close(p);
 }
 
+/* ---- PRP lists and the shared-mode checks ----------------------------------- */
+
+/* One command through a one-lane group, as a kernel's lane would send it. */
+static int32_t one_cmd(qpair &q, const sqe &e, cqe *out)
+{
+	int32_t agg = OK, rc = ERR_INVAL;
+	bool ok = hostgroup::run_group(0, 1, [&](uint32_t lane) {
+		rc = group_submit(q, lane, 1, e);
+		if (rc == OK)
+			rc = group_reap(q, lane, 1, out, &agg);
+	}, LIMITS);
+	return ok ? rc : ERR_IO;
+}
+
+/* The largest transfer of one command on a pair of `flags` (0: no limit). */
+static uint32_t max_transfer(uint32_t flags)
+{
+	return is_shared(flags) ? g_info.shared_max_transfer : g_info.mdts_bytes;
+}
+
+/*
+ * Where a PRP list for `entries` entries goes: a shared pair's PRP pool
+ * (the module reads lists only there; PRP2 = prp_dma + offset), a raw
+ * pair's anywhere the controller can read, here buffer page `raw_page`.
+ * The list starts at an 8-byte aligned address and does not cross a page.
+ */
+static uint64_t *list_for(const pair &p, uint32_t flags, uint32_t entries,
+			  uint32_t raw_page, uint64_t *list_dma)
+{
+	if (!is_shared(flags)) {
+		*list_dma = g_dma[raw_page];
+		return (uint64_t *)buf_page(raw_page);
+	}
+	uint64_t in_page = p.c.prp_dma % PAGE;
+	uint64_t off = in_page + 8ull * entries <= PAGE ? 0 : PAGE - in_page;
+	if (off + 8ull * entries > p.c.prp_size)
+		return nullptr;
+	*list_dma = p.c.prp_dma + off;
+	return (uint64_t *)((uint8_t *)p.pool + off);
+}
+
+/*
+ * A 4-page write and read-back with a PRP list (PRP2 -> 3 entries, the data
+ * pages not contiguous in the list's order of the buffer: pages 57, 59, 58
+ * after 56), built in the pool of a shared pair or in the buffer for a raw
+ * one; every byte checked.
+ */
+static void t_prp_list(uint32_t flags)
+{
+	const uint32_t pages = 4, list_page = 63;
+	const uint32_t order[pages] = {56, 57, 59, 58};
+	if (max_transfer(flags) && pages * PAGE > max_transfer(flags)) {
+		g_skip = "the controller's largest transfer is below 16 KiB";
+		return;
+	}
+	pair p;
+	int r = pair_open(p, 4, flags);
+	if (r) {
+		diag("CREATE_QPAIR/mmap: %s", strerror(-r));
+		g_ok = false;
+		pair_close(p);
+		return;
+	}
+	uint64_t list_dma = 0;
+	uint64_t *list = list_for(p, flags, pages - 1, list_page, &list_dma);
+	CHECK(list, "PRP pool of %llu bytes has no room for 3 entries",
+	      (unsigned long long)p.c.prp_size);
+	qpair q = p.view;
+	uint64_t lba = lba_alloc(pages);
+	/* The k-th page of the transfer (LBAs lba + k * bpp ...) is buffer
+	 * page order[k]: PRP1 names order[0], the list order[1..3]. */
+	for (uint32_t i = 0; list && g_ok && i < 2; i++) {
+		uint8_t opc = i == 0 ? NVME_OPC_WRITE : NVME_OPC_READ;
+		for (uint32_t k = 0; k < pages; k++) {
+			batch_spec bk{opc, 1, order[k],
+				      lba + (uint64_t)k * g_blocks_per_page, 0x715u, 0};
+			if (opc == NVME_OPC_WRITE)
+				lane_fill(bk, 0);
+			else
+				std::memset(buf_page(order[k]), 0xA5, PAGE);
+		}
+		for (uint32_t k = 1; k < pages; k++)
+			list[k - 1] = g_dma[order[k]];
+		uint16_t nlb0 = (uint16_t)(pages * g_blocks_per_page - 1);
+		sqe e = opc == NVME_OPC_WRITE
+				? sqe_write((uint16_t)(1 + i), g_nsid, lba, nlb0, g_dma[order[0]], list_dma)
+				: sqe_read((uint16_t)(1 + i), g_nsid, lba, nlb0, g_dma[order[0]], list_dma);
+		cqe c{};
+		int32_t rc = one_cmd(q, e, &c);
+		CHECK(rc == OK && c.cid == 1 + i,
+		      "%s of 4 pages through a PRP list at 0x%llx: result %d (status 0x%x), CID %u",
+		      i == 0 ? "write" : "read", (unsigned long long)list_dma, rc,
+		      rc > 0 ? (unsigned)rc : 0u, c.cid);
+	}
+	for (uint32_t k = 0; g_ok && k < pages; k++) {
+		batch_spec bk{NVME_OPC_READ, 1, order[k],
+			      lba + (uint64_t)k * g_blocks_per_page, 0x715u, 0};
+		CHECK(verify_page(bk, 0, 0), "page %u of the PRP-list read", k);
+	}
+	CHECK(ring_position_ok(q, 2), "after the PRP-list write and read");
+	if (is_shared(flags) && g_ok && !bridge_relayed(p, 2))
+		g_ok = false;
+	pair_close(p);
+}
+
+/*
+ * Shared pairs only: SQEs the module must complete with an error itself,
+ * never passing them to the controller (each chosen harmless should it
+ * pass anyway: nothing here makes the controller write host memory), then
+ * a good write and read-back on the same pair. The module's
+ * sqes_rejected counter must count them.
+ */
+static void t_shared_rejects(uint32_t flags)
+{
+	if (!is_shared(flags)) {
+		g_skip = "raw pairs are not checked: an owner's SQEs reach the controller as written";
+		return;
+	}
+	pair p;
+	int r = pair_open(p, 8, flags);
+	if (r) {
+		diag("CREATE_QPAIR/mmap: %s", strerror(-r));
+		g_ok = false;
+		pair_close(p);
+		return;
+	}
+	qpair q = p.view;
+	const uint64_t lba = lba_alloc(4);
+	const uint16_t nlb0 = (uint16_t)(g_blocks_per_page - 1);
+	/* A list for 3 pages in this file's buffer: not the pool. */
+	uint64_t *wrong_list = (uint64_t *)buf_page(60);
+	for (uint32_t k = 0; k < 3; k++)
+		wrong_list[k] = g_dma[61 + k % 2];
+
+	struct bad {
+		const char *what;
+		sqe e;
+		uint32_t sc;
+	} cases[] = {
+		{"Compare (opcode 0x05)", sqe_rw(0x05, 1, g_nsid, lba, nlb0, g_dma[61], 0), 0x01},
+		{"Write from the PRP pool (not a buffer of this file)",
+		 sqe_write(2, g_nsid, lba, nlb0, p.c.prp_dma, 0), 0x02},
+		{"Write with its PRP list outside the pool",
+		 sqe_write(3, g_nsid, lba, (uint16_t)(4 * g_blocks_per_page - 1),
+			   g_dma[61], g_dma[60]), 0x02},
+		{"Write with a metadata pointer",
+		 sqe_write(4, g_nsid, lba, nlb0, g_dma[61], 0), 0x02},
+		{"Read of an inactive namespace",
+		 sqe_read(5, 0xfffffff0u, lba, nlb0, g_dma[61], 0), 0x0b},
+		{"Read past the namespace's last LBA",
+		 sqe_read(6, g_nsid, g_info.ns[0].capacity_lbas, 0, g_dma[61], 0), 0x80},
+	};
+	cases[3].e.mptr = g_dma[62];
+	uint32_t sent = 0;
+	for (const bad &b : cases) {
+		cqe c{};
+		int32_t rc = one_cmd(q, b.e, &c);
+		sent++;
+		uint32_t st = rc > 0 ? (uint32_t)rc : 0;
+		CHECK(rc > 0 && status_sct(st) == 0 && status_sc(st) == b.sc &&
+		      status_dnr(st) && c.cid == b.e.cid,
+		      "%s: result %d (SCT %u SC 0x%02x DNR %u, CID %u); want SC 0x%02x with DNR",
+		      b.what, rc, status_sct(st), status_sc(st),
+		      (unsigned)status_dnr(st), c.cid, b.sc);
+		if (rc < 0)
+			break; /* the pair is poisoned: nothing more to learn */
+	}
+	/* The pair still works. */
+	for (uint32_t i = 0; g_ok && i < 2; i++) {
+		batch_spec b{i == 0 ? NVME_OPC_WRITE : NVME_OPC_READ, 1, 61, lba,
+			     0x7e1u, (uint16_t)(16 + i)};
+		if (i == 0)
+			lane_fill(b, 0);
+		else
+			std::memset(buf_page(61), 0xA5, PAGE);
+		cqe c{};
+		int32_t rc = one_cmd(q, lane_sqe(b, 0), &c);
+		sent++;
+		CHECK(rc == OK, "%s after the rejections: %d", i ? "read" : "write", rc);
+		if (i == 1 && rc == OK)
+			CHECK(verify_page(b, 0, 0), "read-back after the rejections");
+	}
+	CHECK(ring_position_ok(q, sent), "after %u commands", sent);
+	long long rejected = bridge_counter(p.c.qid, "sqes_rejected");
+	long long accepted = bridge_counter(p.c.qid, "sqes_accepted");
+	diag("q%u: sqes_rejected %lld sqes_accepted %lld", p.c.qid, rejected, accepted);
+	CHECK(rejected < 0 || rejected == (long long)(sizeof(cases) / sizeof(cases[0])),
+	      "sqes_rejected %lld, want %zu", rejected, sizeof(cases) / sizeof(cases[0]));
+	CHECK(accepted < 0 || accepted == 2, "sqes_accepted %lld, want 2", accepted);
+	pair_close(p);
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 struct test {
@@ -1009,12 +1243,40 @@ static const test TESTS[] = {
 	{"examples_one_queue", t_examples_one_queue},
 	{"examples_four_queues", t_examples_four_queues},
 	{"example_nvme_error", t_example_nvme_error},
+	{"prp_list", t_prp_list},
+	{"shared_rejects", t_shared_rejects},
 };
+
+/*
+ * Before the raw run: this file claims owner mode. "" when it holds it;
+ * otherwise why not, and whether that is a skip (EPERM: this machine or
+ * caller may not own the controller) or a failure.
+ */
+static std::string claim_owner(bool &skip)
+{
+	gpunvme_owner o;
+	UAPI_INIT(o);
+	skip = false;
+	if (ioctl(g_fd, GPUNVME_IOC_CLAIM_OWNER, &o) == 0) {
+		diag("owner mode claimed: IOMMU mode %s", iommu_name(o.iommu_mode));
+		return "";
+	}
+	int e = errno;
+	skip = e == EPERM;
+	std::string why = std::string("CLAIM_OWNER: ") + strerror(e);
+	if (skip)
+		why += std::string(" (owner mode needs CAP_SYS_RAWIO, no lockdown and a translating IOMMU; ") +
+		       "IOMMU mode " + iommu_name(g_info.iommu_mode) + ", GET_INFO " +
+		       ((g_info.modes & GPUNVME_MODE_OWNER) ? "offered" : "did not offer") +
+		       " owner mode)";
+	return why;
+}
 
 int main()
 {
 	setvbuf(stdout, nullptr, _IOLBF, 0);
-	const uint32_t modes[2] = {0, GPUNVME_QPAIR_BRIDGED};
+	/* Shared first: owner mode, once claimed, lasts until the file closes. */
+	const uint32_t modes[2] = {0, GPUNVME_QPAIR_RAW};
 	const int total = (int)(sizeof(TESTS) / sizeof(TESTS[0])) * 2;
 
 	std::printf("KTAP version 1\n1..%d\n", total);
@@ -1024,14 +1286,25 @@ int main()
 	if (!ready)
 		diag("setup failed: %s", why.c_str());
 
-	for (uint32_t mode : modes)
+	for (uint32_t mode : modes) {
+		/* Raw pairs need owner mode: claimed once, after every shared
+		 * pair of this file is gone; held until the file closes. */
+		std::string no_owner;
+		bool owner_skip = false;
+		if (ready && (mode & GPUNVME_QPAIR_RAW)) {
+			no_owner = claim_owner(owner_skip);
+			if (!no_owner.empty())
+				diag("%s", no_owner.c_str());
+		}
 		for (const test &t : TESTS) {
 			std::string name = std::string(t.name) +
-					   (mode ? "_bridged" : "_direct");
-			g_ok = ready;
+					   ((mode & GPUNVME_QPAIR_RAW) ? "_raw" : "_shared");
+			g_ok = ready && (no_owner.empty() || owner_skip);
 			g_skip.clear();
-			if (ready)
+			if (ready && no_owner.empty())
 				t.fn(mode);
+			else if (owner_skip)
+				g_skip = no_owner;
 			g_n++;
 			if (g_ok && !g_skip.empty()) {
 				g_skipped++;
@@ -1047,6 +1320,7 @@ int main()
 				    name.c_str());
 			std::fflush(stdout);
 		}
+	}
 	teardown();
 	if (g_skipped)
 		std::printf("%d passed, %d failed, %d skipped\n", g_pass,
