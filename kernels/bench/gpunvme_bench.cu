@@ -4,10 +4,15 @@
 // the AMD build compiles, through compat.h's CUDA path) timed on an NVIDIA
 // GPU against sw_nvme_fixture.h, a software NVMe controller that is a
 // BENCHMARK FIXTURE (never a test). Two modes over the same kernel:
-//   direct   the GPU's qpair points at the fixture's doorbell cells and CQ;
+//   direct   the GPU's qpair points at the fixture's doorbell cells and CQ:
+//            what a raw pair (UAPI v2 owner mode) is to the GPU;
 //   bridged  the GPU rings shadow cells and reaps a shadow CQ; relay
-//            threads run relay.h (rust/bridge.rs Relay::step, ported) to
-//            ring the fixture's doorbells and mirror its CQEs.
+//            threads run relay.h (UAPI v1's rust/bridge.rs Relay::step,
+//            ported) to ring the fixture's doorbells and mirror its CQEs.
+//            A v2 shared pair's relay does that and more: it also copies
+//            each SQE from a shadow SQ into the real one after checking
+//            it, which this port does not model, so "bridged" is a lower
+//            bound on a shared pair's cost, not its measurement.
 // All queues, doorbell cells and shadow cells are cudaHostAlloc(Mapped)
 // pinned host memory; the GPU touches them over PCIe.
 //

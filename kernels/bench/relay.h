@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 //
-// relay.h - the module's bridge relay (rust/bridge.rs, `Relay::step`) ported
-// to host C++ for the bench, rule for rule:
+// relay.h - the module's bridge relay as of UAPI v1 (rust/bridge.rs,
+// `Relay::step`) ported to host C++ for the bench, rule for rule. UAPI v2's
+// shared pairs relay from a shadow SQ and check every SQE before copying it
+// into the real SQ; that part is not ported (see gpunvme_bench.cu). The v1
+// rules:
 //   - a doorbell is rung only when its shadow value changed (and only when
 //     it is < depth; an out-of-range value is counted once per distinct
 //     value and never forwarded);

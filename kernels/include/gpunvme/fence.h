@@ -8,9 +8,9 @@
  *                     to the CPU and to PCIe peers before anything after it;
  *   acquire_system()  later loads see what the SSD/CPU wrote (drop stale
  *                     GPU cache lines);
- *   doorbell_write()  the one 32-bit store the controller (or the bridge's
- *                     shadow cell) must see promptly, never lingering in
- *                     the GPU write path;
+ *   doorbell_write()  the one 32-bit store the controller (or, for a
+ *                     shared pair, the module's shadow cell) must see
+ *                     promptly, never lingering in the GPU write path;
  *   poll_load()       a load that re-fetches from memory on every call,
  *                     for CQ phase words and the host stop flag.
  *
@@ -82,8 +82,9 @@ GPUNVME_HD void acquire_system()
 }
 
 /*
- * The doorbell store. The same code writes a real MMIO doorbell (mapped
- * through a dma-buf) or the bridge's shadow cell in host memory.
+ * The doorbell store. The same code writes a raw pair's real MMIO doorbell
+ * (mapped through a dma-buf) or a shared pair's shadow cell, memory the
+ * module's relay reads.
  */
 GPUNVME_HD void doorbell_write(volatile uint32_t *db, uint32_t val)
 {

@@ -41,9 +41,9 @@ enum : int32_t {
 
 /* Filled by the host; passed to the kernel; written back by lane 0. */
 struct qpair {
-	sqe *sq;                       /* SQ ring, depth entries */
-	const cqe *cq;                 /* CQ ring (or the bridge's mirror) */
-	volatile uint32_t *sq_db;      /* MMIO doorbell or shadow cell */
+	sqe *sq;                       /* SQ ring, depth entries (shared: shadow SQ) */
+	const cqe *cq;                 /* CQ ring (shared: the module's mirror) */
+	volatile uint32_t *sq_db;      /* MMIO doorbell (raw) or shadow cell (shared) */
 	volatile uint32_t *cq_db;
 	const volatile uint32_t *stop; /* host sets non-zero to abort; may be null */
 	uint64_t timeout_ticks;        /* per wait, wall-clock ticks */
