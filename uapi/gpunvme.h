@@ -51,7 +51,7 @@
  *    waives that last check, tainting the kernel). The admin queue skips
  *    completions that are not its own, so an owner's stray admin doorbell
  *    write does not break it for the files that come after.
- */ */
+ */
 #ifndef _UAPI_GPUNVME_H
 #define _UAPI_GPUNVME_H
 
