@@ -1,8 +1,16 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * A minimal polled NVMe I/O client over the gpunvme UAPI, for selftests:
- * one queue pair, one mapped host buffer, synchronous commands. Kept small
- * on purpose; the real client is the Rust library in userspace/.
+ * A minimal polled NVMe I/O client over the gpunvme UAPI (version 2), for
+ * selftests: queue pairs, mapped host buffers, PRP lists, synchronous
+ * commands. Kept small on purpose; the real client is the Rust library in
+ * userspace/.
+ *
+ * Modes: a queue pair is shared (validated: flags 0; its SQ, CQ and
+ * doorbell cells are shadows the module relays, PRP lists live in the
+ * pair's PRP pool) or raw (GPUNVME_QPAIR_RAW, owner only). qp_create()
+ * makes the kind this run asks for (gpunvme_test_mode(): the suite runs the
+ * generic tests once shared and once as owner); qp_create_flags() makes
+ * exactly the kind asked for. The same code drives both.
  */
 #ifndef GPUNVME_SELFTEST_NVME_IO_H
 #define GPUNVME_SELFTEST_NVME_IO_H
@@ -16,12 +24,26 @@
 
 #define UAPI_INIT(s) do { memset(&(s), 0, sizeof(s)); (s).size = sizeof(s); (s).version = GPUNVME_UAPI_VERSION; } while (0)
 
-/* Load gpunvme, bind GPUNVME_BDF to it and open its node; -1 on failure. */
-static inline int gpunvme_open_bound(void)
+/* NVMe I/O opcodes the tests use. */
+#define OPC_FLUSH        0x00
+#define OPC_WRITE        0x01
+#define OPC_READ         0x02
+#define OPC_WRITE_ZEROES 0x08
+
+/* The status field as qp_sync() returns it (CQE DW3 bits 31:17). */
+#define NVME_SC(st)   ((st) & 0xff)
+#define NVME_SCT(st)  (((st) >> 8) & 0x7)
+#define NVME_DNR      0x4000
+#define NVME_SC_INVALID_OPCODE 0x01
+#define NVME_SC_INVALID_FIELD  0x02
+#define NVME_SC_INVALID_NS     0x0b
+#define NVME_SC_LBA_RANGE      0x80
+
+/* Open /dev/gpunvme<N> (the controller node) whose GET_INFO names `bdf`;
+ * *index gets N. -1 when there is none. */
+static inline int gpunvme_open_ctrl_node(const char *bdf, int *index)
 {
 	char name[32];
-	if (load_module() || bind_gpunvme(gpunvme_bdf()))
-		return -1;
 	for (int i = 0; i < 8; i++) {
 		struct gpunvme_info info;
 		snprintf(name, sizeof(name), "/dev/gpunvme%d", i);
@@ -29,11 +51,81 @@ static inline int gpunvme_open_bound(void)
 		if (fd < 0)
 			continue;
 		UAPI_INIT(info);
-		if (!ioctl(fd, GPUNVME_IOC_GET_INFO, &info) && !strcmp(info.bdf, gpunvme_bdf()))
+		if (!ioctl(fd, GPUNVME_IOC_GET_INFO, &info) && !strcmp(info.bdf, bdf)) {
+			if (index)
+				*index = i;
 			return fd;
+		}
 		close(fd);
 	}
 	return -1;
+}
+
+/* Load gpunvme, bind GPUNVME_BDF to it and open its controller node (a new
+ * open file each call); -1 on failure. */
+static inline int gpunvme_open_bound(void)
+{
+	if (load_module() || bind_gpunvme(gpunvme_bdf()))
+		return -1;
+	return gpunvme_open_ctrl_node(gpunvme_bdf(), NULL);
+}
+
+/* /dev/gpunvme<N>n<nsid> of the bound controller into `out`; -1 if not bound. */
+static inline int gpunvme_ns_node_path(uint32_t nsid, char *out, size_t len)
+{
+	int index = -1;
+	int fd = gpunvme_open_ctrl_node(gpunvme_bdf(), &index);
+	if (fd < 0)
+		return -1;
+	close(fd);
+	snprintf(out, len, "/dev/gpunvme%dn%u", index, nsid);
+	return 0;
+}
+
+/* Open the namespace node of `nsid`; -errno on failure. */
+static inline int gpunvme_open_ns(uint32_t nsid)
+{
+	char path[64];
+	if (gpunvme_ns_node_path(nsid, path, sizeof(path)))
+		return -ENODEV;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+/* GPUNVME_IOC_CLAIM_OWNER; 0 or -errno. *iommu_mode (may be NULL) gets the mode. */
+static inline int claim_owner(int fd, uint32_t *iommu_mode)
+{
+	struct gpunvme_owner o;
+	UAPI_INIT(o);
+	if (ioctl(fd, GPUNVME_IOC_CLAIM_OWNER, &o))
+		return -errno;
+	if (iommu_mode)
+		*iommu_mode = o.iommu_mode;
+	return 0;
+}
+
+/* The GPUNVME_IOMMU_* that GET_INFO should report for `bdf`, from the type
+ * of its IOMMU group in sysfs; *type gets that type ("none" without one). */
+static inline uint32_t expected_iommu_mode(const char *bdf, char *type, size_t len)
+{
+	iommu_group_type(bdf, type, len);
+	if (!type[0]) {
+		snprintf(type, len, "none");
+		return GPUNVME_IOMMU_NONE;
+	}
+	if (!strcmp(type, "DMA"))
+		return GPUNVME_IOMMU_STRICT;
+	if (!strcmp(type, "DMA-FQ"))
+		return GPUNVME_IOMMU_LAZY;
+	if (!strcmp(type, "identity"))
+		return GPUNVME_IOMMU_IDENTITY;
+	return GPUNVME_IOMMU_OTHER;
+}
+
+static inline int get_info(int fd, struct gpunvme_info *info)
+{
+	UAPI_INIT(*info);
+	return ioctl(fd, GPUNVME_IOC_GET_INFO, info) ? -errno : 0;
 }
 
 struct sqe {
@@ -56,14 +148,21 @@ struct qp {
 	volatile struct sqe *sq;
 	volatile struct cqe *cq;
 	volatile uint8_t *db;
+	volatile uint64_t *prp;	/* the PRP pool (shared pairs), else NULL */
 	uint32_t tail, head, phase;
 	uint16_t cid;
 };
 
+static inline int qp_is_raw(const struct qp *q)
+{
+	return !!(q->c.flags & GPUNVME_QPAIR_RAW);
+}
 
-/* Create a queue pair; `flags` 0 (direct) or GPUNVME_QPAIR_BRIDGED. The
- * same code then drives either: db + sq_db is the real doorbell or the
- * bridge's shadow cell, and cq the real CQ or its mirror. */
+/* Create a queue pair with exactly these flags (0: shared, validated;
+ * GPUNVME_QPAIR_RAW: the owner's raw pair) and map SQ, CQ, doorbell page
+ * and, for a shared pair, the PRP pool. The same code then drives either:
+ * db + sq_db is the shadow cell or the real doorbell, cq the mirror or the
+ * real CQ. */
 static inline int qp_create_flags(int fd, uint32_t depth, uint32_t flags, struct qp *q)
 {
 	memset(q, 0, sizeof(*q));
@@ -78,33 +177,62 @@ static inline int qp_create_flags(int fd, uint32_t depth, uint32_t flags, struct
 	q->db = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, q->c.db_offset);
 	if (q->sq == MAP_FAILED || q->cq == MAP_FAILED || q->db == MAP_FAILED)
 		return -errno;
+	if (q->c.prp_size) {
+		void *p = mmap(NULL, q->c.prp_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, q->c.prp_offset);
+		if (p == MAP_FAILED)
+			return -errno;
+		q->prp = p;
+	}
 	q->phase = 1;
 	return 0;
 }
 
+/* The queue-pair kind this run tests: owner mode claims the controller for
+ * the file (once; EALREADY is fine) and makes raw pairs. */
 static inline int qp_create(int fd, uint32_t depth, struct qp *q)
 {
+	if (gpunvme_test_owner_mode()) {
+		int r = claim_owner(fd, NULL);
+		if (r && r != -EALREADY)
+			return r;
+		return qp_create_flags(fd, depth, GPUNVME_QPAIR_RAW, q);
+	}
 	return qp_create_flags(fd, depth, 0, q);
+}
+
+static inline void qp_unmap(struct qp *q)
+{
+	munmap((void *)q->sq, q->c.sq_size);
+	munmap((void *)q->cq, q->c.cq_size);
+	munmap((void *)q->db, 4096);
+	if (q->prp)
+		munmap((void *)q->prp, q->c.prp_size);
+	q->prp = NULL;
 }
 
 static inline int qp_destroy(struct qp *q)
 {
 	struct gpunvme_qpair_destroy d;
-	munmap((void *)q->sq, q->c.sq_size);
-	munmap((void *)q->cq, q->c.cq_size);
-	munmap((void *)q->db, 4096);
+	qp_unmap(q);
 	UAPI_INIT(d);
 	d.qid = q->c.qid;
 	return ioctl(q->fd, GPUNVME_IOC_DESTROY_QPAIR, &d) ? -errno : 0;
 }
 
-/* Queue one command (no doorbell). */
+/* Queue one command (no doorbell) under the next command ID. */
 static inline uint16_t qp_push(struct qp *q, struct sqe cmd)
 {
 	cmd.cid = ++q->cid;
 	q->sq[q->tail] = cmd;
 	q->tail = (q->tail + 1) % q->c.depth;
 	return cmd.cid;
+}
+
+/* Queue one command with the command ID it already carries. */
+static inline void qp_push_raw_cid(struct qp *q, struct sqe cmd)
+{
+	q->sq[q->tail] = cmd;
+	q->tail = (q->tail + 1) % q->c.depth;
 }
 
 static inline void qp_ring(struct qp *q)
@@ -144,7 +272,8 @@ static inline struct sqe rw_cmd(uint8_t opc, uint32_t nsid, uint64_t slba, uint3
 	return c;
 }
 
-/* Submit one command and wait; returns the NVMe status field (0 = success) or -errno. */
+/* Submit one command and wait; returns the NVMe status field (0 = success;
+ * NVME_SC()/NVME_SCT()/NVME_DNR pick it apart) or -errno. */
 static inline int qp_sync(struct qp *q, struct sqe cmd)
 {
 	struct cqe c;
@@ -157,6 +286,56 @@ static inline int qp_sync(struct qp *q, struct sqe cmd)
 	return c.status >> 1;
 }
 
+/*
+ * PRP2 for a transfer over `npages` pages whose addresses are pages[0..]:
+ * 0 for one page, pages[1] for two, else a PRP list of pages[1..] built at
+ * byte `off` of the PRP pool (shared pair; the module reads it there) or,
+ * for a raw pair, in the caller's page `raw_va` whose device address is
+ * `raw_dma`. The list must fit in one 4 KiB page: npages - 1 <= 512, and
+ * off must leave room before the next 4 KiB boundary.
+ */
+static inline uint64_t qp_prp2(struct qp *q, const uint64_t *pages, uint32_t npages, uint64_t off,
+			       void *raw_va, uint64_t raw_dma)
+{
+	if (npages <= 1)
+		return 0;
+	if (npages == 2)
+		return pages[1];
+	volatile uint64_t *list = q->prp ? q->prp + off / 8 : (volatile uint64_t *)raw_va;
+	for (uint32_t i = 1; i < npages; i++)
+		list[i - 1] = pages[i];
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	return q->prp ? q->c.prp_dma + off : raw_dma;
+}
+
+/* A counter of a shared pair's relay thread from debugfs, or -1. */
+static inline long long qp_counter(uint16_t qid, const char *name)
+{
+	char path[256], buf[64];
+	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s-q%u/%s", gpunvme_bdf(), qid, name);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	long long v = fgets(buf, sizeof(buf), f) ? atoll(buf) : -1;
+	fclose(f);
+	return v;
+}
+
+/*
+ * A counter the relay thread updates after the client's last step (the CQ
+ * head relay, a bad value it drops): poll it until it reaches `want` or 1 s
+ * passes, and return what it holds then.
+ */
+static inline long long qp_counter_settles(uint16_t qid, const char *name, long long want)
+{
+	long long v = qp_counter(qid, name);
+	for (int i = 0; i < 1000 && v != want; i++) {
+		usleep(1000);
+		v = qp_counter(qid, name);
+	}
+	return v;
+}
+
 struct hostbuf {
 	uint8_t *p;
 	size_t len;
@@ -167,6 +346,7 @@ struct hostbuf {
 static inline int hostbuf_map(int fd, size_t len, struct hostbuf *b)
 {
 	struct gpunvme_map_host m;
+	memset(b, 0, sizeof(*b));
 	b->len = len;
 	b->p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	b->dma = calloc(len / 4096, sizeof(uint64_t));
@@ -201,6 +381,22 @@ static inline uint8_t pattern_byte(uint32_t seed, uint64_t lba, uint32_t off)
 	uint64_t x = (seed * 0x9E3779B97F4A7C15ull) ^ (lba * 0xBF58476D1CE4E5B9ull) ^ (off / 8 * 0x94D049BB133111EBull);
 	x ^= x >> 31;
 	return (uint8_t)(x >> ((off % 8) * 8));
+}
+
+/* Fill `len` bytes at p with the pattern of the blocks from `lba`. */
+static inline void pattern_fill(uint8_t *p, size_t len, uint32_t seed, uint64_t lba, uint32_t lbs)
+{
+	for (size_t i = 0; i < len; i++)
+		p[i] = pattern_byte(seed, lba + i / lbs, i % lbs);
+}
+
+/* Index of the first byte that differs from the pattern, or -1. */
+static inline long pattern_check(const uint8_t *p, size_t len, uint32_t seed, uint64_t lba, uint32_t lbs)
+{
+	for (size_t i = 0; i < len; i++)
+		if (p[i] != pattern_byte(seed, lba + i / lbs, i % lbs))
+			return i;
+	return -1;
 }
 
 #endif

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/klog.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -22,6 +23,36 @@ static inline const char *env_or(const char *name, const char *dflt)
 }
 
 static inline const char *gpunvme_bdf(void) { return env_or("GPUNVME_BDF", "0000:00:04.0"); }
+
+/*
+ * The queue-pair mode this run tests: "owner" (claim the controller, raw
+ * pairs) or "shared" (validated pairs, the default). From the environment
+ * (GPUNVME_TEST_QPAIR_MODE) or, in the VM, from $GPUNVME_DIR/mode.env,
+ * which the suite's owner-mode boot adds with a line
+ * "GPUNVME_TEST_QPAIR_MODE=owner".
+ */
+static inline int gpunvme_test_owner_mode(void)
+{
+	static int mode = -1;
+	if (mode >= 0)
+		return mode;
+	const char *v = getenv("GPUNVME_TEST_QPAIR_MODE");
+	char line[128], path[256];
+	mode = 0;
+	if (v && *v) {
+		mode = !strcmp(v, "owner");
+		return mode;
+	}
+	snprintf(path, sizeof(path), "%s/mode.env", env_or("GPUNVME_DIR", "/opt/gpunvme"));
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return mode;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "GPUNVME_TEST_QPAIR_MODE=owner", 29))
+			mode = 1;
+	fclose(f);
+	return mode;
+}
 
 /* Write a string to a sysfs file; returns 0 or -errno. */
 static inline int sysfs_write(const char *path, const char *val)
@@ -47,6 +78,42 @@ static inline void pci_driver_of(const char *bdf, char *out, size_t len)
 		const char *slash = strrchr(link, '/');
 		snprintf(out, len, "%s", slash ? slash + 1 : link);
 	}
+}
+
+/* A number from a sysfs/procfs/debugfs file, or `dflt`. */
+static inline long long read_number(const char *path, long long dflt)
+{
+	char buf[64];
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return dflt;
+	long long v = fgets(buf, sizeof(buf), f) ? strtoll(buf, NULL, 0) : dflt;
+	fclose(f);
+	return v;
+}
+
+/*
+ * The type of the IOMMU group `bdf` is in ("DMA", "DMA-FQ", "identity",
+ * "blocked", ...), or "" when the device has no IOMMU group (no IOMMU).
+ */
+static inline void iommu_group_type(const char *bdf, char *out, size_t len)
+{
+	char path[256], link[256];
+	out[0] = 0;
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/iommu_group", bdf);
+	ssize_t n = readlink(path, link, sizeof(link) - 1);
+	if (n <= 0)
+		return;
+	link[n] = 0;
+	const char *g = strrchr(link, '/');
+	snprintf(path, sizeof(path), "/sys/kernel/iommu_groups/%s/type", g ? g + 1 : link);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return;
+	if (!fgets(out, len, f))
+		out[0] = 0;
+	fclose(f);
+	out[strcspn(out, "\n")] = 0;
 }
 
 /* Load $GPUNVME_DIR/<name>.ko unless it is loaded; 0 or -errno. */
@@ -98,6 +165,56 @@ static inline int bind_gpunvme(const char *bdf)
 static inline int unbind_gpunvme(const char *bdf)
 {
 	return sysfs_write("/sys/bus/pci/drivers/gpunvme/unbind", bdf);
+}
+
+/* Kernel log lines containing all of `a` and `b` (either may be NULL). */
+static inline int klog_count(const char *a, const char *b)
+{
+	int len = klogctl(10 /* SYSLOG_ACTION_SIZE_BUFFER */, NULL, 0);
+	if (len <= 0)
+		return -1;
+	char *buf = malloc(len + 1);
+	if (!buf)
+		return -1;
+	int n = klogctl(3 /* SYSLOG_ACTION_READ_ALL */, buf, len);
+	int count = 0;
+	if (n < 0) {
+		free(buf);
+		return -1;
+	}
+	buf[n] = 0;
+	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+		if ((!a || strstr(line, a)) && (!b || strstr(line, b)))
+			count++;
+	free(buf);
+	return count;
+}
+
+/* Wait (up to ms) until klog_count(a, b) exceeds `before`; returns the count. */
+static inline int klog_wait_more(const char *a, const char *b, int before, int ms)
+{
+	int now = klog_count(a, b);
+	for (int i = 0; i < ms / 10 && now <= before; i++) {
+		usleep(10000);
+		now = klog_count(a, b);
+	}
+	return now;
+}
+
+/* Print kernel log lines containing `a` as TAP comments (the last `max`). */
+static inline void klog_show(const char *a, int max)
+{
+	int total = klog_count(a, NULL), seen = 0;
+	int len = klogctl(10, NULL, 0);
+	char *buf = len > 0 ? malloc(len + 1) : NULL;
+	if (!buf)
+		return;
+	int n = klogctl(3, buf, len);
+	buf[n > 0 ? n : 0] = 0;
+	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+		if (strstr(line, a) && ++seen > total - max)
+			printf("#   klog: %s\n", line);
+	free(buf);
 }
 
 #endif

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * Helpers for the stand-in tests inside the VM: load gpunvme_standin.ko,
- * hand the edu device to it, open /dev/gpunvme_standin, and look for new
- * vIOMMU (DMAR) fault lines in the kernel log.
+ * hand the edu device to it and open /dev/gpunvme_standin. (The kernel-log
+ * helpers that look for new vIOMMU (DMAR) fault lines are in vmenv.h.)
  */
 #ifndef GPUNVME_STANDIN_ENV_H
 #define GPUNVME_STANDIN_ENV_H
@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/klog.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -98,56 +97,6 @@ static inline int standin_release(int fd, uint32_t handle)
 {
 	struct standin_release r = { .handle = handle };
 	return ioctl(fd, STANDIN_IOC_RELEASE, &r) ? -errno : 0;
-}
-
-/* Kernel log lines containing all of `a` and `b` (either may be NULL). */
-static inline int klog_count(const char *a, const char *b)
-{
-	int len = klogctl(10 /* SYSLOG_ACTION_SIZE_BUFFER */, NULL, 0);
-	if (len <= 0)
-		return -1;
-	char *buf = malloc(len + 1);
-	if (!buf)
-		return -1;
-	int n = klogctl(3 /* SYSLOG_ACTION_READ_ALL */, buf, len);
-	int count = 0;
-	if (n < 0) {
-		free(buf);
-		return -1;
-	}
-	buf[n] = 0;
-	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
-		if ((!a || strstr(line, a)) && (!b || strstr(line, b)))
-			count++;
-	free(buf);
-	return count;
-}
-
-/* Wait (up to ms) until klog_count(a, b) exceeds `before`; returns the count. */
-static inline int klog_wait_more(const char *a, const char *b, int before, int ms)
-{
-	int now = klog_count(a, b);
-	for (int i = 0; i < ms / 10 && now <= before; i++) {
-		usleep(10000);
-		now = klog_count(a, b);
-	}
-	return now;
-}
-
-/* Print kernel log lines containing `a` as TAP comments (the last `max`). */
-static inline void klog_show(const char *a, int max)
-{
-	int total = klog_count(a, NULL), seen = 0;
-	int len = klogctl(10, NULL, 0);
-	char *buf = len > 0 ? malloc(len + 1) : NULL;
-	if (!buf)
-		return;
-	int n = klogctl(3, buf, len);
-	buf[n > 0 ? n : 0] = 0;
-	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
-		if (strstr(line, a) && ++seen > total - max)
-			printf("#   klog: %s\n", line);
-	free(buf);
 }
 
 #endif
