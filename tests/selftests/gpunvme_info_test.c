@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * GET_INFO and the device node's lifetime, against QEMU's NVMe controller.
+ * GET_INFO and the device nodes' lifetime, against QEMU's NVMe controller.
  *
  * The expected CAP and VS are read independently of the module: straight
- * from BAR0 through sysfs resource0 while the controller is unbound.
+ * from BAR0 through sysfs resource0 while the controller is unbound. The
+ * expected IOMMU mode comes from the device's IOMMU group in sysfs.
+ * UAPI version 2: opening needs no capability (the node's file mode
+ * decides); per-namespace nodes /dev/gpunvme<N>n<NSID> exist for NSID 1..4.
  */
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -13,6 +16,9 @@
 #include "kselftest_harness.h"
 #include "gpunvme.h"
 #include "vmenv.h"
+#include "nvme_io.h"
+
+#define NRES (sizeof(((struct gpunvme_info *)0)->reserved) / sizeof(__u64))
 
 struct regs { uint64_t cap; uint32_t vs; };
 
@@ -97,8 +103,30 @@ TEST_F(ctrl, get_info_matches_registers)
 	EXPECT_EQ(0x0010, info.pci_device);
 	EXPECT_STREQ(gpunvme_bdf(), info.bdf);
 	EXPECT_EQ(sizeof(info), info.size);
-	for (int i = 0; i < 8; i++)
+	EXPECT_EQ(GPUNVME_UAPI_VERSION, info.version);
+	for (unsigned i = 0; i < NRES; i++)
 		EXPECT_EQ(0, info.reserved[i]);
+}
+
+/* The version-2 fields: IOMMU mode as sysfs has it, the modes root may use,
+ * the shared-mode transfer cap, and node_nsid 0 on the controller node. */
+TEST_F(ctrl, get_info_v2_fields)
+{
+	struct gpunvme_info info;
+	char type[32];
+	uint32_t want = expected_iommu_mode(gpunvme_bdf(), type, sizeof(type));
+	info_req(&info);
+	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_GET_INFO, &info));
+	EXPECT_EQ(want, info.iommu_mode) TH_LOG("IOMMU group type %s", type);
+	EXPECT_TRUE(info.modes & GPUNVME_MODE_SHARED) TH_LOG("modes %#x", info.modes);
+	EXPECT_EQ(0, info.modes & ~(GPUNVME_MODE_SHARED | GPUNVME_MODE_OWNER));
+	uint32_t cap = 2u << 20;
+	if (info.mdts_bytes && info.mdts_bytes < cap)
+		cap = info.mdts_bytes;
+	EXPECT_EQ(cap, info.shared_max_transfer) TH_LOG("mdts_bytes %u", info.mdts_bytes);
+	EXPECT_EQ(0, info.node_nsid);
+	TH_LOG("iommu_mode %u (%s), modes %#x, shared_max_transfer %u", info.iommu_mode, type,
+	       info.modes, info.shared_max_transfer);
 }
 
 TEST_F(ctrl, wrong_size_is_einval)
@@ -119,13 +147,34 @@ TEST_F(ctrl, wrong_version_is_einval)
 	EXPECT_EQ(EINVAL, errno);
 }
 
-TEST_F(ctrl, reserved_nonzero_is_einval)
+/* A caller built against UAPI version 1: the structs kept their sizes, so
+ * the ioctl numbers match and only the version tells them apart. */
+TEST_F(ctrl, version_1_caller_is_einval)
 {
 	struct gpunvme_info info;
 	info_req(&info);
-	info.reserved[7] = 1;
+	info.version = 1;
 	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_GET_INFO, &info));
 	EXPECT_EQ(EINVAL, errno);
+	struct gpunvme_qpair_create c;
+	memset(&c, 0, sizeof(c));
+	c.size = sizeof(c);
+	c.version = 1;
+	c.depth = 8;
+	c.flags = 1; /* version 1's GPUNVME_QPAIR_BRIDGED */
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+	EXPECT_EQ(EINVAL, errno);
+}
+
+TEST_F(ctrl, reserved_nonzero_is_einval)
+{
+	struct gpunvme_info info;
+	for (unsigned i = 0; i < NRES; i++) {
+		info_req(&info);
+		info.reserved[i] = 1;
+		EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_GET_INFO, &info)) TH_LOG("reserved[%u]", i);
+		EXPECT_EQ(EINVAL, errno);
+	}
 }
 
 TEST_F(ctrl, unknown_ioctl_is_enotty)
@@ -144,37 +193,132 @@ TEST_F(ctrl, bad_pointer_is_efault)
 	EXPECT_EQ(EFAULT, errno);
 }
 
-TEST_F(ctrl, non_root_open_refused)
+/* Path of the node behind an open fd. */
+static int node_of_fd(int fd, char *node, size_t len)
 {
 	char name[64];
-	snprintf(name, sizeof(name), "/proc/self/fd/%d", self->fd);
-	char node[64];
-	ssize_t n = readlink(name, node, sizeof(node) - 1);
-	ASSERT_LT(0, n);
+	snprintf(name, sizeof(name), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(name, node, len - 1);
+	if (n <= 0)
+		return -1;
 	node[n] = 0;
-	/* Let the unprivileged user past the file mode: the module must refuse by itself. */
+	return 0;
+}
+
+/* The nodes are created root-only: a udev rule, not the module, widens them. */
+TEST_F(ctrl, nodes_are_root_only_by_default)
+{
+	char node[64];
+	struct stat st;
+	ASSERT_EQ(0, node_of_fd(self->fd, node, sizeof(node)));
+	ASSERT_EQ(0, stat(node, &st));
+	EXPECT_TRUE(S_ISCHR(st.st_mode));
+	EXPECT_EQ(0600, st.st_mode & 07777) TH_LOG("%s has mode %o", node, st.st_mode & 07777);
+	EXPECT_EQ(0, st.st_uid);
+	snprintf(node + strlen(node), sizeof(node) - strlen(node), "n1");
+	ASSERT_EQ(0, stat(node, &st)) TH_LOG("%s: %s", node, strerror(errno));
+	EXPECT_TRUE(S_ISCHR(st.st_mode));
+	EXPECT_EQ(0600, st.st_mode & 07777) TH_LOG("%s has mode %o", node, st.st_mode & 07777);
+}
+
+/*
+ * Opening needs no capability any more: an unprivileged user the file mode
+ * lets in may use shared mode (GET_INFO says so), but not claim the
+ * controller (no CAP_SYS_RAWIO: EPERM) nor create raw pairs.
+ */
+TEST_F(ctrl, non_root_open_allowed_claim_refused)
+{
+	char node[64];
+	ASSERT_EQ(0, node_of_fd(self->fd, node, sizeof(node)));
+	/* Let the unprivileged user past the file mode, as a udev rule would. */
 	ASSERT_EQ(0, chmod(node, 0666));
 	pid_t pid = fork();
 	ASSERT_LE(0, pid);
 	if (pid == 0) {
+		struct gpunvme_info info;
+		struct gpunvme_owner o;
+		struct gpunvme_qpair_create c;
 		if (setgid(65534) || setuid(65534))
 			_exit(2);
 		int fd = open(node, O_RDWR);
-		_exit(fd < 0 && errno == EPERM ? 0 : 1);
+		if (fd < 0)
+			_exit(3);
+		info_req(&info);
+		if (ioctl(fd, GPUNVME_IOC_GET_INFO, &info))
+			_exit(4);
+		if (!(info.modes & GPUNVME_MODE_SHARED) || (info.modes & GPUNVME_MODE_OWNER))
+			_exit(5);
+		memset(&o, 0, sizeof(o));
+		o.size = sizeof(o);
+		o.version = GPUNVME_UAPI_VERSION;
+		if (!ioctl(fd, GPUNVME_IOC_CLAIM_OWNER, &o) || errno != EPERM)
+			_exit(6);
+		memset(&c, 0, sizeof(c));
+		c.size = sizeof(c);
+		c.version = GPUNVME_UAPI_VERSION;
+		c.depth = 8;
+		c.flags = GPUNVME_QPAIR_RAW;
+		if (!ioctl(fd, GPUNVME_IOC_CREATE_QPAIR, &c) || errno != EPERM)
+			_exit(7);
+		_exit(0);
 	}
 	int status;
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	chmod(node, 0600);
-	EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	EXPECT_TRUE(WIFEXITED(status));
+	/* 3: open refused; 4: GET_INFO; 5: modes; 6: claim not EPERM; 7: raw pair not EPERM */
+	EXPECT_EQ(0, WEXITSTATUS(status));
+}
+
+/*
+ * One node per active namespace with NSID 1..4: GET_INFO there names the
+ * same controller and the node's namespace; inactive NSIDs have no node.
+ */
+TEST_F(ctrl, namespace_nodes)
+{
+	struct gpunvme_info info, ni;
+	char path[64];
+	info_req(&info);
+	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_GET_INFO, &info));
+	for (uint32_t nsid = 1; nsid <= 4; nsid++) {
+		int active = 0;
+		for (uint32_t i = 0; i < info.num_namespaces; i++)
+			active |= info.ns[i].nsid == nsid;
+		ASSERT_EQ(0, gpunvme_ns_node_path(nsid, path, sizeof(path)));
+		int fd = open(path, O_RDWR | O_CLOEXEC);
+		if (!active) {
+			EXPECT_EQ(-1, fd) TH_LOG("%s exists for an inactive namespace", path);
+			if (fd >= 0)
+				close(fd);
+			continue;
+		}
+		ASSERT_LE(0, fd) TH_LOG("%s: %s", path, strerror(errno));
+		info_req(&ni);
+		ASSERT_EQ(0, ioctl(fd, GPUNVME_IOC_GET_INFO, &ni));
+		EXPECT_EQ(nsid, ni.node_nsid) TH_LOG("%s", path);
+		EXPECT_STREQ(info.bdf, ni.bdf);
+		EXPECT_EQ(info.cap, ni.cap);
+		EXPECT_EQ(info.iommu_mode, ni.iommu_mode);
+		TH_LOG("%s: node_nsid %u, modes %#x", path, ni.node_nsid, ni.modes);
+		close(fd);
+	}
 }
 
 TEST_F(ctrl, open_file_after_unbind_is_enodev)
 {
 	struct gpunvme_info info;
+	char nspath[64];
+	ASSERT_EQ(0, gpunvme_ns_node_path(1, nspath, sizeof(nspath)));
+	int nsfd = open(nspath, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, nsfd) TH_LOG("%s: %s", nspath, strerror(errno));
 	ASSERT_EQ(0, unbind_gpunvme(gpunvme_bdf()));
 	info_req(&info);
 	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_GET_INFO, &info));
 	EXPECT_EQ(ENODEV, errno);
+	EXPECT_EQ(-1, ioctl(nsfd, GPUNVME_IOC_GET_INFO, &info));
+	EXPECT_EQ(ENODEV, errno);
+	EXPECT_NE(0, access(nspath, F_OK)) TH_LOG("%s outlived the unbind", nspath);
+	close(nsfd);
 	/* Rebinding gives a working node again; the stale fd stays dead. */
 	ASSERT_EQ(0, bind_gpunvme(gpunvme_bdf()));
 	int fd = open_node(gpunvme_bdf());

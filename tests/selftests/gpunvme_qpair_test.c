@@ -2,6 +2,10 @@
 /*
  * Queue pairs, host buffers and mmap through the gpunvme UAPI, with real
  * I/O against QEMU's NVMe: known patterns written and every byte read back.
+ *
+ * The queue pairs are shared (validated) ones by default, raw pairs of the
+ * controller's owner when the run asks for owner mode (mode.env, see
+ * gpunvme_test_owner_mode()): the suite runs this file both ways.
  */
 #include <signal.h>
 #include <setjmp.h>
@@ -10,9 +14,6 @@
 #include "kselftest_harness.h"
 #include "vmenv.h"
 #include "nvme_io.h"
-
-#define OPC_WRITE 0x01
-#define OPC_READ  0x02
 
 FIXTURE(io) {
 	int fd;
@@ -32,6 +33,7 @@ FIXTURE_SETUP(io)
 	self->lbs = self->info.ns[0].lba_size;
 	self->cap = self->info.ns[0].capacity_lbas;
 	ASSERT_EQ(0, hostbuf_map(self->fd, 64 * 4096, &self->buf));
+	TH_LOG("queue pairs: %s", gpunvme_test_owner_mode() ? "raw (owner mode)" : "shared");
 }
 
 FIXTURE_TEARDOWN(io)
@@ -94,6 +96,65 @@ TEST_F(io, last_lba)
 	uint64_t last = self->cap - 4096 / self->lbs;
 	ASSERT_EQ(0, qp_create(self->fd, 8, &q));
 	EXPECT_EQ(0, roundtrip(&q, &self->buf, 1, last, 1, 0, self->lbs, 3));
+	EXPECT_EQ(0, qp_destroy(&q));
+}
+
+/* The layout CREATE_QPAIR reports for this run's kind of pair. */
+TEST_F(io, qpair_layout)
+{
+	struct qp q;
+	ASSERT_EQ(0, qp_create(self->fd, 16, &q));
+	uint32_t stride = self->info.doorbell_stride;
+	if (qp_is_raw(&q)) {
+		/* The real doorbells, where the NVMe specification puts them. */
+		EXPECT_EQ((0x1000 + 2 * q.c.qid * stride) % 4096, q.c.sq_db);
+		EXPECT_EQ((0x1000 + (2 * q.c.qid + 1) * stride) % 4096, q.c.cq_db);
+		EXPECT_EQ(0, q.c.prp_offset);
+		EXPECT_EQ(0, q.c.prp_size);
+		EXPECT_EQ(0, q.c.prp_dma);
+	} else {
+		/* Shadow cells and a PRP pool. */
+		EXPECT_EQ(0, q.c.sq_db);
+		EXPECT_EQ(64, q.c.cq_db);
+		EXPECT_NE(0, q.c.prp_offset);
+		EXPECT_LE(4096, q.c.prp_size);
+		EXPECT_EQ(0, q.c.prp_size % 4096);
+		EXPECT_EQ(0, q.c.prp_dma % 8);
+	}
+	EXPECT_EQ(16 * 64 <= 4096 ? 4096 : 16 * 64, q.c.sq_size);
+	EXPECT_EQ(4096, q.c.cq_size);
+	EXPECT_EQ(0, q.c.reserved[0]);
+	EXPECT_EQ(0, qp_destroy(&q));
+}
+
+/* Transfers of 16 and 64 KiB through a PRP list (in the PRP pool of a
+ * shared pair, in a page of the buffer for a raw one), every byte checked. */
+TEST_F(io, write_read_prp_list)
+{
+	struct qp q;
+	uint64_t pages[16];
+	uint32_t sizes[] = { 4, 16 };
+	ASSERT_EQ(0, qp_create(self->fd, 16, &q));
+	for (unsigned t = 0; t < 2; t++) {
+		uint32_t n = sizes[t];
+		uint64_t lba = 3000 + t * 256;
+		uint32_t nlb = n * 4096 / self->lbs;
+		if (self->info.mdts_bytes && n * 4096 > self->info.mdts_bytes)
+			continue;
+		pattern_fill(self->buf.p, n * 4096, 60 + t, lba, self->lbs);
+		for (uint32_t i = 0; i < n; i++)
+			pages[i] = self->buf.dma[i];
+		/* The raw list page is page 63 of the buffer. */
+		uint64_t prp2 = qp_prp2(&q, pages, n, 0, self->buf.p + 63 * 4096, self->buf.dma[63]);
+		ASSERT_EQ(0, qp_sync(&q, rw_cmd(OPC_WRITE, 1, lba, nlb, pages[0], prp2))) TH_LOG("%u pages", n);
+		memset(self->buf.p + 20 * 4096, 0, n * 4096);
+		for (uint32_t i = 0; i < n; i++)
+			pages[i] = self->buf.dma[20 + i];
+		prp2 = qp_prp2(&q, pages, n, 0, self->buf.p + 63 * 4096, self->buf.dma[63]);
+		ASSERT_EQ(0, qp_sync(&q, rw_cmd(OPC_READ, 1, lba, nlb, pages[0], prp2))) TH_LOG("%u pages", n);
+		EXPECT_EQ(-1, pattern_check(self->buf.p + 20 * 4096, n * 4096, 60 + t, lba, self->lbs))
+			TH_LOG("%u pages", n);
+	}
 	EXPECT_EQ(0, qp_destroy(&q));
 }
 
@@ -165,16 +226,27 @@ TEST_F(io, bad_qpair_arguments)
 		EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
 		EXPECT_EQ(EINVAL, errno);
 	}
+	/* Bit 0 was GPUNVME_QPAIR_BRIDGED in version 1; bit 2 never existed. */
+	uint32_t bad_flags[] = { 1u << 0, 1u << 2, (1u << 0) | GPUNVME_QPAIR_RAW, 1u << 31 };
+	for (unsigned i = 0; i < 4; i++) {
+		UAPI_INIT(c);
+		c.depth = 8;
+		c.flags = bad_flags[i];
+		EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c)) TH_LOG("flags %#x", bad_flags[i]);
+		EXPECT_EQ(EINVAL, errno) TH_LOG("flags %#x", bad_flags[i]);
+	}
 	UAPI_INIT(c);
 	c.depth = 8;
-	c.flags = GPUNVME_QPAIR_BRIDGED << 1; /* an unknown flag */
+	c.reserved[0] = 1;
 	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
 	EXPECT_EQ(EINVAL, errno);
+	/* A raw pair without owning the controller (this file has not claimed
+	 * it yet in either mode). */
 	UAPI_INIT(c);
 	c.depth = 8;
-	c.reserved[3] = 1;
+	c.flags = GPUNVME_QPAIR_RAW;
 	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(EPERM, errno);
 
 	struct qp q;
 	ASSERT_EQ(0, qp_create(self->fd, 8, &q));
@@ -204,7 +276,25 @@ TEST_F(io, bad_mmaps)
 	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, self->fd, q.c.db_offset);
 	EXPECT_EQ(MAP_FAILED, p);
 	EXPECT_EQ(EINVAL, errno);
+	p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, q.c.db_offset);
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	if (q.c.prp_size) {
+		p = mmap(NULL, q.c.prp_size + 4096, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, q.c.prp_offset);
+		EXPECT_EQ(MAP_FAILED, p);
+		EXPECT_EQ(EINVAL, errno);
+		p = mmap(NULL, q.c.prp_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, self->fd, q.c.prp_offset);
+		EXPECT_EQ(MAP_FAILED, p);
+		EXPECT_EQ(EINVAL, errno);
+	}
 	EXPECT_EQ(0, qp_destroy(&q));
+	/* A destroyed pair's objects cannot be mapped again. */
+	p = mmap(NULL, q.c.sq_size, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, q.c.sq_offset);
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, q.c.db_offset);
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
 }
 
 TEST_F(io, bad_host_buffers)
@@ -272,6 +362,10 @@ TEST_F(io, more_queues_than_available)
  * usable: the module deletes its queues on close, then unpins. */
 TEST_F(io, killed_process_leaves_controller_usable)
 {
+	/* In owner mode the child claims the controller, which no other file
+	 * may do while this one has buffers mapped: give them back meanwhile. */
+	if (gpunvme_test_owner_mode())
+		ASSERT_EQ(0, hostbuf_unmap(self->fd, &self->buf));
 	pid_t pid = fork();
 	ASSERT_LE(0, pid);
 	if (pid == 0) {
@@ -295,6 +389,8 @@ TEST_F(io, killed_process_leaves_controller_usable)
 	int status;
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFSIGNALED(status)) TH_LOG("child exited early with %d", WEXITSTATUS(status));
+	if (gpunvme_test_owner_mode())
+		ASSERT_EQ(0, hostbuf_map(self->fd, 64 * 4096, &self->buf));
 	struct qp q;
 	ASSERT_EQ(0, qp_create(self->fd, 16, &q));
 	EXPECT_EQ(0, roundtrip(&q, &self->buf, 1, 2048, 2, 10, self->lbs, 77));
@@ -331,6 +427,15 @@ TEST_F(io, export_dmabufs)
 	ASSERT_EQ(0, export_one(self->fd, q.c.qid, GPUNVME_EXPORT_CQ, &e));
 	EXPECT_EQ(q.c.cq_size, e.length);
 	close(e.fd);
+	if (qp_is_raw(&q)) {
+		/* A raw pair has no PRP pool. */
+		EXPECT_NE(0, export_one(self->fd, q.c.qid, GPUNVME_EXPORT_PRP_POOL, &e));
+	} else {
+		ASSERT_EQ(0, export_one(self->fd, q.c.qid, GPUNVME_EXPORT_PRP_POOL, &e));
+		EXPECT_EQ(q.c.prp_size, e.length);
+		close(e.fd);
+	}
+	EXPECT_EQ(-EINVAL, export_one(self->fd, q.c.qid, 0, &e));
 	EXPECT_EQ(-EINVAL, export_one(self->fd, q.c.qid, 9, &e));
 	EXPECT_EQ(-ENOENT, export_one(self->fd, q.c.qid + 1, GPUNVME_EXPORT_CQ, &e));
 	UAPI_INIT(e);
