@@ -2,10 +2,17 @@
 
 //! The admin queue: kernel-only, one command at a time, every wait bounded.
 //!
-//! The admin doorbells share the doorbell page that peers (GPUs) map, so
-//! each SQ slot is zeroed once its command completes: a stray ring of the
-//! admin doorbell then replays only a zero entry, which the controller
-//! rejects (Delete I/O SQ 0 is an invalid queue), never a real command.
+//! The admin doorbells share the doorbell page that an owner (and its GPU)
+//! maps, so the queue is built to survive stray writes to them:
+//! - every SQ slot but the one in flight is zero, so a stray tail ring
+//!   only replays zero entries, which the controller rejects (Delete I/O
+//!   SQ 0 is an invalid queue), never a real command;
+//! - command ID 0 is never used, and a completion is taken as ours only
+//!   when its SQ ID is 0 and its command ID is the one in flight; anything
+//!   else is consumed (the CQ head doorbell is rung) and skipped;
+//! - a command with no completion before the deadline is ETIMEDOUT, never
+//!   EIO: it may still run, so callers keep what it references. The queue
+//!   stays usable: the next command resynchronises on what comes back.
 
 use kernel::{
     device::{Bound, Device},
@@ -30,9 +37,8 @@ pub(crate) struct AdminQueue {
     head: u16,
     phase: bool,
     cid: u16,
-    /// A command timed out or completed out of order: the controller's view
-    /// of this queue is unknown, so no further command is sent.
-    broken: bool,
+    /// Completions consumed that were not the kernel's (for the log).
+    foreign: u64,
 }
 
 impl AdminQueue {
@@ -44,7 +50,7 @@ impl AdminQueue {
             head: 0,
             phase: true,
             cid: 0,
-            broken: false,
+            foreign: 0,
         })
     }
 
@@ -58,9 +64,10 @@ impl AdminQueue {
 
     fn write_sqe(&self, slot: u16, sqe: Sqe) {
         debug_assert!(slot < ADMIN_DEPTH);
-        // SAFETY: `slot` is within the allocation. The controller reads only
-        // slots it was told about through the tail doorbell; this one is
-        // either not yet published or already consumed (its CQE arrived).
+        // SAFETY: `slot` is within the allocation. A volatile store of plain
+        // integers; the controller may read the slot at any time (a stray
+        // doorbell), and sees either the old or the new entry, both of
+        // which it can execute without harm (zero, or the kernel's command).
         unsafe { core::ptr::write_volatile(self.sq.as_mut_ptr().cast::<Sqe>().add(slot.into()), sqe) }
     }
 
@@ -70,8 +77,33 @@ impl AdminQueue {
         unsafe { core::ptr::read_volatile(self.cq.as_ptr().cast::<Cqe>().add(slot.into())) }
     }
 
+    /// Take the next posted completion, if any, and ring the CQ head.
+    fn pop(&mut self, cap: Cap, ring: &dyn Fn(usize, u32) -> Result) -> Result<Option<Cqe>> {
+        if self.read_cqe(self.head).phase() != self.phase {
+            return Ok(None);
+        }
+        // The phase bit was seen; read the rest of the entry after it.
+        dma_mb(Read);
+        let cqe = self.read_cqe(self.head);
+        self.head = (self.head + 1) % ADMIN_DEPTH;
+        if self.head == 0 {
+            self.phase = !self.phase;
+        }
+        ring(cap.cq_doorbell(0), self.head.into())?;
+        Ok(Some(cqe))
+    }
+
+    fn skip(&mut self, dev: &Device, cqe: &Cqe) {
+        self.foreign += 1;
+        if self.foreign.is_power_of_two() {
+            dev_warn!(dev, "admin completion not from the kernel (SQ {} cid {}): skipped ({} so far)\n",
+                      cqe.sq_id, cqe.cid, self.foreign);
+        }
+    }
+
     /// Submit `sqe` and wait for its completion. `ring(offset, value)` writes
-    /// a doorbell register in BAR0. A failed command is EIO and a log line.
+    /// a doorbell register in BAR0. A command the controller failed is EIO
+    /// (and a log line); one with no completion in time is ETIMEDOUT.
     pub(crate) fn submit(
         &mut self,
         dev: &Device,
@@ -79,11 +111,12 @@ impl AdminQueue {
         mut sqe: Sqe,
         ring: &dyn Fn(usize, u32) -> Result,
     ) -> Result<Cqe> {
-        if self.broken {
-            dev_err!(dev, "admin queue unusable after an earlier timeout\n");
-            return Err(EIO);
+        // Completions posted since the last command (stray doorbell writes)
+        // are not ours: consume them so the CQ has room.
+        while let Some(junk) = self.pop(cap, ring)? {
+            self.skip(dev, &junk);
         }
-        self.cid = self.cid.wrapping_add(1);
+        self.cid = if self.cid == u16::MAX { 1 } else { self.cid + 1 };
         sqe.cid = self.cid;
         let slot = self.tail;
         self.write_sqe(slot, sqe);
@@ -91,34 +124,34 @@ impl AdminQueue {
         // writel orders the SQE store before the doorbell reaches the device.
         ring(cap.sq_doorbell(0), self.tail.into())?;
 
-        let (head, phase) = (self.head, self.phase);
-        if read_poll_timeout(
-            || Ok(self.read_cqe(head)),
-            |c: &Cqe| c.phase() == phase,
+        let mut mine = None;
+        let waited = read_poll_timeout(
+            || {
+                while let Some(cqe) = self.pop(cap, ring)? {
+                    if cqe.sq_id == 0 && cqe.cid == sqe.cid {
+                        mine = Some(cqe);
+                        break;
+                    }
+                    self.skip(dev, &cqe);
+                }
+                Ok(mine.is_some())
+            },
+            |done: &bool| *done,
             Delta::from_micros(20),
             ADMIN_TIMEOUT,
-        )
-        .is_err()
-        {
-            self.broken = true;
-            dev_err!(dev, "admin command {:#04x} timed out after {} ms\n", sqe.opcode, ADMIN_TIMEOUT.as_millis());
-            return Err(ETIMEDOUT);
-        }
-        // The phase bit was seen; read the rest of the entry after it.
-        dma_mb(Read);
-        let cqe = self.read_cqe(head);
-        self.head = (head + 1) % ADMIN_DEPTH;
-        if self.head == 0 {
-            self.phase = !self.phase;
-        }
-        ring(cap.cq_doorbell(0), self.head.into())?;
+        );
+        // Done or not, the slot goes back to zero: if the controller has not
+        // fetched it yet, a later ring replays nothing.
         self.write_sqe(slot, Sqe::default());
-
-        if cqe.cid != sqe.cid {
-            self.broken = true;
-            dev_err!(dev, "admin completion for cid {} while waiting for {}\n", cqe.cid, sqe.cid);
-            return Err(EIO);
-        }
+        let cqe = match (waited, mine) {
+            (Ok(_), Some(cqe)) => cqe,
+            (Err(e), _) if e != ETIMEDOUT => return Err(e),
+            _ => {
+                dev_err!(dev, "admin command {:#04x} (cid {}) got no completion in {} ms; what it references is kept\n",
+                         sqe.opcode, sqe.cid, ADMIN_TIMEOUT.as_millis());
+                return Err(ETIMEDOUT);
+            }
+        };
         if !cqe.succeeded() {
             let (sct, sc) = cqe.status_code();
             dev_err!(dev, "admin command {:#04x} failed: SCT {:#x} SC {:#x}\n", sqe.opcode, sct, sc);

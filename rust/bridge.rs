@@ -1,39 +1,53 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The CPU bridge: for a GPU that cannot map the doorbell page or snoop the
-//! controller's CQ writes, a kernel thread relays its shadow doorbells to
-//! the real ones and mirrors the real CQ into a shadow CQ it can read.
+//! Shared mode's relay: between a file (and its GPU) and the controller, a
+//! kernel thread takes each SQE from the pair's shadow SQ, has it checked
+//! (`validate.rs`), copies what passes into the real SQ under a command ID
+//! it picks, and mirrors each completion back into the shadow CQ under the
+//! file's own command ID. The real SQ, CQ and doorbells never leave the
+//! kernel; a rejected SQE completes in the shadow CQ with an error status.
 //!
 //! Designed against the field report's traps:
-//! - a doorbell is written only when its shadow value changed (no MMIO
+//! - a real doorbell is written only when there is something new (no MMIO
 //!   flood starving the controller's completion DMA);
-//! - one relay lives as long as the queue pair, so its "last written"
-//!   state is never reset and a stale tail is never re-rung;
-//! - CQEs are copied whole, the phase-tag dword last, so a reader that sees
-//!   the new phase sees the whole entry;
+//! - one relay lives as long as the queue pair, so its state is never
+//!   reset and a stale tail is never re-rung;
+//! - CQEs are written whole, the phase-tag dword last, so a reader that
+//!   sees the new phase sees the whole entry;
 //! - the thread backs off to 1 ms sleeps when idle (bounded CPU), and its
 //!   counters are in debugfs.
 //!
+//! Flow control: at most depth - 1 commands are in flight on the real
+//! queues, and a command is taken from the shadow SQ only when the shadow
+//! CQ has room for its completion and for those of every command already
+//! in flight, so neither CQ can overflow whatever the file does.
+//!
 //! `Relay` is the algorithm, pure and KUnit-tested; `rust/bridge_thread.c`
-//! runs it.
+//! runs it on a small pool of threads shared by all pairs.
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
 use kernel::{
     io::Io,
     prelude::*,
-    sync::barrier::{dma_mb, Read, Write},
+    sync::{
+        barrier::{dma_mb, Read, Write},
+        Arc,
+    },
 };
 
-use crate::command::Cqe;
+use crate::buffers::Buffers;
+use crate::command::{Cqe, Sqe};
 use crate::regs::Cap;
 use crate::shared::Shared;
+use crate::validate::{self, Limits, Reject};
 
 /// Offsets of the two shadow cells in the shadow page (own cache lines).
 pub(crate) const SHADOW_SQ_TAIL: u32 = 0;
 pub(crate) const SHADOW_CQ_HEAD: u32 = 64;
 
-/// Counters shown in debugfs (`rust/bridge_thread.c` reads them as u64s).
+/// Counters shown in debugfs (`rust/bridge_thread.c` reads them as u64s,
+/// in this order, under the names it lists).
 #[repr(C)]
 #[derive(Default, Debug, PartialEq, Eq)]
 pub(crate) struct Counters {
@@ -43,6 +57,10 @@ pub(crate) struct Counters {
     pub(crate) cqes_mirrored: u64,
     pub(crate) max_sq_tail: u64,
     pub(crate) bad_doorbell_values: u64,
+    pub(crate) sqes_accepted: u64,
+    pub(crate) sqes_rejected: u64,
+    /// Nanoseconds the pool spent in this pair's passes (written by the C side).
+    pub(crate) relay_ns: u64,
 }
 
 /// What the relay reads and writes; the kernel thread's is real memory
@@ -50,6 +68,11 @@ pub(crate) struct Counters {
 pub(crate) trait Port {
     fn shadow_sq_tail(&self) -> u32;
     fn shadow_cq_head(&self) -> u32;
+    /// A copy of shadow SQ slot `slot`: read once, then only the copy is used.
+    fn shadow_sqe(&self, slot: u32) -> Sqe;
+    /// Check `sqe`; the PRP list, if any, goes to command `cid`'s kernel list.
+    fn validate(&self, sqe: &Sqe, cid: u16) -> Result<Sqe, Reject>;
+    fn write_real_sqe(&self, slot: u32, sqe: &Sqe);
     fn ring_sq(&self, tail: u32);
     fn ring_cq(&self, head: u32);
     fn real_cqe(&self, slot: u32) -> Cqe;
@@ -58,26 +81,92 @@ pub(crate) trait Port {
 
 /// Relay state for one queue pair, for its whole lifetime.
 pub(crate) struct Relay {
+    qid: u16,
     depth: u32,
-    last_tail: u32,
-    last_head: u32,
-    cq_slot: u32,
-    phase: bool,
+    /// Next shadow SQ slot to take.
+    sq_head: u32,
+    /// Last in-range shadow tail the file wrote.
+    tail: u32,
+    real_tail: u32,
+    real_head: u32,
+    real_phase: bool,
+    /// Next shadow CQ slot and its phase; the file's last in-range head.
+    cq_tail: u32,
+    cq_phase: bool,
+    user_head: u32,
+    /// The file's command ID of each kernel command ID in flight.
+    inflight: KVec<Option<u16>>,
+    in_flight: u32,
+    next_cid: u32,
     last_bad_tail: u32,
     last_bad_head: u32,
 }
 
 impl Relay {
-    pub(crate) fn new(depth: u32) -> Self {
-        Self {
+    pub(crate) fn new(qid: u16, depth: u32) -> Result<Self> {
+        let mut inflight = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
+        for _ in 0..depth {
+            inflight.push(None, GFP_KERNEL)?;
+        }
+        Ok(Self {
+            qid,
             depth,
-            last_tail: 0,
-            last_head: 0,
-            cq_slot: 0,
-            phase: true,
+            sq_head: 0,
+            tail: 0,
+            real_tail: 0,
+            real_head: 0,
+            real_phase: true,
+            cq_tail: 0,
+            cq_phase: true,
+            user_head: 0,
+            inflight,
+            in_flight: 0,
+            next_cid: 0,
             last_bad_tail: u32::MAX,
             last_bad_head: u32::MAX,
+        })
+    }
+
+    /// Commands started on the controller and not yet completed.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    fn next(&self, i: u32) -> u32 {
+        if i + 1 == self.depth { 0 } else { i + 1 }
+    }
+
+    /// Free entries of the shadow CQ, as the file's head says.
+    fn cq_room(&self) -> u32 {
+        let used = (self.cq_tail + self.depth - self.user_head) % self.depth;
+        self.depth - 1 - used
+    }
+
+    fn post(&mut self, port: &impl Port, cid: u16, result: u32, status: u16) {
+        let cqe = Cqe {
+            result,
+            rsvd: 0,
+            sq_head: self.sq_head as u16,
+            sq_id: self.qid,
+            cid,
+            status: (status & !1) | u16::from(self.cq_phase),
+        };
+        port.mirror_cqe(self.cq_tail, &cqe);
+        self.cq_tail = self.next(self.cq_tail);
+        if self.cq_tail == 0 {
+            self.cq_phase = !self.cq_phase;
         }
+    }
+
+    fn alloc_cid(&mut self) -> Option<u16> {
+        for _ in 0..self.depth {
+            let cid = self.next_cid;
+            self.next_cid = self.next(cid);
+            if self.inflight[cid as usize].is_none() {
+                return Some(cid as u16);
+            }
+        }
+        None
     }
 
     /// One pass; true when anything moved.
@@ -85,50 +174,79 @@ impl Relay {
         let mut progress = false;
         c.polls += 1;
 
-        let tail = port.shadow_sq_tail();
-        if tail != self.last_tail {
-            if tail < self.depth {
-                port.ring_sq(tail);
-                self.last_tail = tail;
-                c.sq_doorbell_writes += 1;
-                c.max_sq_tail = c.max_sq_tail.max(tail.into());
-                progress = true;
-            } else if tail != self.last_bad_tail {
-                // Out of range: never forwarded (the controller would flag
-                // it); counted once per distinct value.
-                c.bad_doorbell_values += 1;
-                self.last_bad_tail = tail;
-            }
+        let head = port.shadow_cq_head();
+        if head < self.depth {
+            self.user_head = head;
+        } else if head != self.last_bad_head {
+            c.bad_doorbell_values += 1;
+            self.last_bad_head = head;
         }
 
-        // Mirror every new completion; the controller cannot reuse a slot
-        // before the reader's head (forwarded below) has passed it.
-        loop {
-            let cqe = port.real_cqe(self.cq_slot);
-            if cqe.phase() != self.phase {
+        // Completions first: they make room for new commands.
+        let mut reaped = false;
+        while self.cq_room() > 0 {
+            let cqe = port.real_cqe(self.real_head);
+            if cqe.phase() != self.real_phase {
                 break;
             }
-            port.mirror_cqe(self.cq_slot, &cqe);
-            c.cqes_mirrored += 1;
-            self.cq_slot += 1;
-            if self.cq_slot == self.depth {
-                self.cq_slot = 0;
-                self.phase = !self.phase;
+            self.real_head = self.next(self.real_head);
+            if self.real_head == 0 {
+                self.real_phase = !self.real_phase;
             }
+            reaped = true;
+            // Only the relay submits on this queue, so every command ID is
+            // one it gave out; anything else is dropped, not mirrored.
+            let Some(user_cid) = self.inflight.get_mut(cqe.cid as usize).and_then(Option::take) else {
+                continue;
+            };
+            self.in_flight -= 1;
+            self.post(port, user_cid, cqe.result, cqe.status);
+            c.cqes_mirrored += 1;
+        }
+        if reaped {
+            port.ring_cq(self.real_head);
+            c.cq_doorbell_writes += 1;
             progress = true;
         }
 
-        let head = port.shadow_cq_head();
-        if head != self.last_head {
-            if head < self.depth {
-                port.ring_cq(head);
-                self.last_head = head;
-                c.cq_doorbell_writes += 1;
-                progress = true;
-            } else if head != self.last_bad_head {
-                c.bad_doorbell_values += 1;
-                self.last_bad_head = head;
+        let tail = port.shadow_sq_tail();
+        if tail < self.depth {
+            self.tail = tail;
+        } else if tail != self.last_bad_tail {
+            // Out of range: never acted on; counted once per distinct value.
+            c.bad_doorbell_values += 1;
+            self.last_bad_tail = tail;
+        }
+        if self.tail != self.sq_head {
+            // The shadow SQEs up to the tail were written before it.
+            dma_mb(Read);
+        }
+        let mut submitted = false;
+        while self.tail != self.sq_head && self.in_flight + 1 < self.depth && self.in_flight < self.cq_room() {
+            let sqe = port.shadow_sqe(self.sq_head);
+            self.sq_head = self.next(self.sq_head);
+            progress = true;
+            let Some(cid) = self.alloc_cid() else { break };
+            match port.validate(&sqe, cid) {
+                Ok(mut real) => {
+                    real.cid = cid;
+                    port.write_real_sqe(self.real_tail, &real);
+                    self.real_tail = self.next(self.real_tail);
+                    self.inflight[cid as usize] = Some(sqe.cid);
+                    self.in_flight += 1;
+                    c.sqes_accepted += 1;
+                    submitted = true;
+                }
+                Err(why) => {
+                    self.post(port, sqe.cid, 0, why.status());
+                    c.sqes_rejected += 1;
+                }
             }
+        }
+        if submitted {
+            port.ring_sq(self.real_tail);
+            c.sq_doorbell_writes += 1;
+            c.max_sq_tail = c.max_sq_tail.max(self.real_tail.into());
         }
         progress
     }
@@ -143,24 +261,83 @@ pub(crate) struct Ctx {
     port: KernelPort,
 }
 
-/// The real memory and doorbells of one bridged queue pair.
+/// Where one shared pair's memory is, for the relay thread. Every pointer
+/// is into an allocation of the pair's `QPair` (`qpair::Shadow` and the
+/// real queues), which outlives the thread.
+pub(crate) struct PairMemory {
+    pub(crate) real_sq: *mut Sqe,
+    pub(crate) real_cq: *const Cqe,
+    pub(crate) cells: *mut u8,
+    pub(crate) shadow_sq: *const Sqe,
+    pub(crate) shadow_cq: *mut Cqe,
+    pub(crate) pool: *const u8,
+    pub(crate) pool_dma: u64,
+    pub(crate) pool_bytes: usize,
+    pub(crate) lists: *mut u64,
+    pub(crate) lists_dma: u64,
+    pub(crate) list_entries: usize,
+}
+
+/// The real memory and doorbells of one shared queue pair.
 struct KernelPort {
     shared: *const Shared,
     cap: Cap,
     qid: u16,
-    real_cq: *const Cqe,
-    shadow: *mut u8,
-    shadow_cq: *mut Cqe,
+    mem: PairMemory,
+    buffers: Arc<Buffers>,
+    limits: Limits,
+}
+
+/// What a validation may read: the file's pages and the pair's PRP pool.
+struct Reach<'a>(&'a KernelPort);
+
+impl validate::Memory for Reach<'_> {
+    fn owns_page(&self, page: u64) -> bool {
+        self.0.buffers.owns_page(page)
+    }
+    fn pool_entry(&self, addr: u64) -> Option<u64> {
+        let m = &self.0.mem;
+        let off = addr.checked_sub(m.pool_dma)?;
+        if off % 8 != 0 || off + 8 > m.pool_bytes as u64 {
+            return None;
+        }
+        // SAFETY: `off + 8 <= pool_bytes` and 8-byte aligned inside the
+        // live pool (type invariant); the file may write it concurrently,
+        // so the value is read once and only that copy is used.
+        Some(unsafe { core::ptr::read_volatile(m.pool.add(off as usize).cast::<u64>()) })
+    }
 }
 
 impl Port for KernelPort {
     fn shadow_sq_tail(&self) -> u32 {
-        // SAFETY: `shadow` points at the live 4 KiB shadow page (type invariant).
-        unsafe { core::ptr::read_volatile(self.shadow.add(SHADOW_SQ_TAIL as usize).cast::<u32>()) }
+        // SAFETY: `cells` points at the live 4 KiB shadow page (type invariant).
+        unsafe { core::ptr::read_volatile(self.mem.cells.add(SHADOW_SQ_TAIL as usize).cast::<u32>()) }
     }
     fn shadow_cq_head(&self) -> u32 {
         // SAFETY: as above.
-        unsafe { core::ptr::read_volatile(self.shadow.add(SHADOW_CQ_HEAD as usize).cast::<u32>()) }
+        unsafe { core::ptr::read_volatile(self.mem.cells.add(SHADOW_CQ_HEAD as usize).cast::<u32>()) }
+    }
+    fn shadow_sqe(&self, slot: u32) -> Sqe {
+        // SAFETY: `slot < depth` (Relay) and the shadow SQ has `depth`
+        // entries; `Sqe` is plain integers, so whatever the file wrote is a
+        // valid value, and this copy is all that is used afterwards.
+        unsafe { core::ptr::read_volatile(self.mem.shadow_sq.add(slot as usize)) }
+    }
+    fn validate(&self, sqe: &Sqe, cid: u16) -> Result<Sqe, Reject> {
+        let n = self.mem.list_entries;
+        let at = usize::from(cid) * n;
+        // SAFETY: `cid < depth` (Relay) and the kernel list area holds
+        // `depth * list_entries` entries. The slot belongs to command `cid`,
+        // which is not in flight (the relay only hands out free IDs), so
+        // neither the controller nor anyone else reads it now.
+        let list = unsafe { core::slice::from_raw_parts_mut(self.mem.lists.add(at), n) };
+        validate::check(sqe, &self.limits, &Reach(self), list, self.mem.lists_dma + at as u64 * 8)
+    }
+    fn write_real_sqe(&self, slot: u32, sqe: &Sqe) {
+        // SAFETY: `slot < depth` and the real SQ has `depth` entries; the
+        // controller reads only slots published by the doorbell, and this
+        // one is not (at most depth - 1 commands are in flight).
+        unsafe { core::ptr::write_volatile(self.mem.real_sq.add(slot as usize), *sqe) }
     }
     fn ring_sq(&self, tail: u32) {
         self.ring(self.cap.sq_doorbell(self.qid), tail);
@@ -175,7 +352,7 @@ impl Port for KernelPort {
         // `Cqe` is 16 bytes of plain integers (FromBytes), so any [u32; 4]
         // is a valid one.
         unsafe {
-            let src = self.real_cq.add(slot as usize).cast::<u32>();
+            let src = self.mem.real_cq.add(slot as usize).cast::<u32>();
             let dw3 = core::ptr::read_volatile(src.add(3));
             dma_mb(Read);
             let mut words = [0u32; 4];
@@ -191,7 +368,7 @@ impl Port for KernelPort {
         // first 12 bytes go first; the dword with the phase tag after a
         // write barrier, so a reader that sees the phase sees the entry.
         unsafe {
-            let dst = self.shadow_cq.add(slot as usize).cast::<u32>();
+            let dst = self.mem.shadow_cq.add(slot as usize).cast::<u32>();
             let src = core::ptr::from_ref(cqe).cast::<u32>();
             for i in 0..3 {
                 core::ptr::write_volatile(dst.add(i), *src.add(i));
@@ -212,21 +389,24 @@ impl KernelPort {
     }
 }
 
-/// Called by the bridge thread in a loop.
+/// Called by the pool thread serving the pair, in a loop.
 #[no_mangle]
 extern "C" fn gpunvme_bridge_step(ctx: *mut c_void) -> bool {
     // SAFETY: `ctx` is the `Ctx` given to gpunvme_shim_bridge_start, alive
-    // until gpunvme_shim_bridge_stop has returned, and used by this thread only.
+    // until gpunvme_shim_bridge_stop has returned; only the one thread
+    // serving the pair calls this, under that thread's lock, which stop
+    // also takes, so no two references to it exist at once.
     let ctx = unsafe { &mut *ctx.cast::<Ctx>() };
     ctx.relay.step(&ctx.port, &mut ctx.counters)
 }
 
 extern "C" {
-    fn gpunvme_shim_bridge_start(ctx: *mut c_void, counters: *mut u64, dev: *mut c_void, qid: u16, err: *mut i32) -> *mut c_void;
+    fn gpunvme_shim_bridge_start(ctx: *mut c_void, counters: *mut u64, dev: *mut c_void, qid: u16, threads: u32, err: *mut i32) -> *mut c_void;
     fn gpunvme_shim_bridge_stop(bridge: *mut c_void);
 }
 
-/// A running bridge thread; stopped (and its context freed) on drop.
+/// A pair served by the relay pool; taken off it (and its context freed)
+/// on drop, after which no thread touches the pair's memory.
 pub(crate) struct Bridge {
     thread: NonNull<c_void>,
     ctx: *mut Ctx,
@@ -239,26 +419,26 @@ unsafe impl Send for Bridge {}
 unsafe impl Sync for Bridge {}
 
 impl Bridge {
-    /// Start relaying for queue `qid` of `depth` entries.
+    /// Start relaying for shared queue `qid` of `depth` entries.
     ///
     /// # Safety
     ///
-    /// `real_cq` and `shadow_cq` must have `depth` entries, `shadow` must be
-    /// a 4 KiB page, and all three, and `shared`, must outlive the returned
-    /// `Bridge` (it is dropped before them).
+    /// `mem` must describe the live allocations of one shared pair of
+    /// `depth` entries (see [`PairMemory`]), and they, and `shared`, must
+    /// outlive the returned `Bridge` (it is dropped before them).
     pub(crate) unsafe fn start(
         shared: &Shared,
         qid: u16,
         depth: u32,
-        real_cq: *const Cqe,
-        shadow: *mut u8,
-        shadow_cq: *mut Cqe,
+        mem: PairMemory,
+        buffers: Arc<Buffers>,
+        limits: Limits,
     ) -> Result<Self> {
         let ctx = KBox::new(
             Ctx {
-                relay: Relay::new(depth),
+                relay: Relay::new(qid, depth)?,
                 counters: Counters::default(),
-                port: KernelPort { shared: core::ptr::from_ref(shared), cap: shared.cap, qid, real_cq, shadow, shadow_cq },
+                port: KernelPort { shared: core::ptr::from_ref(shared), cap: shared.cap, qid, mem, buffers, limits },
             },
             GFP_KERNEL,
         )?;
@@ -272,6 +452,7 @@ impl Bridge {
                 core::ptr::addr_of_mut!((*ctx).counters).cast(),
                 crate::shim::raw(&*shared.dev),
                 qid,
+                crate::relay_threads(),
                 &mut err,
             )
         };
@@ -288,8 +469,9 @@ impl Bridge {
 
 impl Drop for Bridge {
     fn drop(&mut self) {
-        // SAFETY: `thread` came from bridge_start; stop waits for the thread
-        // to exit, after which `ctx` is ours again.
+        // SAFETY: `thread` came from bridge_start; stop takes the pair off
+        // its thread under the thread's lock, so once it returns no pass
+        // runs or will run on `ctx`, which is ours again.
         unsafe {
             gpunvme_shim_bridge_stop(self.thread.as_ptr());
             drop(KBox::from_raw(self.ctx));
@@ -302,19 +484,28 @@ mod tests {
     use super::*;
     use core::cell::{Cell, RefCell};
 
-    /// A model of the memory the relay sees.
+    const D: usize = 4;
+
+    /// A model of the memory the relay sees; opcode 0x7f is "invalid".
     struct Model {
         tail: Cell<u32>,
         head: Cell<u32>,
+        shadow_sq: RefCell<[Sqe; D]>,
+        real_sq: RefCell<[Sqe; D]>,
         sq_rings: RefCell<KVec<u32>>,
         cq_rings: RefCell<KVec<u32>>,
-        real: RefCell<[Cqe; 4]>,
-        shadow: RefCell<[Cqe; 4]>,
+        real: RefCell<[Cqe; D]>,
+        shadow: RefCell<[Cqe; D]>,
     }
 
     impl Port for Model {
         fn shadow_sq_tail(&self) -> u32 { self.tail.get() }
         fn shadow_cq_head(&self) -> u32 { self.head.get() }
+        fn shadow_sqe(&self, s: u32) -> Sqe { self.shadow_sq.borrow()[s as usize] }
+        fn validate(&self, sqe: &Sqe, _cid: u16) -> Result<Sqe, Reject> {
+            if sqe.opcode == 0x7f { Err(Reject::Opcode) } else { Ok(Sqe { opcode: sqe.opcode, ..Default::default() }) }
+        }
+        fn write_real_sqe(&self, s: u32, sqe: &Sqe) { self.real_sq.borrow_mut()[s as usize] = *sqe; }
         fn ring_sq(&self, t: u32) { let _ = self.sq_rings.borrow_mut().push(t, GFP_KERNEL); }
         fn ring_cq(&self, h: u32) { let _ = self.cq_rings.borrow_mut().push(h, GFP_KERNEL); }
         fn real_cqe(&self, s: u32) -> Cqe { self.real.borrow()[s as usize] }
@@ -325,90 +516,120 @@ mod tests {
         Model {
             tail: Cell::new(0),
             head: Cell::new(0),
+            shadow_sq: RefCell::new([Sqe::default(); D]),
+            real_sq: RefCell::new([Sqe::default(); D]),
             sq_rings: RefCell::new(KVec::new()),
             cq_rings: RefCell::new(KVec::new()),
-            real: RefCell::new([Cqe::default(); 4]),
-            shadow: RefCell::new([Cqe::default(); 4]),
+            real: RefCell::new([Cqe::default(); D]),
+            shadow: RefCell::new([Cqe::default(); D]),
         }
     }
 
-    fn post(m: &Model, slot: usize, cid: u16, phase: bool) {
-        m.real.borrow_mut()[slot] = Cqe { cid, status: phase as u16, ..Default::default() };
+    fn submit(m: &Model, slot: usize, opcode: u8, cid: u16) {
+        m.shadow_sq.borrow_mut()[slot] = Sqe { opcode, cid, ..Default::default() };
+    }
+
+    /// The controller completes the command in real SQ slot `sq_slot` into real CQ slot `slot`.
+    fn complete(m: &Model, slot: usize, sq_slot: usize, phase: bool) {
+        let cid = m.real_sq.borrow()[sq_slot].cid;
+        m.real.borrow_mut()[slot] = Cqe { cid, result: 0xabc, status: phase as u16, ..Default::default() };
+    }
+
+    #[test]
+    fn accepted_commands_go_out_under_kernel_ids_and_come_back_under_the_files() {
+        let (m, mut r, mut c) = (model(), Relay::new(7, D as u32).unwrap(), Counters::default());
+        submit(&m, 0, 0x02, 0x1234);
+        submit(&m, 1, 0x01, 0x5678);
+        m.tail.set(2);
+        r.step(&m, &mut c);
+        assert_eq!(&m.sq_rings.borrow()[..], &[2]);
+        assert_eq!((c.sqes_accepted, r.in_flight()), (2, 2));
+        let (k0, k1) = (m.real_sq.borrow()[0].cid, m.real_sq.borrow()[1].cid);
+        assert!(k0 != k1 && k0 != 0x1234);
+        complete(&m, 0, 1, true);
+        complete(&m, 1, 0, true);
+        r.step(&m, &mut c);
+        let sh = m.shadow.borrow();
+        assert_eq!((sh[0].cid, sh[0].sq_id, sh[0].sq_head, sh[0].result, sh[0].phase()), (0x5678, 7, 2, 0xabc, true));
+        assert_eq!(sh[1].cid, 0x1234);
+        assert_eq!(&m.cq_rings.borrow()[..], &[2]);
+        assert_eq!(r.in_flight(), 0);
+    }
+
+    #[test]
+    fn rejected_commands_never_reach_the_controller() {
+        let (m, mut r, mut c) = (model(), Relay::new(1, D as u32).unwrap(), Counters::default());
+        submit(&m, 0, 0x7f, 42);
+        m.tail.set(1);
+        r.step(&m, &mut c);
+        assert_eq!(m.sq_rings.borrow().len(), 0);
+        assert_eq!((c.sqes_rejected, c.sqes_accepted), (1, 0));
+        let cqe = m.shadow.borrow()[0];
+        assert_eq!((cqe.cid, cqe.phase(), cqe.status_code(), cqe.status >> 15), (42, true, (0, 0x01), 1));
     }
 
     #[test]
     fn rings_only_on_change() {
-        let (m, mut r, mut c) = (model(), Relay::new(4), Counters::default());
+        let (m, mut r, mut c) = (model(), Relay::new(1, D as u32).unwrap(), Counters::default());
         for _ in 0..100 {
             r.step(&m, &mut c);
         }
-        assert_eq!(c.sq_doorbell_writes, 0);
-        m.tail.set(3);
+        submit(&m, 0, 0x02, 1);
+        m.tail.set(1);
         for _ in 0..100 {
             r.step(&m, &mut c);
         }
-        assert_eq!(&m.sq_rings.borrow()[..], &[3]);
-        assert_eq!((c.polls, c.sq_doorbell_writes, c.max_sq_tail), (200, 1, 3));
+        assert_eq!(&m.sq_rings.borrow()[..], &[1]);
+        assert_eq!((c.polls, c.sq_doorbell_writes, c.cq_doorbell_writes), (200, 1, 0));
     }
 
     #[test]
-    fn mirrors_across_wrap_and_forwards_head() {
-        let (m, mut r, mut c) = (model(), Relay::new(4), Counters::default());
-        for (slot, cid) in [(0, 10), (1, 11), (2, 12)] {
-            post(&m, slot, cid, true);
+    fn a_full_shadow_cq_holds_back_new_commands() {
+        let (m, mut r, mut c) = (model(), Relay::new(1, D as u32).unwrap(), Counters::default());
+        // Three rejected commands fill the shadow CQ (depth 4 holds 3).
+        for s in 0..3 {
+            submit(&m, s, 0x7f, s as u16);
         }
+        m.tail.set(3);
         r.step(&m, &mut c);
-        assert_eq!(c.cqes_mirrored, 3);
-        assert_eq!(m.shadow.borrow()[2].cid, 12);
+        assert_eq!(c.sqes_rejected, 3);
+        // The file has not consumed them: the next command waits.
+        submit(&m, 3, 0x02, 9);
+        m.tail.set(0);
+        r.step(&m, &mut c);
+        assert_eq!((c.sqes_accepted, m.sq_rings.borrow().len()), (0, 0));
         m.head.set(3);
         r.step(&m, &mut c);
-        // Next lap: slot 3 with phase 1, then slots 0, 1 with phase 0.
-        post(&m, 3, 13, true);
-        post(&m, 0, 14, false);
-        post(&m, 1, 15, false);
-        r.step(&m, &mut c);
-        assert_eq!(c.cqes_mirrored, 6);
-        assert_eq!((m.shadow.borrow()[0].cid, m.shadow.borrow()[0].phase()), (14, false));
-        m.head.set(2);
-        r.step(&m, &mut c);
-        assert_eq!(&m.cq_rings.borrow()[..], &[3, 2]);
-        // A stale entry (old phase) is not mirrored again.
-        r.step(&m, &mut c);
-        assert_eq!(c.cqes_mirrored, 6);
+        assert_eq!((c.sqes_accepted, r.in_flight()), (1, 1));
     }
 
     #[test]
-    fn a_paused_submitter_never_causes_a_stale_ring() {
-        let (m, mut r, mut c) = (model(), Relay::new(4), Counters::default());
-        m.tail.set(3);
-        r.step(&m, &mut c);
-        // The submitter pauses (a kernel launch ends): the relay keeps its
-        // state, so nothing is re-rung while idle...
-        for _ in 0..1000 {
-            r.step(&m, &mut c);
-        }
-        // ...and the wrapped tail of the next batch is rung exactly once.
-        m.tail.set(2);
-        r.step(&m, &mut c);
-        r.step(&m, &mut c);
-        assert_eq!(&m.sq_rings.borrow()[..], &[3, 2]);
-    }
-
-    #[test]
-    fn out_of_range_values_are_not_forwarded() {
-        let (m, mut r, mut c) = (model(), Relay::new(4), Counters::default());
+    fn out_of_range_values_are_counted_not_used() {
+        let (m, mut r, mut c) = (model(), Relay::new(1, D as u32).unwrap(), Counters::default());
         m.tail.set(9);
         m.head.set(7);
         r.step(&m, &mut c);
-        assert_eq!(m.sq_rings.borrow().len(), 0);
-        assert_eq!(m.cq_rings.borrow().len(), 0);
-        // One bad tail and one bad head, each counted once while it stays.
-        assert_eq!(c.bad_doorbell_values, 2);
+        assert_eq!((m.sq_rings.borrow().len(), c.bad_doorbell_values), (0, 2));
         r.step(&m, &mut c);
         assert_eq!(c.bad_doorbell_values, 2);
-        m.head.set(8);
+        m.tail.set(0xffff_ffff);
         r.step(&m, &mut c);
         assert_eq!(c.bad_doorbell_values, 3);
-        assert_eq!(m.cq_rings.borrow().len(), 0);
+        // A sane value afterwards works.
+        submit(&m, 0, 0x02, 5);
+        m.tail.set(1);
+        r.step(&m, &mut c);
+        assert_eq!(c.sqes_accepted, 1);
+    }
+
+    #[test]
+    fn completions_for_unknown_ids_are_dropped() {
+        let (m, mut r, mut c) = (model(), Relay::new(1, D as u32).unwrap(), Counters::default());
+        m.real.borrow_mut()[0] = Cqe { cid: 3, status: 1, ..Default::default() };
+        r.step(&m, &mut c);
+        assert_eq!(c.cqes_mirrored, 0);
+        assert!(!m.shadow.borrow()[0].phase());
+        // The real CQ slot was consumed and its head rung.
+        assert_eq!(&m.cq_rings.borrow()[..], &[1]);
     }
 }

@@ -1,13 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The per-controller character device `/dev/gpunvme<N>` and its ioctls.
+//! The per-controller character device `/dev/gpunvme<N>`, one node per
+//! namespace (`/dev/gpunvme<N>n<NSID>`, NSID 1..=4) whose files may address
+//! only that namespace (shared mode only), and their ioctls.
+//!
+//! Opening needs no capability: the nodes' file modes decide who may use
+//! shared mode (a udev rule can hand a namespace node to a group); owner
+//! mode asks for CAP_SYS_RAWIO itself (`owner.rs`).
 //!
 //! An open file holds an `Arc<Shared>`, never a reference into the bound
 //! driver data: the file may outlive the binding, and after unbind every
 //! call on it fails with ENODEV.
 
 use kernel::{
-    bindings, container_of,
+    container_of,
     fs::File,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     mm::virt::VmaNew,
@@ -27,6 +33,13 @@ static SLOTS: Atomic<u32> = Atomic::new(0);
 const NAMES: [&CStr; 8] = [
     c"gpunvme0", c"gpunvme1", c"gpunvme2", c"gpunvme3",
     c"gpunvme4", c"gpunvme5", c"gpunvme6", c"gpunvme7",
+];
+
+/// Namespace nodes per controller (NSIDs 1..=NS_NODES).
+pub(crate) const NS_NODES: usize = 4;
+/// `NS_NAMES[slot * NS_NODES + nsid - 1]`.
+const NS_NAMES: [&CStr; 8 * NS_NODES] = [
+    c"gpunvme0n1", c"gpunvme0n2", c"gpunvme0n3", c"gpunvme0n4", c"gpunvme1n1", c"gpunvme1n2", c"gpunvme1n3", c"gpunvme1n4", c"gpunvme2n1", c"gpunvme2n2", c"gpunvme2n3", c"gpunvme2n4", c"gpunvme3n1", c"gpunvme3n2", c"gpunvme3n3", c"gpunvme3n4", c"gpunvme4n1", c"gpunvme4n2", c"gpunvme4n3", c"gpunvme4n4", c"gpunvme5n1", c"gpunvme5n2", c"gpunvme5n3", c"gpunvme5n4", c"gpunvme6n1", c"gpunvme6n2", c"gpunvme6n3", c"gpunvme6n4", c"gpunvme7n1", c"gpunvme7n2", c"gpunvme7n3", c"gpunvme7n4"
 ];
 
 /// A claimed device-node number, released on drop.
@@ -62,12 +75,13 @@ impl Drop for Slot {
     }
 }
 
-/// The registered device node. Fields drop in order: the node disappears
-/// before its number is released.
+/// The registered device nodes. Fields drop in order: the nodes
+/// disappear before their number is released.
 #[pin_data]
 pub(crate) struct Node {
     #[pin]
     misc: MiscDeviceRegistration<OpenFile>,
+    namespaces: KVec<Pin<KBox<NsNode>>>,
     shared: Arc<Shared>,
     slot: Slot,
 }
@@ -76,6 +90,7 @@ impl Node {
     pub(crate) fn new(shared: Arc<Shared>, slot: Slot) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: slot.name() }),
+            namespaces: NsNode::all(&shared, &slot)?,
             shared,
             slot,
         })
@@ -86,7 +101,58 @@ impl Node {
     }
 }
 
-/// The file-operations side of the node.
+/// The node of one namespace.
+#[pin_data]
+pub(crate) struct NsNode {
+    #[pin]
+    misc: MiscDeviceRegistration<NsFile>,
+    shared: Arc<Shared>,
+    nsid: u32,
+}
+
+impl NsNode {
+    /// A node for each active namespace with an NSID of 1..=NS_NODES.
+    fn all(shared: &Arc<Shared>, slot: &Slot) -> Result<KVec<Pin<KBox<NsNode>>>> {
+        let mut nodes = KVec::new();
+        let info = &shared.info;
+        for ns in &info.ns[..info.num_namespaces as usize] {
+            let Some(i) = (ns.nsid as usize).checked_sub(1).filter(|&i| i < NS_NODES) else {
+                dev_info!(shared.dev, "namespace {}: no namespace node (only NSIDs 1..={} get one)\n", ns.nsid, NS_NODES);
+                continue;
+            };
+            let name = NS_NAMES[slot.0 * NS_NODES + i];
+            let node = KBox::pin_init(
+                try_pin_init!(NsNode {
+                    misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
+                    shared: shared.clone(),
+                    nsid: ns.nsid,
+                }),
+                GFP_KERNEL,
+            )?;
+            nodes.push(node, GFP_KERNEL)?;
+        }
+        Ok(nodes)
+    }
+}
+
+fn dispatch(me: &OpenState, cmd: u32, arg: usize) -> Result<isize> {
+    match cmd {
+        uapi::IOC_GET_INFO => me.get_info(arg),
+        uapi::IOC_CREATE_QPAIR => me.create_qpair(arg),
+        uapi::IOC_DESTROY_QPAIR => me.destroy_qpair(arg),
+        uapi::IOC_MAP_HOST => me.map_host(arg),
+        uapi::IOC_UNMAP => me.unmap(arg),
+        uapi::IOC_EXPORT => me.export(arg),
+        uapi::IOC_MAP_DMABUF => me.map_dmabuf(arg),
+        uapi::IOC_CLAIM_OWNER => me.claim_owner(arg),
+        _ => {
+            dev_warn!(me.shared.dev, "unknown ioctl {:#x}\n", cmd);
+            Err(ENOTTY)
+        }
+    }
+}
+
+/// The file-operations side of the controller node.
 pub(crate) struct OpenFile;
 
 #[vtable]
@@ -99,29 +165,37 @@ impl MiscDevice for OpenFile {
         // holds the misc lock, so the registration (and its `Node`) cannot be
         // dropped while this runs.
         let node = unsafe { &*container_of!(misc as *const MiscDeviceRegistration<Self>, Node, misc) };
-        // SAFETY: capable() only reads the current task's credentials.
-        if !unsafe { bindings::capable(bindings::CAP_SYS_RAWIO as i32) } {
-            dev_warn!(node.shared.dev, "open refused: CAP_SYS_RAWIO required\n");
-            return Err(EPERM);
-        }
         node.shared.alive()?;
-        OpenState::new(node.shared.clone(), file)
+        OpenState::new(node.shared.clone(), file, 0)
     }
 
     fn ioctl(me: &OpenState, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
-        match cmd {
-            uapi::IOC_GET_INFO => me.get_info(arg),
-            uapi::IOC_CREATE_QPAIR => me.create_qpair(arg),
-            uapi::IOC_DESTROY_QPAIR => me.destroy_qpair(arg),
-            uapi::IOC_MAP_HOST => me.map_host(arg),
-            uapi::IOC_UNMAP => me.unmap(arg),
-            uapi::IOC_EXPORT => me.export(arg),
-            uapi::IOC_MAP_DMABUF => me.map_dmabuf(arg),
-            _ => {
-                dev_warn!(me.shared.dev, "unknown ioctl {:#x}\n", cmd);
-                Err(ENOTTY)
-            }
-        }
+        dispatch(me, cmd, arg)
+    }
+
+    fn mmap(me: &OpenState, _file: &File, vma: &VmaNew) -> Result {
+        me.mmap(vma)
+    }
+}
+
+/// The file-operations side of a namespace node.
+pub(crate) struct NsFile;
+
+#[vtable]
+impl MiscDevice for NsFile {
+    type Ptr = KBox<OpenState>;
+
+    fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<OpenState>> {
+        // SAFETY: `misc` is always the `misc` field of a pinned `NsNode`
+        // (the only place an `NsFile` registration is created), and
+        // misc_open() holds the misc lock, so it cannot be dropped meanwhile.
+        let node = unsafe { &*container_of!(misc as *const MiscDeviceRegistration<Self>, NsNode, misc) };
+        node.shared.alive()?;
+        OpenState::new(node.shared.clone(), file, node.nsid)
+    }
+
+    fn ioctl(me: &OpenState, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
+        dispatch(me, cmd, arg)
     }
 
     fn mmap(me: &OpenState, _file: &File, vma: &VmaNew) -> Result {

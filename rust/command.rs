@@ -7,7 +7,7 @@ use kernel::transmute::{AsBytes, FromBytes};
 
 /// A 64-byte submission queue entry.
 #[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub(crate) struct Sqe {
     pub(crate) opcode: u8,
     pub(crate) flags: u8,

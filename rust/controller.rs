@@ -87,9 +87,9 @@ pub(crate) fn identify(
     admin: &mut AdminQueue,
     cap: Cap,
     ring: &dyn Fn(usize, u32) -> Result,
+    buf: &Coherent<[u8]>,
     info: &mut uapi::Info,
 ) -> Result {
-    let buf: Coherent<[u8]> = Coherent::zeroed_slice(dev, identify::IDENTIFY_LEN, GFP_KERNEL)?;
     let read = |admin: &mut AdminQueue, cns: u32, nsid: u32, out: &mut [u8; identify::IDENTIFY_LEN]| -> Result {
         admin.submit(dev, cap, command::identify(cns, nsid, buf.dma_address()), ring)?;
         // SAFETY: the command completed, so the controller is done writing
@@ -122,7 +122,7 @@ pub(crate) fn identify(
                 info.ns[count] = uapi::NsInfo { nsid, lba_size: ns.lba_size, capacity_lbas: ns.capacity_lbas };
                 count += 1;
             }
-            None => dev_warn!(dev, "namespace {} has no usable format; skipped\n", nsid),
+            None => dev_warn!(dev, "namespace {} has no usable format (metadata, or an LBA size outside 512 B..64 KiB); skipped\n", nsid),
         }
     }
     info.num_namespaces = count as u32;

@@ -20,18 +20,26 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
-use crate::bridge::Bridge;
+use crate::bridge::{Bridge, PairMemory};
+use crate::buffers::Buffers;
 use crate::command;
 use crate::dma_registry::{FileId, MapEntry, Mapped, QueueEntry, QueueState, Quarantined};
+use crate::owner;
 use crate::qpair::{self, MapKind, QPair};
 use crate::shared::Shared;
 use crate::shim::{self, Export, HostMap, Import};
 use crate::uapi::{self, check_header};
+use crate::validate::{self, Limits, Ns};
 
 pub(crate) struct OpenState {
     pub(crate) shared: Arc<Shared>,
     file: *mut bindings::file,
     id: FileId,
+    /// The namespace a namespace node's file is limited to; 0 for the
+    /// controller node.
+    node_nsid: u32,
+    /// The pages this file mapped: all its shared-mode commands may name.
+    buffers: Arc<Buffers>,
     next_handle: Atomic<u32>,
 }
 
@@ -61,24 +69,83 @@ fn definitely_failed(e: Error) -> bool {
 }
 
 impl OpenState {
-    pub(crate) fn new(shared: Arc<Shared>, file: &File) -> Result<KBox<Self>> {
+    pub(crate) fn new(shared: Arc<Shared>, file: &File, node_nsid: u32) -> Result<KBox<Self>> {
+        let buffers = Arc::pin_init(Buffers::new(), GFP_KERNEL)?;
         let raw = shim::file_ptr(file);
         let id = shared.register_file(raw)?;
         let sh = shared.clone();
-        KBox::new(Self { shared, file: raw, id, next_handle: Atomic::new(1) }, GFP_KERNEL).map_err(|e| {
-            sh.unregister_file(raw);
-            e.into()
-        })
+        KBox::new(Self { shared, file: raw, id, node_nsid, buffers, next_handle: Atomic::new(1) }, GFP_KERNEL)
+            .map_err(|e| {
+                sh.unregister_file(raw);
+                e.into()
+            })
     }
 
     pub(crate) fn get_info(&self, arg: usize) -> Result<isize> {
         let (req, mut writer) = read_arg!(self, uapi::Info, arg, "GET_INFO");
-        self.shared.alive()?;
-        let mut out = self.shared.info;
+        let sh = &self.shared;
+        sh.alive()?;
+        let mut out = sh.info;
         out.size = req.size;
         out.version = req.version;
+        out.iommu_mode = shim::iommu_mode(&sh.dev);
+        let owner = sh.owner();
+        if owner == 0 || owner == self.id {
+            out.modes |= uapi::MODE_SHARED;
+            if owner::may_own(&sh.dev, self.node_nsid, crate::allow_unsafe_no_iommu(), false).is_ok() {
+                out.modes |= uapi::MODE_OWNER;
+            }
+        }
+        out.shared_max_transfer = validate::shared_max_transfer(sh.info.mdts_bytes);
+        out.node_nsid = self.node_nsid;
         writer.write(&out)?;
         Ok(0)
+    }
+
+    pub(crate) fn claim_owner(&self, arg: usize) -> Result<isize> {
+        let (mut req, mut writer) = read_arg!(self, uapi::Owner, arg, "CLAIM_OWNER");
+        let sh = &self.shared;
+        if req.flags != 0 {
+            dev_warn!(sh.dev, "CLAIM_OWNER: unknown flags {:#x}\n", req.flags);
+            return Err(EINVAL);
+        }
+        sh.alive()?;
+        owner::may_own(&sh.dev, self.node_nsid, crate::allow_unsafe_no_iommu(), true)?;
+        // Under the admin lock, as every MAP_* is: an owner's raw SQEs could
+        // name any buffer mapped for the device, so no other file may have one.
+        sh.with_admin(|_, _, _| {
+            if sh.dma.lock().maps.iter().any(|m| m.file != self.id) {
+                dev_warn!(sh.dev, "CLAIM_OWNER: another file has buffers mapped for the controller\n");
+                return Err(EBUSY);
+            }
+            sh.claim_owner(self.id)
+        })?;
+        req.iommu_mode = shim::iommu_mode(&sh.dev);
+        dev_info!(sh.dev, "a file now owns the controller (raw access; IOMMU {})\n", owner::iommu_name(req.iommu_mode));
+        writer.write(&req)?;
+        Ok(0)
+    }
+
+    /// EBUSY (and a log line) while another file owns the controller.
+    fn not_owned_by_another(&self, what: &str) -> Result {
+        let owner = self.shared.owner();
+        if owner != 0 && owner != self.id {
+            dev_warn!(self.shared.dev, "{}: another file owns the controller (raw access)\n", what);
+            return Err(EBUSY);
+        }
+        Ok(())
+    }
+
+    /// The namespaces this file's shared pairs may address.
+    fn limits(&self) -> Result<Limits> {
+        let info = &self.shared.info;
+        let mut ns = KVec::new();
+        for n in &info.ns[..info.num_namespaces as usize] {
+            if self.node_nsid == 0 || n.nsid == self.node_nsid {
+                ns.push(Ns { nsid: n.nsid, lba_shift: n.lba_size.trailing_zeros(), capacity: n.capacity_lbas }, GFP_KERNEL)?;
+            }
+        }
+        Ok(Limits { ns, max_transfer: validate::shared_max_transfer(info.mdts_bytes).into() })
     }
 
     pub(crate) fn create_qpair(&self, arg: usize) -> Result<isize> {
@@ -89,13 +156,22 @@ impl OpenState {
             dev_warn!(sh.dev, "CREATE_QPAIR: depth {} outside {}..={}\n", req.depth, uapi::MIN_QUEUE_DEPTH, max);
             return Err(EINVAL);
         }
-        if req.flags & !uapi::QPAIR_BRIDGED != 0 || req.pad0 != 0 || req.pad1 != 0 {
+        if req.flags & uapi::QPAIR_V1_BRIDGED != 0 {
+            dev_warn!(sh.dev, "CREATE_QPAIR: the bridged flag of UAPI 1 is gone; shared pairs (flags 0) relay and validate\n");
+            return Err(EINVAL);
+        }
+        if req.flags & !uapi::QPAIR_RAW != 0 || req.pad0 != 0 || req.pad1 != 0 {
             dev_warn!(sh.dev, "CREATE_QPAIR: unknown flags {:#x}\n", req.flags);
             return Err(EINVAL);
         }
+        let raw = req.flags & uapi::QPAIR_RAW != 0;
+        if raw && sh.owner() != self.id {
+            dev_warn!(sh.dev, "CREATE_QPAIR: a raw pair needs owner mode (GPUNVME_IOC_CLAIM_OWNER first)\n");
+            return Err(EPERM);
+        }
+        let limits = if raw { None } else { Some(self.limits()?) };
         sh.alive()?;
-        let qid = sh.claim_qid()?;
-        let bridged = req.flags & uapi::QPAIR_BRIDGED != 0;
+        let qid = sh.claim_qid(self.id)?;
         let Some((_, mut sq_db, mut cq_db)) = qpair::doorbell_page(sh.cap, qid) else {
             sh.release_qid(qid);
             dev_warn!(sh.dev, "CREATE_QPAIR: doorbell stride {} puts qid {} on two pages\n", sh.cap.doorbell_stride(), qid);
@@ -103,7 +179,8 @@ impl OpenState {
         };
 
         let created = sh.with_admin(|dev, admin, ring| {
-            let q = QPair::alloc(dev, qid, req.depth, bridged)?;
+            let max_transfer = limits.as_ref().map(|l| l.max_transfer);
+            let q = QPair::alloc(dev, qid, req.depth, max_transfer)?;
             let mut dma = sh.dma.lock();
             // Room first: once the queue exists on the controller its memory
             // must be recorded.
@@ -123,33 +200,50 @@ impl OpenState {
                 }
                 return Err(e);
             }
-            let bridge = match &q.shadow {
-                None => None,
-                // SAFETY: the pointers are into `q`'s allocations, which the
-                // registry entry below drops only after the bridge.
-                Some(sh_mem) => match unsafe {
-                    Bridge::start(sh, qid, q.depth, q.cq.as_ptr().cast(), sh_mem.cells.as_mut_ptr().cast(), sh_mem.cq.as_mut_ptr().cast())
-                } {
-                    Ok(b) => Some(b),
-                    Err(e) => {
-                        let deleted = q.delete_cmds().into_iter().all(|c| admin.submit(&sh.dev, sh.cap, c, ring).is_ok());
-                        if !deleted {
-                            dma.quarantine(Quarantined::Queue(q));
+            let bridge = match (&q.shadow, limits) {
+                (Some(s), Some(limits)) => {
+                    let mem = PairMemory {
+                        real_sq: q.sq.as_mut_ptr().cast(),
+                        real_cq: q.cq.as_ptr().cast(),
+                        cells: s.cells.as_mut_ptr().cast(),
+                        shadow_sq: s.sq.as_ptr().cast(),
+                        shadow_cq: s.cq.as_mut_ptr().cast(),
+                        pool: s.pool.as_ptr().cast(),
+                        pool_dma: s.pool.dma_address(),
+                        pool_bytes: s.pool.size(),
+                        lists: s.lists.as_mut_ptr().cast(),
+                        lists_dma: s.lists.dma_address(),
+                        list_entries: s.list_entries,
+                    };
+                    // SAFETY: `mem` points into `q`'s allocations, which the
+                    // registry entry below drops only after the bridge.
+                    match unsafe { Bridge::start(sh, qid, q.depth, mem, self.buffers.clone(), limits) } {
+                        Ok(b) => Some(b),
+                        Err(e) => {
+                            let deleted = q.delete_cmds().into_iter().all(|c| admin.submit(&sh.dev, sh.cap, c, ring).is_ok());
+                            if !deleted {
+                                dma.quarantine(Quarantined::Queue(q));
+                            }
+                            return Err(e);
                         }
-                        return Err(e);
                     }
-                },
+                }
+                _ => None,
             };
-            let sizes = (q.sq.size() as u64, q.visible_cq().size() as u64);
+            let sizes = (q.visible_sq().size() as u64, q.visible_cq().size() as u64);
+            let pool = q.shadow.as_ref().map_or((0, 0), |s| (s.pool.size() as u64, s.pool.dma_address()));
             let entry = QueueEntry { file: self.id, state: QueueState::Live, exports: KVec::new(), bridge, q };
             let _ = dma.queues.push_within_capacity(entry);
-            Ok(sizes)
+            Ok((sizes, pool))
         });
-        let (sq_size, cq_size) = created.inspect_err(|_| sh.release_qid(qid))?;
-        if bridged {
-            // The peer writes shadow cells in the shadow page instead.
+        let ((sq_size, cq_size), (prp_size, prp_dma)) = created.inspect_err(|_| sh.release_qid(qid))?;
+        if !raw {
+            // The file rings shadow cells in the shadow page instead.
             sq_db = crate::bridge::SHADOW_SQ_TAIL;
             cq_db = crate::bridge::SHADOW_CQ_HEAD;
+            req.prp_offset = qpair::mmap_offset(MapKind::PrpPool, qid);
+            req.prp_size = prp_size;
+            req.prp_dma = prp_dma;
         }
 
         req.qid = qid;
@@ -187,8 +281,9 @@ impl OpenState {
                 }
                 Ok(())
             }
-            // Unbound meanwhile: the controller is disabled, `q` may go.
-            Err(e) if e == ENODEV => Err(e),
+            // Unbound meanwhile: the controller may not be disabled yet, so
+            // `q` goes to the quarantine, freed after the disable (or with
+            // the shared state, which outlives the binding).
             Err(e) => {
                 sh.quarantine(Quarantined::Queue(q));
                 Err(e)
@@ -225,7 +320,7 @@ impl OpenState {
             e.exports.reserve(1, GFP_KERNEL)?;
             let (export, fd, length) = match req.kind {
                 uapi::EXPORT_DOORBELL => match &e.q.shadow {
-                    // Bridged: the shadow cells are ordinary memory.
+                    // Shared: the shadow cells are ordinary memory.
                     Some(s) => {
                         let (x, fd) = Export::memory(&sh.dev, s.cells.as_mut_ptr().cast(), s.cells.dma_address(), s.cells.size(), req.flags)?;
                         (x, fd, s.cells.size() as u64)
@@ -237,8 +332,17 @@ impl OpenState {
                     }
                 },
                 uapi::EXPORT_SQ => {
-                    let (x, fd) = Export::memory(&sh.dev, e.q.sq.as_mut_ptr().cast(), e.q.sq.dma_address(), e.q.sq.size(), req.flags)?;
-                    (x, fd, e.q.sq.size() as u64)
+                    let sq = e.q.visible_sq();
+                    let (x, fd) = Export::memory(&sh.dev, sq.as_mut_ptr().cast(), sq.dma_address(), sq.size(), req.flags)?;
+                    (x, fd, sq.size() as u64)
+                }
+                uapi::EXPORT_PRP_POOL => {
+                    let Some(s) = &e.q.shadow else {
+                        dev_warn!(sh.dev, "EXPORT: qid {} is a raw pair: it has no PRP pool\n", req.qid);
+                        return Err(EINVAL);
+                    };
+                    let (x, fd) = Export::memory(&sh.dev, s.pool.as_mut_ptr().cast(), s.pool.dma_address(), s.pool.size(), req.flags)?;
+                    (x, fd, s.pool.size() as u64)
                 }
                 uapi::EXPORT_CQ => {
                     let cq = e.q.visible_cq();
@@ -273,9 +377,10 @@ impl OpenState {
         let mut addrs = KVVec::from_elem(0u64, npages, GFP_KERNEL)?;
         let handle = self.next_handle.fetch_add(1, Relaxed);
         sh.with_admin(|dev, _, _| {
+            self.not_owned_by_another("MAP_HOST")?;
             let map = HostMap::new(dev, req.addr, req.len, &mut addrs)?;
             sh.dma.lock().maps.push(MapEntry { file: self.id, handle, map: Mapped::Host(map) }, GFP_KERNEL)?;
-            Ok(())
+            self.buffers.add(handle, &addrs).inspect_err(|_| drop(self.drop_map(handle)))
         })
         .inspect_err(|e| dev_warn!(sh.dev, "MAP_HOST: {:#x}+{:#x} failed: {:?}\n", req.addr, req.len, e))?;
         self.hand_out(handle, req.dma_addrs, &addrs, || {
@@ -295,8 +400,10 @@ impl OpenState {
         let mut addrs = KVVec::from_elem(0u64, req.max_pages as usize, GFP_KERNEL)?;
         let handle = self.next_handle.fetch_add(1, Relaxed);
         let len = sh.with_admin(|_, _, _| {
+            self.not_owned_by_another("MAP_DMABUF")?;
             let (import, len) = Import::new(&sh.dev, req.fd, &mut addrs)?;
             sh.dma.lock().maps.push(MapEntry { file: self.id, handle, map: Mapped::DmaBuf(import) }, GFP_KERNEL)?;
+            self.buffers.add(handle, &addrs[..(len / 4096) as usize]).inspect_err(|_| drop(self.drop_map(handle)))?;
             Ok(len)
         })?;
         self.hand_out(handle, req.dma_addrs, &addrs[..(len / 4096) as usize], || {
@@ -324,6 +431,7 @@ impl OpenState {
     }
 
     fn drop_map(&self, handle: u32) -> Option<Mapped> {
+        self.buffers.remove(handle);
         let mut dma = self.shared.dma.lock();
         let i = dma.maps.iter().position(|m| m.file == self.id && m.handle == handle)?;
         dma.maps.remove(i).ok().map(|m| m.map)
@@ -343,6 +451,7 @@ impl OpenState {
                 dev_warn!(sh.dev, "UNMAP: {} queue pair(s) of this file may still DMA into it; destroy them first\n", live);
                 return Err(EBUSY);
             }
+            self.buffers.remove(req.handle);
             dma.maps.remove(i).map_err(|_| EINVAL)?.map
         };
         drop(map);
@@ -368,17 +477,29 @@ impl OpenState {
             dev_warn!(sh.dev, "mmap: qid {} is not a live queue pair of this file\n", qid);
             return Err(EINVAL);
         };
-        let (want, what) = match kind {
-            MapKind::Sq => (q.sq.size(), "SQ"),
-            MapKind::Cq => (q.visible_cq().size(), "CQ"),
-            MapKind::Doorbell => (4096, "doorbell page"),
+        let (want, what) = match (kind, &q.shadow) {
+            (MapKind::Sq, _) => (q.visible_sq().size(), "SQ"),
+            (MapKind::Cq, _) => (q.visible_cq().size(), "CQ"),
+            (MapKind::Doorbell, _) => (4096, "doorbell page"),
+            (MapKind::PrpPool, Some(s)) => (s.pool.size(), "PRP pool"),
+            (MapKind::PrpPool, None) => {
+                dev_warn!(sh.dev, "mmap: qid {} is a raw pair: it has no PRP pool\n", qid);
+                return Err(EINVAL);
+            }
         };
         if len != want {
             dev_warn!(sh.dev, "mmap: {} of qid {} is {} bytes, not {}\n", what, qid, want, len);
             return Err(EINVAL);
         }
         match kind {
-            MapKind::Sq => shim::mmap_coherent(&sh.dev, vma, q.sq.as_mut_ptr().cast(), q.sq.dma_address(), want),
+            MapKind::Sq => {
+                let sq = q.visible_sq();
+                shim::mmap_coherent(&sh.dev, vma, sq.as_mut_ptr().cast(), sq.dma_address(), want)
+            }
+            MapKind::PrpPool => match &q.shadow {
+                Some(s) => shim::mmap_coherent(&sh.dev, vma, s.pool.as_mut_ptr().cast(), s.pool.dma_address(), want),
+                None => Err(EINVAL),
+            },
             MapKind::Cq => {
                 let cq = q.visible_cq();
                 shim::mmap_coherent(&sh.dev, vma, cq.as_mut_ptr().cast(), cq.dma_address(), want)
@@ -408,12 +529,13 @@ impl Drop for OpenState {
         };
         let mut stuck = false;
         for e in queues {
-            if e.state == QueueState::Live {
-                match self.retire(e.q) {
-                    Ok(()) => {}
-                    Err(err) if err == ENODEV => {}
-                    Err(_) => stuck = true,
-                }
+            let QueueEntry { state, exports, bridge, q, .. } = e;
+            // Peers and the relay let go before the queues are deleted and
+            // their qid can be handed out again.
+            drop(exports);
+            drop(bridge);
+            if state == QueueState::Live && self.retire(q).is_err() {
+                stuck = true;
             }
         }
         // `retire` put the deleted queues back as retired: free them now.
@@ -425,6 +547,7 @@ impl Drop for OpenState {
                 sh.quarantine(Quarantined::Buffer(m.map));
             }
         }
+        sh.release_owner(self.id);
         sh.unregister_file(self.file);
     }
 }

@@ -8,7 +8,7 @@
 
 use kernel::{
     device::Core,
-    dma::{Device as _, DmaMask},
+    dma::{Coherent, Device as _, DmaMask},
     io::Io,
     pci,
     prelude::*,
@@ -17,19 +17,26 @@ use kernel::{
 
 mod admin;
 mod bridge;
+mod buffers;
 mod chardev;
-mod file;
-mod qpair;
-mod shared;
 mod command;
 mod controller;
 mod dma_registry;
+mod file;
 mod identify;
+mod owner;
+mod qpair;
 mod regs;
+mod shared;
 mod shim;
 mod uapi;
+mod validate;
 
 use controller::BAR0_MIN;
+
+// PRP entries and MAP_HOST hand out one DMA address per 4 KiB page, which
+// is one kernel page only where PAGE_SIZE is 4 KiB.
+const _: () = assert!(kernel::page::PAGE_SIZE == 4096, "gpunvme needs 4 KiB kernel pages");
 
 /// PCI class code of an NVM Express controller (mass storage, NVM, NVMe).
 const PCI_CLASS_NVME: u32 = 0x01_08_02;
@@ -96,17 +103,45 @@ impl pci::Driver for GpunvmeDriver {
 
             let dev = pdev.as_ref();
             let mut admin = admin::AdminQueue::new(dev)?;
+            let buf: Coherent<[u8]> = Coherent::zeroed_slice(dev, identify::IDENTIFY_LEN, GFP_KERNEL)?;
             controller::disable(dev, bar, cap)?;
-            controller::enable(dev, bar, cap, &admin)?;
-            let ring = |offset: usize, value: u32| bar.try_write32(value, offset);
-            if let Err(e) = controller::identify(dev, &mut admin, cap, &ring, &mut info) {
-                // The admin queue is freed on return: stop the controller first.
-                let _ = controller::disable(dev, bar, cap);
-                return Err(e);
+            // From here on a failure must stop the controller before the
+            // admin queue and the Identify buffer are freed; if it will not
+            // stop, both are kept (leaked) and bus mastering is cleared.
+            let fail = |admin: admin::AdminQueue, buf: Coherent<[u8]>, e: Error| -> Error {
+                if controller::disable(dev, bar, cap).is_err() {
+                    dev_err!(pdev, "probe failed and the controller did not stop: keeping its queue memory\n");
+                    shim::clear_bus_master(pdev);
+                    core::mem::forget(admin);
+                    core::mem::forget(buf);
+                }
+                e
+            };
+            if let Err(e) = controller::enable(dev, bar, cap, &admin) {
+                return Err(fail(admin, buf, e));
             }
+            let ring = |offset: usize, value: u32| bar.try_write32(value, offset);
+            if let Err(e) = controller::identify(dev, &mut admin, cap, &ring, &buf, &mut info) {
+                return Err(fail(admin, buf, e));
+            }
+            drop(buf);
 
+            let iommu = shim::iommu_mode(dev);
+            dev_info!(pdev, "IOMMU: {}; owner mode (raw access) {}\n", owner::iommu_name(iommu),
+                      match iommu {
+                          uapi::IOMMU_STRICT => "allowed",
+                          uapi::IOMMU_LAZY => "allowed (lazy: stale-IOTLB window after unmap; iommu.strict=1 closes it)",
+                          _ if allow_unsafe_no_iommu() => "allowed by allow_unsafe_no_iommu (taints on claim)",
+                          _ => "refused (shared mode only)",
+                      });
+            let slot = match chardev::Slot::claim() {
+                Ok(slot) => slot,
+                Err(e) => {
+                    let _ = controller::disable(dev, bar, cap);
+                    return Err(e);
+                }
+            };
             let shared = shared::Shared::new(ARef::from(dev), info, cap, devres_bar, admin)?;
-            let slot = chardev::Slot::claim()?;
             dev_info!(
                 pdev,
                 "NVMe {}.{}.{}, MQES {}, doorbell stride {}, CAP.TO {} ms -> /dev/{}\n",
@@ -141,10 +176,30 @@ impl pci::Driver for GpunvmeDriver {
     }
 }
 
+/// The module parameter waiving owner mode's IOMMU requirement.
+pub(crate) fn allow_unsafe_no_iommu() -> bool {
+    module_parameters::allow_unsafe_no_iommu.value()
+}
+
+/// The module parameter bounding the relay pool (0: one thread per CPU).
+pub(crate) fn relay_threads() -> u32 {
+    module_parameters::relay_threads.value()
+}
+
 kernel::module_pci_driver! {
     type: GpunvmeDriver,
     name: "gpunvme",
     authors: ["gpunvme developers"],
     description: "Lets a GPU drive an NVMe controller directly",
     license: "GPL",
+    params: {
+        allow_unsafe_no_iommu: bool {
+            default: false,
+            description: "Allow owner mode (raw access) without a translating IOMMU: the owner can then make the controller DMA anywhere in memory. Taints the kernel.",
+        },
+        relay_threads: u32 {
+            default: 0,
+            description: "Threads relaying shared-mode queue pairs, for all controllers (0: one per online CPU; never more).",
+        },
+    },
 }

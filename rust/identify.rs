@@ -57,7 +57,9 @@ pub(crate) struct Namespace {
     pub(crate) lba_size: u32,
 }
 
-/// `None` for an inactive namespace (all-zero data) or an unusable format.
+/// `None` for an inactive namespace (all-zero data) or an unusable format:
+/// an LBA size outside 512 B..=64 KiB, or metadata (LBAF.MS), which the
+/// module does not carry (no metadata pointers, no extended LBAs).
 pub(crate) fn namespace(b: &[u8]) -> Option<Namespace> {
     let nsze = le64(b, 0);
     let flbas = b[26];
@@ -68,7 +70,8 @@ pub(crate) fn namespace(b: &[u8]) -> Option<Namespace> {
         return None;
     }
     let lbads = b[128 + 4 * idx + 2];
-    if !(9..=16).contains(&lbads) {
+    let ms = u16::from_le_bytes([b[128 + 4 * idx], b[128 + 4 * idx + 1]]);
+    if !(9..=16).contains(&lbads) || ms != 0 {
         return None;
     }
     Some(Namespace { capacity_lbas: nsze, lba_size: 1 << lbads })
@@ -105,6 +108,10 @@ mod tests {
         assert_eq!(namespace(&b), Some(Namespace { capacity_lbas: 131072, lba_size: 4096 }));
         b[26] = 0;
         assert_eq!(namespace(&b).map(|n| n.lba_size), Some(512));
+        // 8 bytes of metadata per block: refused, not silently mis-sized.
+        b[128] = 8;
+        assert_eq!(namespace(&b), None);
+        b[128] = 0;
         b[26] = 5; // beyond NLBAF
         assert_eq!(namespace(&b), None);
     }

@@ -21,6 +21,7 @@ pub(crate) enum MapKind {
     Sq = 1,
     Cq = 2,
     Doorbell = 3,
+    PrpPool = 4,
 }
 
 /// mmap offset of `kind` for queue `qid`: one 4 KiB page index per object.
@@ -35,6 +36,7 @@ pub(crate) fn decode_pgoff(pgoff: u64) -> Option<(MapKind, u16)> {
         1 => MapKind::Sq,
         2 => MapKind::Cq,
         3 => MapKind::Doorbell,
+        4 => MapKind::PrpPool,
         _ => return None,
     };
     (qid != 0).then_some((kind, qid))
@@ -62,38 +64,62 @@ pub(crate) struct QPair {
     pub(crate) depth: u32,
     pub(crate) sq: Coherent<[u8]>,
     pub(crate) cq: Coherent<[u8]>,
-    /// Bridged pairs only: what the peer sees instead of the doorbell page
-    /// and the CQ (see `bridge.rs`).
+    /// Shared (validated) pairs only: what the file sees instead of the
+    /// real queues and doorbells (see `bridge.rs`). `None` for an owner's
+    /// raw pair.
     pub(crate) shadow: Option<Shadow>,
 }
 
-/// The bridge's shadow doorbell page and shadow CQ.
+/// A shared pair's shadows, and the kernel's copy of its PRP lists.
 pub(crate) struct Shadow {
+    /// The doorbell cells (SQ tail, CQ head): one page.
     pub(crate) cells: Coherent<[u8]>,
+    pub(crate) sq: Coherent<[u8]>,
     pub(crate) cq: Coherent<[u8]>,
+    /// Where the file builds PRP lists; the relay reads them from here.
+    pub(crate) pool: Coherent<[u8]>,
+    /// The checked lists the controller reads: `list_entries` per command ID.
+    pub(crate) lists: Coherent<[u8]>,
+    pub(crate) list_entries: usize,
 }
 
 impl QPair {
-    pub(crate) fn alloc(dev: &Device<Bound>, qid: u16, depth: u32, bridged: bool) -> Result<Self> {
+    /// `shared`: the largest transfer of one command of a shared pair;
+    /// `None` for a raw pair.
+    pub(crate) fn alloc(dev: &Device<Bound>, qid: u16, depth: u32, shared: Option<u64>) -> Result<Self> {
+        let sq_bytes = round_to_page(depth as usize * SQE_BYTES);
         let cq_bytes = round_to_page(depth as usize * CQE_BYTES);
-        let shadow = if bridged {
-            Some(Shadow {
-                cells: Coherent::zeroed_slice(dev, PAGE_SIZE, GFP_KERNEL)?,
-                cq: Coherent::zeroed_slice(dev, cq_bytes, GFP_KERNEL)?,
-            })
-        } else {
-            None
+        let shadow = match shared {
+            None => None,
+            Some(max_transfer) => {
+                // A power of two of entries per command, so no list crosses a page.
+                let list_entries = (crate::validate::list_entries(max_transfer) as usize).next_power_of_two();
+                let lists = round_to_page(depth as usize * list_entries * 8);
+                Some(Shadow {
+                    cells: Coherent::zeroed_slice(dev, PAGE_SIZE, GFP_KERNEL)?,
+                    sq: Coherent::zeroed_slice(dev, sq_bytes, GFP_KERNEL)?,
+                    cq: Coherent::zeroed_slice(dev, cq_bytes, GFP_KERNEL)?,
+                    pool: Coherent::zeroed_slice(dev, lists, GFP_KERNEL)?,
+                    lists: Coherent::zeroed_slice(dev, lists, GFP_KERNEL)?,
+                    list_entries,
+                })
+            }
         };
         Ok(Self {
             qid,
             depth,
-            sq: Coherent::zeroed_slice(dev, round_to_page(depth as usize * SQE_BYTES), GFP_KERNEL)?,
+            sq: Coherent::zeroed_slice(dev, sq_bytes, GFP_KERNEL)?,
             cq: Coherent::zeroed_slice(dev, cq_bytes, GFP_KERNEL)?,
             shadow,
         })
     }
 
-    /// The CQ a peer reads: the shadow CQ when bridged.
+    /// The SQ the file maps: the shadow of a shared pair.
+    pub(crate) fn visible_sq(&self) -> &Coherent<[u8]> {
+        self.shadow.as_ref().map_or(&self.sq, |s| &s.sq)
+    }
+
+    /// The CQ the file maps: the mirror of a shared pair.
     pub(crate) fn visible_cq(&self) -> &Coherent<[u8]> {
         self.shadow.as_ref().map_or(&self.cq, |s| &s.cq)
     }
@@ -118,7 +144,7 @@ mod tests {
 
     #[test]
     fn offsets_round_trip() {
-        for kind in [MapKind::Sq, MapKind::Cq, MapKind::Doorbell] {
+        for kind in [MapKind::Sq, MapKind::Cq, MapKind::Doorbell, MapKind::PrpPool] {
             for qid in [1u16, 2, 63, 0xffff] {
                 let off = mmap_offset(kind, qid);
                 assert_eq!(off % PAGE_SIZE as u64, 0);
@@ -126,7 +152,7 @@ mod tests {
             }
         }
         assert_eq!(decode_pgoff(0), None);
-        assert_eq!(decode_pgoff(4 << 16 | 1), None);
+        assert_eq!(decode_pgoff(5 << 16 | 1), None);
         assert_eq!(decode_pgoff(1 << 16), None);
     }
 

@@ -28,6 +28,21 @@ use crate::regs::Cap;
 use crate::shim;
 use crate::uapi;
 
+/// I/O queue IDs the module hands out (bounded by the controller's grant).
+const MAX_QUEUES: usize = 64;
+
+/// Queue ID holders and the owner; file IDs start at 1, 0 is "nobody".
+pub(crate) struct Tenancy {
+    qids: [FileId; MAX_QUEUES],
+    owner: FileId,
+}
+
+impl Default for Tenancy {
+    fn default() -> Self {
+        Self { qids: [0; MAX_QUEUES], owner: 0 }
+    }
+}
+
 /// An open file of the device node, kept so its mappings can be zapped.
 struct FilePtr(*mut bindings::file);
 // SAFETY: a `struct file` pointer may be used from any thread; it is only
@@ -35,7 +50,7 @@ struct FilePtr(*mut bindings::file);
 // guarantees (removed at release).
 unsafe impl Send for FilePtr {}
 
-#[pin_data]
+#[pin_data(PinnedDrop)]
 pub(crate) struct Shared {
     /// The PCI device, for log lines; the reference stays valid after unbind.
     pub(crate) dev: ARef<Device>,
@@ -49,9 +64,10 @@ pub(crate) struct Shared {
     admin: Mutex<Option<AdminQueue>>,
     #[pin]
     pub(crate) dma: Mutex<DmaRegistry>,
-    /// I/O queue IDs in use: bit n is qid n + 1.
+    /// Who holds which I/O queue ID, and the owner, under one lock so a
+    /// claim and a queue creation can never both succeed.
     #[pin]
-    qids: Mutex<u64>,
+    tenancy: Mutex<Tenancy>,
     #[pin]
     files: Mutex<KVec<FilePtr>>,
     next_file: Atomic<u64>,
@@ -75,7 +91,7 @@ impl Shared {
                 bar,
                 admin <- new_mutex!(Some(admin)),
                 dma <- new_mutex!(DmaRegistry::default()),
-                qids <- new_mutex!(0),
+                tenancy <- new_mutex!(Tenancy::default()),
                 files <- new_mutex!(KVec::new()),
                 next_file: Atomic::new(1),
                 gone: Atomic::new(false),
@@ -111,20 +127,55 @@ impl Shared {
         f(dev, admin, &ring)
     }
 
-    pub(crate) fn claim_qid(&self) -> Result<u16> {
-        let mut used = self.qids.lock();
-        let limit = self.info.io_queues.min(64);
-        let free = (!*used).trailing_zeros();
-        if free >= limit {
+    /// A free I/O queue ID for `file`; EBUSY while another file owns the
+    /// controller (owner and shared tenants never coexist).
+    pub(crate) fn claim_qid(&self, file: FileId) -> Result<u16> {
+        let mut t = self.tenancy.lock();
+        if t.owner != 0 && t.owner != file {
+            dev_warn!(self.dev, "CREATE_QPAIR: another file owns the controller (raw access)\n");
+            return Err(EBUSY);
+        }
+        let limit = (self.info.io_queues as usize).min(MAX_QUEUES);
+        let Some(free) = t.qids[..limit].iter().position(|&f| f == 0) else {
             dev_warn!(self.dev, "CREATE_QPAIR: all {} I/O queue pairs are in use\n", limit);
             return Err(ENOSPC);
-        }
-        *used |= 1 << free;
+        };
+        t.qids[free] = file;
         Ok(free as u16 + 1)
     }
 
     pub(crate) fn release_qid(&self, qid: u16) {
-        *self.qids.lock() &= !(1u64 << (qid - 1));
+        self.tenancy.lock().qids[usize::from(qid) - 1] = 0;
+    }
+
+    /// Make `file` the owner: EALREADY if it is, EBUSY if another file is or
+    /// holds a queue ID.
+    pub(crate) fn claim_owner(&self, file: FileId) -> Result {
+        let mut t = self.tenancy.lock();
+        if t.owner == file {
+            return Err(EALREADY);
+        }
+        if t.owner != 0 {
+            dev_warn!(self.dev, "CLAIM_OWNER: another file owns the controller\n");
+            return Err(EBUSY);
+        }
+        if let Some(q) = t.qids.iter().position(|&f| f != 0 && f != file) {
+            dev_warn!(self.dev, "CLAIM_OWNER: another file has queue pair {} (owner and shared files never mix)\n", q + 1);
+            return Err(EBUSY);
+        }
+        t.owner = file;
+        Ok(())
+    }
+
+    pub(crate) fn owner(&self) -> FileId {
+        self.tenancy.lock().owner
+    }
+
+    pub(crate) fn release_owner(&self, file: FileId) {
+        let mut t = self.tenancy.lock();
+        if t.owner == file {
+            t.owner = 0;
+        }
     }
 
     pub(crate) fn quarantine(&self, what: Quarantined) {
@@ -155,5 +206,24 @@ impl Shared {
         stop();
         *admin = None;
         self.dma.lock().clear();
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Shared {
+    fn drop(self: Pin<&mut Self>) {
+        // Unbind takes the admin queue after disabling the controller; it is
+        // still here only when probe failed after enabling it (the device
+        // node could not be made). Stop the controller before the queue's
+        // memory goes, or keep the memory if it will not stop.
+        let Some(admin) = self.admin.lock().take() else { return };
+        let stopped = self
+            .bar
+            .try_access()
+            .is_some_and(|bar| crate::controller::disable(&self.dev, &bar, self.cap).is_ok());
+        if !stopped {
+            dev_err!(self.dev, "controller did not stop after a failed probe: keeping its admin queue\n");
+            core::mem::forget(admin);
+        }
     }
 }

@@ -2,15 +2,20 @@
 /*
  * The few kernel calls the Rust crate of 7.3 does not wrap: PCI bus-master
  * control, mmap of coherent DMA memory and of a BAR page, zapping a file's
- * mappings, and pinning + DMA-mapping user pages. Thin forwarders; the
+ * mappings, pinning + DMA-mapping user pages, and the checks owner mode
+ * needs (IOMMU domain type, lockdown, taint). Thin forwarders; the
  * contracts are stated in rust/shim.rs.
  */
 #include <linux/dma-mapping.h>
+#include <linux/iommu.h>
+#include <linux/panic.h>
+#include <linux/security.h>
 #include <linux/mm.h>
 #include <linux/pci.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include "shim.h"
+#include "gpunvme.h"
 
 void gpunvme_shim_clear_master(struct device *dev)
 {
@@ -128,4 +133,35 @@ void gpunvme_shim_unmap_user(struct gpunvme_hostmap *m)
 	unpin_user_pages_dirty_lock(m->pages, m->npages, true);
 	kvfree(m->pages);
 	kfree(m);
+}
+
+/* The device's IOMMU domain, as GPUNVME_IOMMU_* (uapi/gpunvme.h). */
+u32 gpunvme_shim_iommu_mode(struct device *dev)
+{
+	struct iommu_domain *d = iommu_get_domain_for_dev(dev);
+
+	if (!d)
+		return GPUNVME_IOMMU_NONE;
+	switch (d->type) {
+	case IOMMU_DOMAIN_IDENTITY:
+		return GPUNVME_IOMMU_IDENTITY;
+	case IOMMU_DOMAIN_DMA:
+		return GPUNVME_IOMMU_STRICT;
+	case IOMMU_DOMAIN_DMA_FQ:
+		return GPUNVME_IOMMU_LAZY;
+	default:
+		return GPUNVME_IOMMU_OTHER;
+	}
+}
+
+/* 0, or -EPERM when the kernel is locked down against raw PCI access. */
+int gpunvme_shim_pci_locked_down(void)
+{
+	return security_locked_down(LOCKDOWN_PCI_ACCESS);
+}
+
+/* Owner mode without a translating IOMMU: as VFIO's no-IOMMU mode does. */
+void gpunvme_shim_taint_no_iommu(void)
+{
+	add_taint(TAINT_USER, LOCKDEP_STILL_OK);
 }

@@ -29,6 +29,9 @@ struct gpunvme_import *gpunvme_shim_import(struct device *dev, int fd, u64 *dma_
 void gpunvme_shim_unimport(struct gpunvme_import *imp);
 struct gpunvme_bridge;
 struct gpunvme_bridge *gpunvme_shim_bridge_start(void *ctx, u64 *counters, struct device *dev,
-						 u16 qid, int *err);
+						 u16 qid, u32 threads, int *err);
 void gpunvme_shim_bridge_stop(struct gpunvme_bridge *b);
+u32 gpunvme_shim_iommu_mode(struct device *dev);
+int gpunvme_shim_pci_locked_down(void);
+void gpunvme_shim_taint_no_iommu(void);
 #endif

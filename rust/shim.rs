@@ -183,3 +183,27 @@ impl Drop for Import {
         unsafe { gpunvme_shim_unimport(self.0.as_ptr()) }
     }
 }
+
+extern "C" {
+    fn gpunvme_shim_iommu_mode(dev: *mut c_void) -> u32;
+    fn gpunvme_shim_pci_locked_down() -> i32;
+    fn gpunvme_shim_taint_no_iommu();
+}
+
+/// The device's IOMMU domain as `GPUNVME_IOMMU_*`.
+pub(crate) fn iommu_mode(dev: &Device) -> u32 {
+    // SAFETY: `dev` is a live device; the call only reads its domain.
+    unsafe { gpunvme_shim_iommu_mode(raw(dev)) }
+}
+
+/// Is the kernel locked down against raw PCI access?
+pub(crate) fn pci_locked_down() -> bool {
+    // SAFETY: no arguments; asks the LSMs.
+    unsafe { gpunvme_shim_pci_locked_down() != 0 }
+}
+
+/// Taint the kernel: owner mode without a translating IOMMU.
+pub(crate) fn taint_no_iommu() {
+    // SAFETY: no arguments; sets a taint flag.
+    unsafe { gpunvme_shim_taint_no_iommu() }
+}

@@ -11,7 +11,7 @@ use kernel::{
     transmute::{AsBytes, FromBytes},
 };
 
-pub(crate) const UAPI_VERSION: u32 = 1;
+pub(crate) const UAPI_VERSION: u32 = 2;
 pub(crate) const IOC_MAGIC: u32 = 0xB7;
 pub(crate) const BDF_LEN: usize = 16;
 pub(crate) const MAX_NS: usize = 16;
@@ -48,7 +48,11 @@ pub(crate) struct Info {
     pub(crate) num_namespaces: u32,
     pub(crate) page_size: u32,
     pub(crate) ns: [NsInfo; MAX_NS],
-    pub(crate) reserved: [u64; 8],
+    pub(crate) iommu_mode: u32,
+    pub(crate) modes: u32,
+    pub(crate) shared_max_transfer: u32,
+    pub(crate) node_nsid: u32,
+    pub(crate) reserved: [u64; 6],
 }
 
 impl Default for Info {
@@ -86,7 +90,10 @@ pub(crate) struct QpairCreate {
     pub(crate) db_offset: u64,
     pub(crate) sq_db: u32,
     pub(crate) cq_db: u32,
-    pub(crate) reserved: [u64; 4],
+    pub(crate) prp_offset: u64,
+    pub(crate) prp_size: u64,
+    pub(crate) prp_dma: u64,
+    pub(crate) reserved: [u64; 1],
 }
 
 /// `struct gpunvme_qpair_destroy`.
@@ -158,6 +165,26 @@ pub(crate) struct MapDmabuf {
 pub(crate) const EXPORT_DOORBELL: u16 = 1;
 pub(crate) const EXPORT_SQ: u16 = 2;
 pub(crate) const EXPORT_CQ: u16 = 3;
+pub(crate) const EXPORT_PRP_POOL: u16 = 4;
+
+/// `struct gpunvme_owner`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Owner {
+    pub(crate) size: u32,
+    pub(crate) version: u32,
+    pub(crate) flags: u32,
+    pub(crate) iommu_mode: u32,
+    pub(crate) reserved: [u64; 2],
+}
+
+pub(crate) const IOMMU_NONE: u32 = 0;
+pub(crate) const IOMMU_IDENTITY: u32 = 1;
+pub(crate) const IOMMU_STRICT: u32 = 2;
+pub(crate) const IOMMU_LAZY: u32 = 3;
+pub(crate) const IOMMU_OTHER: u32 = 4;
+pub(crate) const MODE_SHARED: u32 = 1 << 0;
+pub(crate) const MODE_OWNER: u32 = 1 << 1;
 
 macro_rules! plain_uapi_struct {
     ($($t:ty),*) => {$(
@@ -168,10 +195,12 @@ macro_rules! plain_uapi_struct {
         unsafe impl AsBytes for $t {}
     )*};
 }
-plain_uapi_struct!(QpairCreate, QpairDestroy, MapHost, Unmap, Export, MapDmabuf);
+plain_uapi_struct!(QpairCreate, QpairDestroy, MapHost, Unmap, Export, MapDmabuf, Owner);
 
 pub(crate) const MAX_MAP_BYTES: u64 = 64 << 20;
-pub(crate) const QPAIR_BRIDGED: u32 = 1 << 0;
+/// UAPI version 1's bridged flag: refused with a log line since version 2.
+pub(crate) const QPAIR_V1_BRIDGED: u32 = 1 << 0;
+pub(crate) const QPAIR_RAW: u32 = 1 << 1;
 pub(crate) const MIN_QUEUE_DEPTH: u32 = 2;
 
 pub(crate) const IOC_GET_INFO: u32 = _IOWR::<Info>(IOC_MAGIC, 0x00);
@@ -181,6 +210,7 @@ pub(crate) const IOC_MAP_HOST: u32 = _IOWR::<MapHost>(IOC_MAGIC, 0x03);
 pub(crate) const IOC_UNMAP: u32 = _IOW::<Unmap>(IOC_MAGIC, 0x04);
 pub(crate) const IOC_EXPORT: u32 = _IOWR::<Export>(IOC_MAGIC, 0x05);
 pub(crate) const IOC_MAP_DMABUF: u32 = _IOWR::<MapDmabuf>(IOC_MAGIC, 0x06);
+pub(crate) const IOC_CLAIM_OWNER: u32 = _IOWR::<Owner>(IOC_MAGIC, 0x07);
 
 /// Why an ioctl argument header was refused; the caller logs it.
 #[derive(Debug, PartialEq, Eq)]
@@ -212,12 +242,12 @@ mod tests {
     use core::mem::{offset_of, size_of};
 
     extern "C" {
-        static gpunvme_uapi_layout_info: [usize; 23];
+        static gpunvme_uapi_layout_info: [usize; 27];
         static gpunvme_uapi_ioc_get_info: u32;
         static gpunvme_uapi_version: u32;
-        static gpunvme_uapi_layout_others: [usize; 37];
-        static gpunvme_uapi_iocs: [u32; 6];
-        static gpunvme_uapi_limits: [u64; 2];
+        static gpunvme_uapi_layout_others: [usize; 44];
+        static gpunvme_uapi_iocs: [u32; 7];
+        static gpunvme_uapi_limits: [u64; 11];
     }
 
     #[test]
@@ -234,6 +264,9 @@ mod tests {
             offset_of!(QpairCreate, db_offset),
             offset_of!(QpairCreate, sq_db),
             offset_of!(QpairCreate, cq_db),
+            offset_of!(QpairCreate, prp_offset),
+            offset_of!(QpairCreate, prp_size),
+            offset_of!(QpairCreate, prp_dma),
             offset_of!(QpairCreate, reserved),
             size_of::<QpairDestroy>(),
             offset_of!(QpairDestroy, qid),
@@ -259,13 +292,30 @@ mod tests {
             offset_of!(MapDmabuf, max_pages),
             offset_of!(MapDmabuf, dma_addrs),
             offset_of!(MapDmabuf, len),
+            size_of::<Owner>(),
+            offset_of!(Owner, flags),
+            offset_of!(Owner, iommu_mode),
+            offset_of!(Owner, reserved),
             0,
         ];
         // SAFETY: the C object defines these read-only tables at link time.
         let (layout, iocs, limits) = unsafe { (gpunvme_uapi_layout_others, gpunvme_uapi_iocs, gpunvme_uapi_limits) };
         assert_eq!(mirror, layout);
-        assert_eq!([IOC_CREATE_QPAIR, IOC_DESTROY_QPAIR, IOC_MAP_HOST, IOC_UNMAP, IOC_EXPORT, IOC_MAP_DMABUF], iocs);
-        assert_eq!([MAX_MAP_BYTES, u64::from(MIN_QUEUE_DEPTH)], limits);
+        assert_eq!([IOC_CREATE_QPAIR, IOC_DESTROY_QPAIR, IOC_MAP_HOST, IOC_UNMAP, IOC_EXPORT, IOC_MAP_DMABUF, IOC_CLAIM_OWNER], iocs);
+        let consts = [
+            MAX_MAP_BYTES,
+            u64::from(MIN_QUEUE_DEPTH),
+            u64::from(QPAIR_RAW),
+            u64::from(EXPORT_PRP_POOL),
+            u64::from(IOMMU_NONE),
+            u64::from(IOMMU_IDENTITY),
+            u64::from(IOMMU_STRICT),
+            u64::from(IOMMU_LAZY),
+            u64::from(IOMMU_OTHER),
+            u64::from(MODE_SHARED),
+            u64::from(MODE_OWNER),
+        ];
+        assert_eq!(consts, limits);
     }
 
     #[test]
@@ -290,6 +340,10 @@ mod tests {
             offset_of!(Info, num_namespaces),
             offset_of!(Info, page_size),
             offset_of!(Info, ns),
+            offset_of!(Info, iommu_mode),
+            offset_of!(Info, modes),
+            offset_of!(Info, shared_max_transfer),
+            offset_of!(Info, node_nsid),
             offset_of!(Info, reserved),
             size_of::<NsInfo>(),
             offset_of!(NsInfo, lba_size),
@@ -306,15 +360,15 @@ mod tests {
     #[test]
     fn header_checks() {
         let n = size_of::<Info>();
-        assert_eq!(check_header(n as u32, 1, n, &[0; 8]), Ok(()));
+        assert_eq!(check_header(n as u32, 2, n, &[0; 6]), Ok(()));
         assert_eq!(
-            check_header(8, 1, n, &[0; 8]),
+            check_header(8, 2, n, &[0; 6]),
             Err(HeaderError::Size { got: 8, want: n as u32 })
         );
         assert_eq!(
-            check_header(n as u32, 2, n, &[0; 8]),
-            Err(HeaderError::Version { got: 2, want: 1 })
+            check_header(n as u32, 1, n, &[0; 6]),
+            Err(HeaderError::Version { got: 1, want: 2 })
         );
-        assert_eq!(check_header(n as u32, 1, n, &[0, 0, 1]), Err(HeaderError::ReservedNonZero));
+        assert_eq!(check_header(n as u32, 2, n, &[0, 0, 1]), Err(HeaderError::ReservedNonZero));
     }
 }

@@ -29,6 +29,10 @@ const size_t gpunvme_uapi_layout_info[] = {
 	offsetof(struct gpunvme_info, num_namespaces),
 	offsetof(struct gpunvme_info, page_size),
 	offsetof(struct gpunvme_info, ns),
+	offsetof(struct gpunvme_info, iommu_mode),
+	offsetof(struct gpunvme_info, modes),
+	offsetof(struct gpunvme_info, shared_max_transfer),
+	offsetof(struct gpunvme_info, node_nsid),
 	offsetof(struct gpunvme_info, reserved),
 	sizeof(struct gpunvme_ns_info),
 	offsetof(struct gpunvme_ns_info, lba_size),
@@ -50,6 +54,9 @@ const size_t gpunvme_uapi_layout_others[] = {
 	offsetof(struct gpunvme_qpair_create, db_offset),
 	offsetof(struct gpunvme_qpair_create, sq_db),
 	offsetof(struct gpunvme_qpair_create, cq_db),
+	offsetof(struct gpunvme_qpair_create, prp_offset),
+	offsetof(struct gpunvme_qpair_create, prp_size),
+	offsetof(struct gpunvme_qpair_create, prp_dma),
 	offsetof(struct gpunvme_qpair_create, reserved),
 	sizeof(struct gpunvme_qpair_destroy),
 	offsetof(struct gpunvme_qpair_destroy, qid),
@@ -75,6 +82,10 @@ const size_t gpunvme_uapi_layout_others[] = {
 	offsetof(struct gpunvme_map_dmabuf, max_pages),
 	offsetof(struct gpunvme_map_dmabuf, dma_addrs),
 	offsetof(struct gpunvme_map_dmabuf, len),
+	sizeof(struct gpunvme_owner),
+	offsetof(struct gpunvme_owner, flags),
+	offsetof(struct gpunvme_owner, iommu_mode),
+	offsetof(struct gpunvme_owner, reserved),
 	0,
 };
 
@@ -85,6 +96,11 @@ const unsigned int gpunvme_uapi_iocs[] = {
 	GPUNVME_IOC_UNMAP,
 	GPUNVME_IOC_EXPORT,
 	GPUNVME_IOC_MAP_DMABUF,
+	GPUNVME_IOC_CLAIM_OWNER,
 };
 
-const u64 gpunvme_uapi_limits[] = { GPUNVME_MAX_MAP_BYTES, GPUNVME_MIN_QUEUE_DEPTH };
+const u64 gpunvme_uapi_limits[] = {
+	GPUNVME_MAX_MAP_BYTES, GPUNVME_MIN_QUEUE_DEPTH, GPUNVME_QPAIR_RAW, GPUNVME_EXPORT_PRP_POOL,
+	GPUNVME_IOMMU_NONE, GPUNVME_IOMMU_IDENTITY, GPUNVME_IOMMU_STRICT, GPUNVME_IOMMU_LAZY,
+	GPUNVME_IOMMU_OTHER, GPUNVME_MODE_SHARED, GPUNVME_MODE_OWNER,
+};

@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Shared mode's gate: every SQE a file submits is checked here before it
+//! can reach the controller. Pure logic, KUnit-tested.
+//!
+//! What passes: Flush, Write, Read and Write Zeroes, on a namespace the file
+//! may address, inside that namespace's LBA range, with PRPs only (no SGL,
+//! no metadata pointer, no fused pair, no protection information), and
+//! with PRP1, PRP2 and every PRP-list entry on a page the file itself
+//! mapped. A PRP list is read from the pair's PRP pool once, checked, and
+//! copied into a list the file cannot reach; the SQE that goes to the
+//! controller is built field by field, never copied whole.
+
+use kernel::prelude::*;
+
+use crate::command::Sqe;
+
+/// NVM command set opcodes allowed in shared mode.
+pub(crate) mod opcode {
+    pub(crate) const FLUSH: u8 = 0x00;
+    pub(crate) const WRITE: u8 = 0x01;
+    pub(crate) const READ: u8 = 0x02;
+    pub(crate) const WRITE_ZEROES: u8 = 0x08;
+}
+
+/// Why an SQE was refused: the generic status code (SCT 0) it completes with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reject {
+    /// Invalid Command Opcode.
+    Opcode = 0x01,
+    /// Invalid Field in Command (PRPs, SGL, metadata, fused, reserved bits).
+    Field = 0x02,
+    /// Invalid Namespace or Format.
+    Namespace = 0x0b,
+    /// LBA Out of Range.
+    LbaRange = 0x80,
+}
+
+impl Reject {
+    /// The CQE status field (without the phase tag): SCT 0, this SC, DNR.
+    pub(crate) fn status(self) -> u16 {
+        (1 << 15) | ((self as u16) << 1)
+    }
+}
+
+/// One namespace a file may address.
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct Ns {
+    pub(crate) nsid: u32,
+    /// log2 of the logical block size.
+    pub(crate) lba_shift: u32,
+    pub(crate) capacity: u64,
+}
+
+/// What a pair's submissions are checked against; fixed for its life.
+pub(crate) struct Limits {
+    pub(crate) ns: KVec<Ns>,
+    /// Largest transfer of one command, bytes (at most one list page's worth).
+    pub(crate) max_transfer: u64,
+}
+
+/// The memory a validation reads besides the SQE.
+pub(crate) trait Memory {
+    /// Does the file own the 4 KiB page at DMA address `page` (aligned)?
+    fn owns_page(&self, page: u64) -> bool;
+    /// The 8-byte PRP-pool entry at DMA address `addr`, or `None` when
+    /// `addr` is not an aligned address inside the pool.
+    fn pool_entry(&self, addr: u64) -> Option<u64>;
+}
+
+const PAGE: u64 = 4096;
+const ENTRIES_PER_PAGE: u64 = PAGE / 8;
+
+/// cdw12 bits a Read or Write may set besides NLB: LR (31) and FUA (30).
+const RW_CDW12_ALLOWED: u32 = (1 << 31) | (1 << 30) | 0xffff;
+/// Write Zeroes may also set DEAC (25).
+const WZ_CDW12_ALLOWED: u32 = RW_CDW12_ALLOWED | (1 << 25);
+
+/// Check `sqe`; on success return the SQE to put in the real SQ (its
+/// command ID still to be set). `list` is the kernel's PRP list for this
+/// command, at DMA address `list_dma`; it receives the checked entries.
+pub(crate) fn check(sqe: &Sqe, lim: &Limits, mem: &impl Memory, list: &mut [u64], list_dma: u64) -> Result<Sqe, Reject> {
+    // Fused (bits 1:0), reserved (5:2) and PSDT (7:6, anything but PRPs).
+    if sqe.flags != 0 {
+        return Err(Reject::Field);
+    }
+    let allowed = match sqe.opcode {
+        opcode::FLUSH => None,
+        opcode::READ | opcode::WRITE => Some(RW_CDW12_ALLOWED),
+        opcode::WRITE_ZEROES => Some(WZ_CDW12_ALLOWED),
+        _ => return Err(Reject::Opcode),
+    };
+    let ns = lim.ns.iter().find(|n| n.nsid == sqe.nsid).ok_or(Reject::Namespace)?;
+    let mut out = Sqe { opcode: sqe.opcode, nsid: sqe.nsid, ..Default::default() };
+    let Some(allowed) = allowed else {
+        return Ok(out);
+    };
+    if sqe.mptr != 0 || sqe.cdw14 != 0 || sqe.cdw15 != 0 || sqe.cdw12 & !allowed != 0 {
+        return Err(Reject::Field);
+    }
+    let slba = u64::from(sqe.cdw10) | (u64::from(sqe.cdw11) << 32);
+    let nlb = u64::from(sqe.cdw12 & 0xffff) + 1;
+    match slba.checked_add(nlb) {
+        Some(end) if end <= ns.capacity => {}
+        _ => return Err(Reject::LbaRange),
+    }
+    out.cdw10 = sqe.cdw10;
+    out.cdw11 = sqe.cdw11;
+    out.cdw12 = sqe.cdw12;
+    if sqe.opcode == opcode::WRITE_ZEROES {
+        return Ok(out);
+    }
+    // Dataset management hints only; directives are not passed on.
+    out.cdw13 = sqe.cdw13 & 0xff;
+    let len = nlb << ns.lba_shift;
+    if len > lim.max_transfer {
+        return Err(Reject::Field);
+    }
+    let (prp1, prp2) = check_prps(sqe.prp1, sqe.prp2, len, mem, list, list_dma)?;
+    out.prp1 = prp1;
+    out.prp2 = prp2;
+    Ok(out)
+}
+
+/// PRP1/PRP2 for a transfer of `len` bytes (NVMe base spec 2.0, 4.1.1).
+fn check_prps(prp1: u64, prp2: u64, len: u64, mem: &impl Memory, list: &mut [u64], list_dma: u64) -> Result<(u64, u64), Reject> {
+    if prp1 & 3 != 0 || !mem.owns_page(prp1 & !(PAGE - 1)) {
+        return Err(Reject::Field);
+    }
+    let first = PAGE - (prp1 & (PAGE - 1));
+    if len <= first {
+        return Ok((prp1, 0));
+    }
+    if len <= first + PAGE {
+        if prp2 & (PAGE - 1) != 0 || !mem.owns_page(prp2) {
+            return Err(Reject::Field);
+        }
+        return Ok((prp1, prp2));
+    }
+    // A list: PRP2 points at it (8-byte aligned, in the pool); the last
+    // entry of a list page points at the next page when more entries follow.
+    let n = (len - first).div_ceil(PAGE);
+    if n > list.len() as u64 {
+        return Err(Reject::Field);
+    }
+    let mut at = prp2;
+    for (i, slot) in list.iter_mut().take(n as usize).enumerate() {
+        let remaining = n - i as u64;
+        if at % PAGE == PAGE - 8 && remaining > 1 {
+            let next = mem.pool_entry(at).ok_or(Reject::Field)?;
+            if next % PAGE != 0 {
+                return Err(Reject::Field);
+            }
+            at = next;
+        }
+        let entry = mem.pool_entry(at).ok_or(Reject::Field)?;
+        if entry % PAGE != 0 || !mem.owns_page(entry) {
+            return Err(Reject::Field);
+        }
+        *slot = entry;
+        at += 8;
+    }
+    Ok((prp1, list_dma))
+}
+
+/// The largest transfer of one shared-mode command: MDTS (0: none),
+/// capped so that one page of list entries covers it (2 MiB).
+pub(crate) fn shared_max_transfer(mdts_bytes: u32) -> u32 {
+    let cap = (ENTRIES_PER_PAGE * PAGE) as u32;
+    if mdts_bytes == 0 { cap } else { mdts_bytes.min(cap) }
+}
+
+/// Entries one command's list needs at most, for `max_transfer` bytes.
+pub(crate) fn list_entries(max_transfer: u64) -> u64 {
+    max_transfer.div_ceil(PAGE).clamp(1, ENTRIES_PER_PAGE)
+}
+
+#[kernel::prelude::kunit_tests(gpunvme_validate)]
+mod tests {
+    use super::*;
+
+    /// The file owns pages 0x10000..0x20000; the pool is 0x80000..0x82000.
+    struct Model {
+        pool: [u64; 1024],
+    }
+
+    impl Memory for Model {
+        fn owns_page(&self, page: u64) -> bool {
+            (0x10000..0x20000).contains(&page)
+        }
+        fn pool_entry(&self, addr: u64) -> Option<u64> {
+            if addr % 8 != 0 || !(0x80000..0x82000).contains(&addr) {
+                return None;
+            }
+            Some(self.pool[((addr - 0x80000) / 8) as usize])
+        }
+    }
+
+    fn limits() -> Limits {
+        let mut ns = KVec::new();
+        ns.push(Ns { nsid: 1, lba_shift: 9, capacity: 1000 }, GFP_KERNEL).unwrap();
+        Limits { ns, max_transfer: 512 * 1024 }
+    }
+
+    fn read(slba: u64, blocks: u32, prp1: u64, prp2: u64) -> Sqe {
+        Sqe {
+            opcode: opcode::READ,
+            nsid: 1,
+            prp1,
+            prp2,
+            cdw10: slba as u32,
+            cdw11: (slba >> 32) as u32,
+            cdw12: blocks - 1,
+            ..Default::default()
+        }
+    }
+
+    fn run(sqe: &Sqe, m: &Model) -> Result<Sqe, Reject> {
+        let mut list = [0u64; 128];
+        check(sqe, &limits(), m, &mut list, 0xdead000)
+    }
+
+    #[test]
+    fn allow_list_and_fields() {
+        let m = Model { pool: [0; 1024] };
+        assert!(run(&read(0, 8, 0x10000, 0), &m).is_ok());
+        for op in [0x04u8, 0x05, 0x09, 0x0d, 0x7f, 0x80, 0xff] {
+            assert_eq!(run(&Sqe { opcode: op, ..read(0, 1, 0x10000, 0) }, &m), Err(Reject::Opcode));
+        }
+        for flags in [1u8, 2, 0x40, 0x80, 0x04] {
+            assert_eq!(run(&Sqe { flags, ..read(0, 1, 0x10000, 0) }, &m), Err(Reject::Field));
+        }
+        assert_eq!(run(&Sqe { mptr: 0x10000, ..read(0, 1, 0x10000, 0) }, &m), Err(Reject::Field));
+        assert_eq!(run(&Sqe { cdw12: 1 << 26, ..read(0, 1, 0x10000, 0) }, &m), Err(Reject::Field));
+        assert_eq!(run(&Sqe { cdw14: 1, ..read(0, 1, 0x10000, 0) }, &m), Err(Reject::Field));
+        for nsid in [0u32, 2, 0xffff_ffff] {
+            assert_eq!(run(&Sqe { nsid, ..read(0, 1, 0x10000, 0) }, &m), Err(Reject::Namespace));
+        }
+        // Flush carries nothing but its namespace to the controller.
+        let f = run(&Sqe { opcode: opcode::FLUSH, prp1: 0x1234, cdw10: 9, ..read(0, 1, 0, 0) }, &m).unwrap();
+        assert_eq!((f.prp1, f.cdw10, f.nsid), (0, 0, 1));
+    }
+
+    #[test]
+    fn lba_range() {
+        let m = Model { pool: [0; 1024] };
+        assert!(run(&read(992, 8, 0x10000, 0), &m).is_ok());
+        assert_eq!(run(&read(993, 8, 0x10000, 0), &m), Err(Reject::LbaRange));
+        assert_eq!(run(&read(u64::MAX, 1, 0x10000, 0), &m), Err(Reject::LbaRange));
+        let wz = Sqe { opcode: opcode::WRITE_ZEROES, cdw12: (1 << 25) | 999, ..read(0, 1, 0, 0) };
+        assert!(run(&wz, &m).is_ok());
+        assert_eq!(run(&Sqe { cdw10: 1, ..wz }, &m), Err(Reject::LbaRange));
+    }
+
+    #[test]
+    fn prps_must_be_the_files() {
+        let m = Model { pool: [0; 1024] };
+        // One page at an offset, two pages, foreign pages.
+        assert!(run(&read(0, 1, 0x10200, 0), &m).is_ok());
+        assert_eq!(run(&read(0, 1, 0x20000, 0), &m), Err(Reject::Field));
+        assert_eq!(run(&read(0, 1, 0x0f000, 0), &m), Err(Reject::Field));
+        assert_eq!(run(&read(0, 1, 0x10002, 0), &m), Err(Reject::Field));
+        assert!(run(&read(0, 16, 0x10000, 0x11000), &m).is_ok());
+        assert_eq!(run(&read(0, 16, 0x10000, 0x20000), &m), Err(Reject::Field));
+        assert_eq!(run(&read(0, 16, 0x10000, 0x11008), &m), Err(Reject::Field));
+        // Within the first page PRP2 is not used and not passed on.
+        assert_eq!(run(&read(0, 1, 0x10000, 0x9999), &m).unwrap().prp2, 0);
+    }
+
+    #[test]
+    fn lists_are_copied_and_checked() {
+        let mut m = Model { pool: [0; 1024] };
+        for i in 0..4 {
+            m.pool[i] = 0x11000 + 0x1000 * i as u64;
+        }
+        let mut list = [0u64; 128];
+        // 20 KiB from a page start: PRP1 + 4 list entries.
+        let ok = check(&read(0, 40, 0x10000, 0x80000), &limits(), &m, &mut list, 0xdead000).unwrap();
+        assert_eq!(ok.prp2, 0xdead000);
+        assert_eq!(&list[..4], &[0x11000, 0x12000, 0x13000, 0x14000]);
+        // A list outside the pool, or an entry the file does not own.
+        assert_eq!(run(&read(0, 40, 0x10000, 0x11000), &m), Err(Reject::Field));
+        m.pool[2] = 0x20000;
+        assert_eq!(run(&read(0, 40, 0x10000, 0x80000), &m), Err(Reject::Field));
+        m.pool[2] = 0x13008;
+        assert_eq!(run(&read(0, 40, 0x10000, 0x80000), &m), Err(Reject::Field));
+    }
+
+    #[test]
+    fn lists_chain_across_pool_pages() {
+        let mut m = Model { pool: [0; 1024] };
+        // A list starting 2 entries before the end of pool page 0: entry 0
+        // there, then the chain pointer to pool page 1, which holds the rest.
+        m.pool[510] = 0x11000;
+        m.pool[511] = 0x81000;
+        for i in 0..3 {
+            m.pool[512 + i] = 0x12000 + 0x1000 * i as u64;
+        }
+        let mut list = [0u64; 128];
+        let ok = check(&read(0, 40, 0x10000, 0x80000 + 510 * 8), &limits(), &m, &mut list, 0xd000);
+        assert!(ok.is_ok());
+        assert_eq!(&list[..4], &[0x11000, 0x12000, 0x13000, 0x14000]);
+        // A chain pointer out of the pool is refused.
+        m.pool[511] = 0x12000;
+        assert_eq!(run(&read(0, 40, 0x10000, 0x80000 + 510 * 8), &m), Err(Reject::Field));
+    }
+
+    #[test]
+    fn transfer_limit_and_status() {
+        let m = Model { pool: [0; 1024] };
+        // 1025 blocks of 512 B: over the 512 KiB limit.
+        assert_eq!(run(&read(0, 1025, 0x10000, 0x80000), &m), Err(Reject::Field));
+        assert_eq!(Reject::LbaRange.status(), 0x8100);
+        assert_eq!(Reject::Field.status(), 0x8004);
+        assert_eq!(list_entries(512 * 1024), 128);
+        assert_eq!(list_entries(4 << 20), 512);
+        assert_eq!((shared_max_transfer(0), shared_max_transfer(4 << 20), shared_max_transfer(128 << 10)), (2 << 20, 2 << 20, 128 << 10));
+    }
+}
