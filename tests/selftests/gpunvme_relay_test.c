@@ -1,79 +1,50 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The CPU bridge, driven only through its shadow cells and shadow CQ with
- * the same code that drives a direct queue: data verified byte-exact, and
- * the relay's debugfs counters checked against the field report's traps
- * (no doorbell flood, no stale re-ring across a pause and a wrap).
+ * Shared mode's relay (the CPU bridge of UAPI version 1, now validating):
+ * a shared queue pair driven only through its shadow SQ, shadow cells and
+ * mirrored CQ with the same code that drives a raw pair: data verified
+ * byte-exact, and the relay's debugfs counters checked against the field
+ * report's traps (no doorbell flood, no stale re-ring across a pause and a
+ * wrap) and against the validator's own (sqes_accepted, sqes_rejected: a
+ * rejected SQE completes in the mirror and never reaches the controller).
+ * The pairs here are always shared, whatever mode the run tests.
  */
 #include "kselftest_harness.h"
 #include "vmenv.h"
 #include "nvme_io.h"
 
-#define OPC_WRITE 0x01
-#define OPC_READ  0x02
+#define counter qp_counter
+#define counter_settles qp_counter_settles
 
-/* A bridge counter from debugfs, or -1. */
-static long long counter(uint16_t qid, const char *name)
-{
-	char path[256], buf[64];
-	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s-q%u/%s", gpunvme_bdf(), qid, name);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	long long v = fgets(buf, sizeof(buf), f) ? atoll(buf) : -1;
-	fclose(f);
-	return v;
-}
-
-/*
- * A counter the bridge thread updates after the client's last step (the
- * CQ head relay, a bad value it drops): poll it until it reaches `want` or
- * 1 s passes, and return what it holds then.
- */
-static long long counter_settles(uint16_t qid, const char *name, long long want)
-{
-	long long v = counter(qid, name);
-	for (int i = 0; i < 1000 && v != want; i++) {
-		usleep(1000);
-		v = counter(qid, name);
-	}
-	return v;
-}
-
-FIXTURE(bridge) {
+FIXTURE(relay) {
 	int fd;
 	uint32_t lbs;
 	struct hostbuf buf;
 };
 
-FIXTURE_SETUP(bridge)
+FIXTURE_SETUP(relay)
 {
 	struct gpunvme_info info;
 	self->fd = gpunvme_open_bound();
 	ASSERT_LE(0, self->fd);
-	UAPI_INIT(info);
-	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_GET_INFO, &info));
+	ASSERT_EQ(0, get_info(self->fd, &info));
 	self->lbs = info.ns[0].lba_size;
 	ASSERT_EQ(0, hostbuf_map(self->fd, 16 * 4096, &self->buf));
 }
 
-FIXTURE_TEARDOWN(bridge)
+FIXTURE_TEARDOWN(relay)
 {
 	close(self->fd);
 }
 
 static void fill(struct hostbuf *b, int pg, uint32_t seed, uint64_t lba, uint32_t lbs)
 {
-	for (int i = 0; i < 4096; i++)
-		b->p[pg * 4096 + i] = pattern_byte(seed, lba + i / lbs, i % lbs);
+	pattern_fill(b->p + pg * 4096, 4096, seed, lba, lbs);
 }
 
 static long check(struct hostbuf *b, int pg, uint32_t seed, uint64_t lba, uint32_t lbs)
 {
-	for (int i = 0; i < 4096; i++)
-		if (b->p[pg * 4096 + i] != pattern_byte(seed, lba + i / lbs, i % lbs))
-			return i;
-	return -1;
+	return pattern_check(b->p + pg * 4096, 4096, seed, lba, lbs);
 }
 
 /* Write page `pg` to `lba`, read it back into page `pg + 1`, compare. */
@@ -91,28 +62,32 @@ static int roundtrip(struct qp *q, struct hostbuf *b, int pg, uint64_t lba, uint
 	return check(b, pg + 1, seed, lba, lbs) < 0 ? 0 : -EILSEQ;
 }
 
-TEST_F(bridge, single_io_through_shadow_cells)
+TEST_F(relay, single_io_through_shadow_cells)
 {
 	struct qp q;
-	ASSERT_EQ(0, qp_create_flags(self->fd, 16, GPUNVME_QPAIR_BRIDGED, &q));
+	ASSERT_EQ(0, qp_create_flags(self->fd, 16, 0, &q));
 	EXPECT_EQ(0, q.c.sq_db);
 	EXPECT_EQ(64, q.c.cq_db);
+	EXPECT_NE(NULL, q.prp);
 	EXPECT_EQ(0, roundtrip(&q, &self->buf, 0, 100, self->lbs, 5));
 	/* Two commands, two distinct tails, two CQEs, two head updates. */
 	EXPECT_EQ(2, counter(q.c.qid, "sq_doorbell_writes"));
 	EXPECT_EQ(2, counter(q.c.qid, "cqes_mirrored"));
 	EXPECT_EQ(2, counter_settles(q.c.qid, "cq_doorbell_writes", 2));
 	EXPECT_EQ(2, counter(q.c.qid, "max_sq_tail"));
+	EXPECT_EQ(2, counter(q.c.qid, "sqes_accepted"));
+	EXPECT_EQ(0, counter(q.c.qid, "sqes_rejected"));
+	EXPECT_EQ(0, counter(q.c.qid, "bad_doorbell_values"));
 	EXPECT_EQ(0, qp_destroy(&q));
 	EXPECT_EQ(-1, counter(q.c.qid, "polls")); /* the thread and its counters are gone */
 }
 
 /* Eight batches of three on a depth-4 queue: tails 3,2,1,0,3,2,1,0. */
-TEST_F(bridge, wrap_batches_ring_once_per_distinct_tail)
+TEST_F(relay, wrap_batches_ring_once_per_distinct_tail)
 {
 	struct qp q;
 	uint32_t per = 4096 / self->lbs;
-	ASSERT_EQ(0, qp_create_flags(self->fd, 4, GPUNVME_QPAIR_BRIDGED, &q));
+	ASSERT_EQ(0, qp_create_flags(self->fd, 4, 0, &q));
 	for (int round = 0; round < 8; round++) {
 		struct cqe c;
 		for (int i = 0; i < 3; i++) {
@@ -123,11 +98,15 @@ TEST_F(bridge, wrap_batches_ring_once_per_distinct_tail)
 		for (int i = 0; i < 3; i++) {
 			ASSERT_EQ(0, qp_reap(&q, &c, 5000));
 			EXPECT_EQ(0, c.status >> 1);
+			EXPECT_EQ(q.c.qid, c.sq_id);
+			EXPECT_GT(4, c.sq_head); /* the shadow SQ's head: inside the ring */
 		}
 	}
 	EXPECT_EQ(8, counter(q.c.qid, "sq_doorbell_writes"));
 	EXPECT_EQ(24, counter(q.c.qid, "cqes_mirrored"));
 	EXPECT_EQ(3, counter(q.c.qid, "max_sq_tail"));
+	EXPECT_EQ(24, counter(q.c.qid, "sqes_accepted"));
+	EXPECT_EQ(0, counter(q.c.qid, "sqes_rejected"));
 	for (int round = 0; round < 8; round++)
 		for (int i = 0; i < 3; i++) {
 			uint64_t lba = (round * 3 + i) * per;
@@ -140,12 +119,12 @@ TEST_F(bridge, wrap_batches_ring_once_per_distinct_tail)
 
 /* The submitter pauses (a GPU kernel ends), the relay idles, then the next
  * batch wraps the ring: exactly one new doorbell write, nothing re-rung. */
-TEST_F(bridge, pause_across_wrap_never_rerings)
+TEST_F(relay, pause_across_wrap_never_rerings)
 {
 	struct qp q;
 	struct cqe c;
 	uint32_t per = 4096 / self->lbs;
-	ASSERT_EQ(0, qp_create_flags(self->fd, 4, GPUNVME_QPAIR_BRIDGED, &q));
+	ASSERT_EQ(0, qp_create_flags(self->fd, 4, 0, &q));
 	for (int i = 0; i < 3; i++)
 		qp_push(&q, rw_cmd(OPC_READ, 1, i * per, per, self->buf.dma[i], 0));
 	qp_ring(&q); /* tail 3 */
@@ -164,49 +143,149 @@ TEST_F(bridge, pause_across_wrap_never_rerings)
 	}
 	EXPECT_EQ(2, counter(q.c.qid, "sq_doorbell_writes"));
 	EXPECT_EQ(0, counter(q.c.qid, "bad_doorbell_values"));
+	EXPECT_EQ(6, counter(q.c.qid, "sqes_accepted"));
 	EXPECT_EQ(0, qp_destroy(&q));
 }
 
-TEST_F(bridge, out_of_range_shadow_value_is_not_forwarded)
+TEST_F(relay, out_of_range_shadow_value_is_not_forwarded)
 {
 	struct qp q;
-	ASSERT_EQ(0, qp_create_flags(self->fd, 8, GPUNVME_QPAIR_BRIDGED, &q));
+	ASSERT_EQ(0, qp_create_flags(self->fd, 8, 0, &q));
 	*(volatile uint32_t *)(q.db + q.c.sq_db) = 1000;
 	usleep(50 * 1000);
 	EXPECT_EQ(1, counter_settles(q.c.qid, "bad_doorbell_values", 1));
 	EXPECT_EQ(0, counter(q.c.qid, "sq_doorbell_writes"));
-	*(volatile uint32_t *)(q.db + q.c.sq_db) = 0; /* back to what the controller has */
+	EXPECT_EQ(0, counter(q.c.qid, "sqes_accepted"));
+	EXPECT_EQ(0, counter(q.c.qid, "sqes_rejected"));
+	*(volatile uint32_t *)(q.db + q.c.sq_db) = 0; /* back to what the relay has */
+	/* A CQ head past the ring is dropped and counted too. */
+	*(volatile uint32_t *)(q.db + q.c.cq_db) = 8;
+	EXPECT_EQ(2, counter_settles(q.c.qid, "bad_doorbell_values", 2));
+	*(volatile uint32_t *)(q.db + q.c.cq_db) = 0;
+	EXPECT_EQ(0, counter(q.c.qid, "cq_doorbell_writes"));
 	EXPECT_EQ(0, roundtrip(&q, &self->buf, 2, 700, self->lbs, 6));
 	EXPECT_EQ(0, qp_destroy(&q));
 }
 
-TEST_F(bridge, four_bridged_queue_pairs)
+TEST_F(relay, four_shared_queue_pairs)
 {
 	struct qp q[4];
 	for (int i = 0; i < 4; i++)
-		ASSERT_EQ(0, qp_create_flags(self->fd, 8, GPUNVME_QPAIR_BRIDGED, &q[i]));
+		ASSERT_EQ(0, qp_create_flags(self->fd, 8, 0, &q[i]));
 	for (int round = 0; round < 3; round++)
 		for (int i = 0; i < 4; i++)
 			EXPECT_EQ(0, roundtrip(&q[i], &self->buf, i * 2, 2000 + i * 64 + round * 8, self->lbs, 40 + i + round));
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 4; i++) {
+		EXPECT_EQ(6, counter(q[i].c.qid, "sqes_accepted"));
 		EXPECT_EQ(0, qp_destroy(&q[i]));
+	}
 }
 
-/* For a bridged pair, the "doorbell" export is the shadow page (memory). */
-TEST_F(bridge, exports_are_the_shadows)
+/*
+ * A rejected SQE in the middle of a batch: it completes in the mirror
+ * with its own command ID and an error (Invalid Command Opcode, DNR), the
+ * valid ones around it complete normally, and the counters say two went
+ * to the controller and one did not.
+ */
+TEST_F(relay, rejected_sqe_inside_a_batch)
+{
+	struct qp q;
+	struct cqe c;
+	uint32_t per = 4096 / self->lbs;
+	ASSERT_EQ(0, qp_create_flags(self->fd, 8, 0, &q));
+	fill(&self->buf, 0, 77, 900, self->lbs);
+	uint16_t w = qp_push(&q, rw_cmd(OPC_WRITE, 1, 900, per, self->buf.dma[0], 0));
+	uint16_t bad = qp_push(&q, rw_cmd(0x7f, 1, 900, per, self->buf.dma[1], 0));
+	uint16_t f = qp_push(&q, (struct sqe){ .opcode = OPC_FLUSH, .nsid = 1 });
+	qp_ring(&q);
+	int seen = 0;
+	for (int i = 0; i < 3; i++) {
+		ASSERT_EQ(0, qp_reap(&q, &c, 5000));
+		int st = c.status >> 1;
+		if (c.cid == w || c.cid == f) {
+			EXPECT_EQ(0, st) TH_LOG("cid %u", c.cid);
+			seen |= c.cid == w ? 1 : 4;
+		} else if (c.cid == bad) {
+			EXPECT_EQ(NVME_SC_INVALID_OPCODE, st & 0x7ff) TH_LOG("status %#x", st);
+			EXPECT_TRUE(st & NVME_DNR);
+			seen |= 2;
+		} else {
+			EXPECT_EQ(0, c.cid) TH_LOG("unexpected cid %u", c.cid);
+		}
+		EXPECT_EQ(q.c.qid, c.sq_id);
+	}
+	EXPECT_EQ(7, seen);
+	EXPECT_EQ(2, counter(q.c.qid, "sqes_accepted"));
+	EXPECT_EQ(1, counter(q.c.qid, "sqes_rejected"));
+	/* The rejected Read never ran: page 1 is untouched. */
+	for (int i = 0; i < 4096; i++)
+		if (self->buf.p[4096 + i]) {
+			EXPECT_EQ(0, self->buf.p[4096 + i]) TH_LOG("byte %d of the rejected read's page", i);
+			break;
+		}
+	EXPECT_EQ(0, roundtrip(&q, &self->buf, 2, 901, self->lbs, 78));
+	EXPECT_EQ(0, qp_destroy(&q));
+}
+
+/*
+ * The module picks the command IDs on the real SQ and gives each
+ * completion back with the file's own: 0, 0xffff and the same ID twice in
+ * flight all come back verbatim, one completion each.
+ */
+TEST_F(relay, client_command_ids_come_back_verbatim)
+{
+	struct qp q;
+	struct cqe c;
+	uint32_t per = 4096 / self->lbs;
+	uint16_t cids[] = { 0, 0xffff, 7, 7 };
+	ASSERT_EQ(0, qp_create_flags(self->fd, 8, 0, &q));
+	for (int i = 0; i < 4; i++) {
+		struct sqe cmd = rw_cmd(OPC_READ, 1, 40 * per + i * per, per, self->buf.dma[i], 0);
+		cmd.cid = cids[i];
+		qp_push_raw_cid(&q, cmd);
+	}
+	qp_ring(&q);
+	int n0 = 0, nffff = 0, n7 = 0;
+	for (int i = 0; i < 4; i++) {
+		ASSERT_EQ(0, qp_reap(&q, &c, 5000));
+		EXPECT_EQ(0, c.status >> 1) TH_LOG("cid %u", c.cid);
+		n0 += c.cid == 0;
+		nffff += c.cid == 0xffff;
+		n7 += c.cid == 7;
+	}
+	EXPECT_EQ(1, n0);
+	EXPECT_EQ(1, nffff);
+	EXPECT_EQ(2, n7);
+	usleep(100 * 1000);
+	EXPECT_NE(q.phase, q.cq[q.head].status & 1) TH_LOG("a fifth completion appeared");
+	EXPECT_EQ(4, counter(q.c.qid, "sqes_accepted"));
+	EXPECT_EQ(0, qp_destroy(&q));
+}
+
+/* For a shared pair every export is a shadow: the doorbell cells (4 KiB of
+ * memory), the shadow SQ, the CQ mirror and the PRP pool. */
+TEST_F(relay, exports_are_the_shadows)
 {
 	struct qp q;
 	struct gpunvme_export e;
-	ASSERT_EQ(0, qp_create_flags(self->fd, 8, GPUNVME_QPAIR_BRIDGED, &q));
+	ASSERT_EQ(0, qp_create_flags(self->fd, 8, 0, &q));
 	UAPI_INIT(e);
 	e.qid = q.c.qid;
 	e.kind = GPUNVME_EXPORT_DOORBELL;
 	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_EXPORT, &e));
 	EXPECT_EQ(4096, e.length);
 	close(e.fd);
+	e.kind = GPUNVME_EXPORT_SQ;
+	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_EXPORT, &e));
+	EXPECT_EQ(q.c.sq_size, e.length);
+	close(e.fd);
 	e.kind = GPUNVME_EXPORT_CQ;
 	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_EXPORT, &e));
 	EXPECT_EQ(q.c.cq_size, e.length);
+	close(e.fd);
+	e.kind = GPUNVME_EXPORT_PRP_POOL;
+	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_EXPORT, &e));
+	EXPECT_EQ(q.c.prp_size, e.length);
 	close(e.fd);
 	EXPECT_EQ(0, qp_destroy(&q));
 }
