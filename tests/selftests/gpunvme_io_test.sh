@@ -5,12 +5,38 @@
 # queue pairs at once, queue wrap, multi-round, a transfer of exactly MDTS,
 # the last LBA, LBA Out of Range reaching the caller; then the controller
 # goes back to the kernel nvme driver and dd must read the same bytes.
+#
+# The CLI's queue pairs are shared (validated) ones by default. When the
+# run asks for owner mode ($GPUNVME_DIR/mode.env with
+# GPUNVME_TEST_QPAIR_MODE=owner: the suite's owner-mode boot), every I/O
+# command gets the CLI's owner-mode option (raw queue pairs of the one
+# owner); tests that need several processes with queue pairs at once are
+# skipped then, since only one file can own the controller.
 . "$(dirname "$0")/ktap.sh"
 DIR=${GPUNVME_DIR:-/opt/gpunvme}
 BDF=${GPUNVME_BDF:-0000:00:04.0}
 PATH=$DIR:$PATH
 T=/tmp/gpunvme_io.$$
 mkdir -p "$T"
+[ -f "$DIR/mode.env" ] && . "$DIR/mode.env"
+
+# The CLI's option for owner mode (claim the controller, raw queue pairs).
+owner_option() {
+	h=$(gpunvme write --help 2>&1)
+	for o in --owner --raw; do
+		echo "$h" | grep -qE -- "$o([ ,=]|\$)" && { echo "$o"; return 0; }
+	done
+	return 1
+}
+OWNER=$(owner_option)
+M=
+OWNER_MODE=
+KIND=shared	# the CLI's name for the queue pairs this run uses
+if [ "${GPUNVME_TEST_QPAIR_MODE:-shared}" = owner ]; then
+	OWNER_MODE=1
+	M=$OWNER
+	KIND=raw
+fi
 
 driver_of() { basename "$(readlink "/sys/bus/pci/devices/$1/driver" 2>/dev/null)" 2>/dev/null; }
 
@@ -32,9 +58,10 @@ setup() {
 wv() { # seed lba count [extra args]: write then verify in a second process
 	s=$1 l=$2 c=$3
 	shift 3
-	gpunvme write "$BDF" --pattern "$s" --lba "$l" --count "$c" "$@" || return 1
-	gpunvme verify "$BDF" --pattern "$s" --lba "$l" --count "$c" "$@"
+	gpunvme write "$BDF" $M --pattern "$s" --lba "$l" --count "$c" "$@" || return 1
+	gpunvme verify "$BDF" $M --pattern "$s" --lba "$l" --count "$c" "$@"
 }
+
 
 single_io() { wv 11 0 1; }
 
@@ -51,13 +78,13 @@ gpu_run_without_gpu() {
 }
 
 read_out_matches_pattern() {
-	gpunvme read "$BDF" --lba 0 --count 1 --out "$T/r0" || return 1
+	gpunvme read "$BDF" $M --lba 0 --count 1 --out "$T/r0" || return 1
 	gpunvme pattern --seed 11 --lba 0 --count 1 --lba-size "$LBA_SIZE" > "$T/p0" || return 1
 	cmp "$T/r0" "$T/p0"
 }
 
 verify_detects_a_wrong_seed() {
-	if out=$(gpunvme verify "$BDF" --pattern 12 --lba 0 --count 1 2>&1); then
+	if out=$(gpunvme verify "$BDF" $M --pattern 12 --lba 0 --count 1 2>&1); then
 		echo "verify with the wrong seed passed"; return 1
 	fi
 	echo "$out"
@@ -74,28 +101,34 @@ multi_round() {
 # depth 4 (3 in flight), one block per command: 96 commands, 24 laps of the
 # SQ and CQ, so the phase tag flips many times.
 queue_wrap() {
-	out=$(gpunvme write "$BDF" --pattern 41 --lba 2048 --count 96 --depth 4 --max-blocks 1 2>&1) || { echo "$out"; return 1; }
+	out=$(gpunvme write "$BDF" $M --pattern 41 --lba 2048 --count 96 --depth 4 --max-blocks 1 2>&1) || { echo "$out"; return 1; }
 	echo "$out"
-	echo "$out" | grep -q "96 command(s) on qid [0-9]* of depth 4" || return 1
-	gpunvme verify "$BDF" --pattern 41 --lba 2048 --count 96 --depth 2 --max-blocks 3
+	echo "$out" | grep -q "96 command(s) on $KIND qid [0-9]* of depth 4" || return 1
+	gpunvme verify "$BDF" $M --pattern 41 --lba 2048 --count 96 --depth 2 --max-blocks 3
 }
 
-# A bridged queue pair (shadow doorbells, mirrored CQ, a kernel thread
-# relaying): the same client code, 96 commands through depth 4 so the
-# shadow tail and mirror phase wrap; a direct pair must read the same bytes,
-# and a bridged pair must read what a direct pair wrote.
-bridged_write_verify() {
-	out=$(gpunvme write "$BDF" --bridged --pattern 43 --lba 3072 --count 96 --depth 4 --max-blocks 1 2>&1) || { echo "$out"; return 1; }
+# Shared (validated: shadow SQ and doorbells, mirrored CQ, a kernel thread
+# checking and relaying) and owner (raw) queue pairs see the same disk: 96
+# commands through depth 4 in one mode so the shadow tail and mirror phase
+# wrap, verified in the other, and the other way round.
+shared_owner_cross_check() {
+	[ -n "$OWNER" ] || { echo "the CLI has no owner-mode option (--owner or --raw)"; return 1; }
+	out=$(gpunvme write "$BDF" --pattern 43 --lba 3072 --count 96 --depth 4 --max-blocks 1 2>&1) || { echo "$out"; return 1; }
 	echo "$out"
-	echo "$out" | grep -q "96 command(s) on qid [0-9]* of depth 4, bridged" || return 1
-	gpunvme verify "$BDF" --pattern 43 --lba 3072 --count 96 || return 1
-	gpunvme verify "$BDF" --bridged --pattern 41 --lba 2048 --count 96 --depth 8 --max-blocks 5
+	echo "$out" | grep -q "96 command(s) on shared qid [0-9]* of depth 4" || return 1
+	out=$(gpunvme verify "$BDF" "$OWNER" --pattern 43 --lba 3072 --count 96 2>&1) || { echo "$out"; return 1; }
+	echo "$out"
+	echo "$out" | grep -q "on raw qid" || return 1
+	out=$(gpunvme write "$BDF" "$OWNER" --pattern 44 --lba 3200 --count 96 --depth 4 --max-blocks 1 2>&1) || { echo "$out"; return 1; }
+	echo "$out"
+	echo "$out" | grep -q "96 command(s) on raw qid [0-9]* of depth 4" || return 1
+	gpunvme verify "$BDF" --pattern 44 --lba 3200 --count 96 --depth 8 --max-blocks 5
 }
 
 qpairs_parallel() { # N: N processes, each with its own queue pair
 	n=$1 i=0 pids=""
 	while [ $i -lt "$n" ]; do
-		gpunvme write "$BDF" --pattern $((50 + i)) --lba $((4096 + i * 512)) --count 512 --max-blocks 8 > "$T/q$i.log" 2>&1 &
+		gpunvme write "$BDF" $M --pattern $((50 + i)) --lba $((4096 + i * 512)) --count 512 --max-blocks 8 > "$T/q$i.log" 2>&1 &
 		pids="$pids $!"
 		i=$((i + 1))
 	done
@@ -105,32 +138,35 @@ qpairs_parallel() { # N: N processes, each with its own queue pair
 	[ $rc = 0 ] || return 1
 	i=0
 	while [ $i -lt "$n" ]; do
-		gpunvme verify "$BDF" --pattern $((50 + i)) --lba $((4096 + i * 512)) --count 512 || return 1
+		gpunvme verify "$BDF" $M --pattern $((50 + i)) --lba $((4096 + i * 512)) --count 512 || return 1
 		i=$((i + 1))
 	done
 }
 two_qpairs() { qpairs_parallel 2; }
 four_qpairs() { qpairs_parallel 4; }
 
-# 4 queue pairs in one process (one thread each) at QD 8, reads.
+# 4 queue pairs in one process (one thread each) at QD 8, reads: shared
+# pairs, then (--owner) raw pairs of the owner, and their ratios.
 bench_four_qpairs() {
-	gpunvme bench "$BDF" --bridged --qpairs 1,4 --qd 1,8 --ops 400 --range-mib 4 --json "$T/bench.json" || return 1
+	[ -n "$OWNER" ] || { echo "the CLI has no owner-mode option"; return 1; }
+	gpunvme bench "$BDF" "$OWNER" --qpairs 1,4 --qd 1,8 --ops 400 --range-mib 4 --json "$T/bench.json" || return 1
 	grep -q '"qpairs": 4' "$T/bench.json" || return 1
-	grep -q '"target": "gpunvme-bridged"' "$T/bench.json" || return 1
-	grep -q '"iops_bridged_over_direct"' "$T/bench.json"
+	grep -q '"target": "gpunvme"' "$T/bench.json" || return 1
+	grep -q '"target": "gpunvme-raw"' "$T/bench.json" || return 1
+	grep -q '"iops_shared_over_raw"' "$T/bench.json"
 }
 
 exactly_mdts() {
-	out=$(gpunvme write "$BDF" --pattern 61 --lba 8192 --count "$MDTS_BLOCKS" 2>&1) || { echo "$out"; return 1; }
+	out=$(gpunvme write "$BDF" $M --pattern 61 --lba 8192 --count "$MDTS_BLOCKS" 2>&1) || { echo "$out"; return 1; }
 	echo "$out"
 	echo "$out" | grep -q " 1 command(s)" || return 1
-	gpunvme verify "$BDF" --pattern 61 --lba 8192 --count "$MDTS_BLOCKS" || return 1
+	gpunvme verify "$BDF" $M --pattern 61 --lba 8192 --count "$MDTS_BLOCKS" || return 1
 	# One block more: two commands.
 	l=$((8192 + MDTS_BLOCKS * 2))
-	out=$(gpunvme write "$BDF" --pattern 62 --lba $l --count $((MDTS_BLOCKS + 1)) 2>&1) || { echo "$out"; return 1; }
+	out=$(gpunvme write "$BDF" $M --pattern 62 --lba $l --count $((MDTS_BLOCKS + 1)) 2>&1) || { echo "$out"; return 1; }
 	echo "$out"
 	echo "$out" | grep -q " 2 command(s)" || return 1
-	gpunvme verify "$BDF" --pattern 62 --lba $l --count $((MDTS_BLOCKS + 1))
+	gpunvme verify "$BDF" $M --pattern 62 --lba $l --count $((MDTS_BLOCKS + 1))
 }
 
 last_lba() {
@@ -138,20 +174,24 @@ last_lba() {
 	wv 72 $((CAP - 9)) 8
 }
 
-# The client-side check refuses; --no-range-check lets the controller answer.
+# The client-side check refuses; --no-range-check lets the module's
+# validator (shared mode) or the controller (owner mode) answer, with the
+# same status.
 lba_out_of_range() {
-	if out=$(gpunvme read "$BDF" --lba "$CAP" --count 1 2>&1); then echo "read past the end succeeded"; return 1; fi
+	if out=$(gpunvme read "$BDF" $M --lba "$CAP" --count 1 2>&1); then echo "read past the end succeeded"; return 1; fi
 	echo "client side: $out"
 	echo "$out" | grep -q "beyond namespace" || return 1
 	for args in "--lba $CAP --count 1" "--lba $((CAP - 1)) --count 2"; do
 		# shellcheck disable=SC2086
-		if out=$(gpunvme read "$BDF" $args --no-range-check 2>&1); then echo "unchecked read $args succeeded"; return 1; fi
-		echo "controller: $out"
+		if out=$(gpunvme read "$BDF" $M $args --no-range-check 2>&1); then echo "unchecked read $args succeeded"; return 1; fi
+		who=module
+		[ -n "$OWNER_MODE" ] && who=controller
+		echo "$who: $out"
 		echo "$out" | grep -q "LBA Out of Range (SCT 0x0, SC 0x80" || return 1
 	done
 	# And a write that spans the end must not have written the in-range block.
-	if gpunvme write "$BDF" --pattern 99 --lba $((CAP - 1)) --count 2 --no-range-check 2>/dev/null; then return 1; fi
-	gpunvme verify "$BDF" --pattern 71 --lba $((CAP - 1)) --count 1
+	if gpunvme write "$BDF" $M --pattern 99 --lba $((CAP - 1)) --count 2 --no-range-check 2>/dev/null; then return 1; fi
+	gpunvme verify "$BDF" $M --pattern 71 --lba $((CAP - 1)) --count 1
 }
 
 to_kernel_nvme() {
@@ -196,11 +236,17 @@ ktap_skip() { __ktap_n=$((__ktap_n + 1)); echo "ok $__ktap_n $1 # SKIP $2"; }
 
 back_to_gpunvme() {
 	gpunvme bind "$BDF" || return 1
-	gpunvme verify "$BDF" --pattern 21 --lba 64 --count 256
+	gpunvme verify "$BDF" $M --pattern 21 --lba 64 --count 256
 }
 
+if [ -n "$OWNER_MODE" ] && [ -z "$OWNER" ]; then
+	ktap_plan 1
+	ktap_not_ok "owner mode: the CLI has an owner-mode option (gpunvme write --help names neither --owner nor --raw)"
+	ktap_done
+	exit 1
+fi
 ktap_plan 19
-ktap_check "setup: module loaded, controller bound" setup
+ktap_check "setup: module loaded, controller bound${OWNER_MODE:+ (owner mode: $OWNER)}" setup
 # setup ran in a subshell: read the values again here.
 LBA_SIZE=$(sed -n 's/.*"lba_size": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
 CAP=$(sed -n 's/.*"capacity_lbas": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
@@ -216,13 +262,29 @@ ktap_check "verify reports the first mismatch" verify_detects_a_wrong_seed
 ktap_check "multi-block write + verify" multi_block
 ktap_check "multi-round overwrite" multi_round
 ktap_check "queue wrap (depth 4, 96 commands)" queue_wrap
-ktap_check "bridged queue pair: write + verify, cross-checked with direct" bridged_write_verify
-ktap_check "2 queue pairs in parallel" two_qpairs
-if [ "${QUEUES:-0}" -ge 4 ]; then
+ktap_check "shared and owner queue pairs: each reads what the other wrote" shared_owner_cross_check
+if [ -n "$OWNER_MODE" ]; then
+	# One owner at a time: the parallel writers would get EBUSY. Their
+	# ranges still get the data the later checks read.
+	i=0
+	while [ $i -lt 2 ]; do
+		gpunvme write "$BDF" $M --pattern $((50 + i)) --lba $((4096 + i * 512)) --count 512 >/dev/null 2>&1
+		i=$((i + 1))
+	done
+	ktap_skip "2 queue pairs in parallel" "owner mode: one process owns the controller"
+else
+	ktap_check "2 queue pairs in parallel" two_qpairs
+fi
+if [ "${QUEUES:-0}" -ge 4 ] && [ -z "$OWNER_MODE" ]; then
 	ktap_check "4 queue pairs in parallel" four_qpairs
-	ktap_check "bench: 1 and 4 queue pairs in one process" bench_four_qpairs
+elif [ -n "$OWNER_MODE" ]; then
+	ktap_skip "4 queue pairs in parallel" "owner mode: one process owns the controller"
 else
 	ktap_skip "4 queue pairs in parallel" "controller granted ${QUEUES:-?} I/O queues"
+fi
+if [ "${QUEUES:-0}" -ge 4 ]; then
+	ktap_check "bench: 1 and 4 queue pairs in one process" bench_four_qpairs
+else
 	ktap_skip "bench: 1 and 4 queue pairs in one process" "controller granted ${QUEUES:-?} I/O queues"
 fi
 ktap_check "transfer of exactly MDTS (and MDTS + 1 block)" exactly_mdts

@@ -1,8 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 # Module lifecycle against QEMU's NVMe: load (with its KUnit suites), bind
-# by driver_override only, the device node, unbind, unload, and unload
-# refused while a file is open.
+# by driver_override only, the device nodes (the controller's and one per
+# namespace), unbind, unload, and unload refused while a file is open.
 . "$(dirname "$0")/ktap.sh"
 DIR=${GPUNVME_DIR:-/opt/gpunvme}
 BDF=${GPUNVME_BDF:-0000:00:04.0}
@@ -38,25 +38,38 @@ bind() {
 	[ "$(driver_of "$BDF")" = gpunvme ] || { echo "driver is '$(driver_of "$BDF")'"; return 1; }
 }
 
+ctrl_node() { ls /sys/class/misc | grep '^gpunvme[0-9]*$' | head -1; }
+
 node_appears() {
-	ls /sys/class/misc | grep -q '^gpunvme[0-9]' || return 1
-	n=$(ls /sys/class/misc | grep '^gpunvme' | head -1)
+	n=$(ctrl_node)
+	[ -n "$n" ] || return 1
 	[ -c "/dev/$n" ] || { echo "/dev/$n missing"; return 1; }
 	dmesg | grep "gpunvme $BDF: NVMe .* -> /dev/$n" | tail -1
 }
 
+# QEMU's controller has namespace 1: /dev/gpunvme<N>n1, root-only like the
+# controller node.
+ns_node_appears() {
+	n=$(ctrl_node)
+	[ -c "/dev/${n}n1" ] || { echo "/dev/${n}n1 missing"; ls -l /dev | grep gpunvme; return 1; }
+	ls -l "/dev/${n}n1"
+	[ "$(stat -c %a "/dev/${n}n1")" = 600 ] && [ "$(stat -c %a "/dev/$n")" = 600 ]
+}
+
 unload_refused_while_open() {
-	n=$(ls /sys/class/misc | grep '^gpunvme' | head -1)
+	n=$(ctrl_node)
 	exec 3<"/dev/$n" || return 1
 	if rmmod gpunvme 2>/dev/null; then exec 3<&-; echo "rmmod succeeded with an open file"; return 1; fi
 	exec 3<&-
 	[ -d /sys/module/gpunvme ]
 }
 
+# Every node goes, the namespace nodes too.
 unbind() {
 	echo "$BDF" > /sys/bus/pci/drivers/gpunvme/unbind || return 1
 	[ -z "$(driver_of "$BDF")" ] || return 1
-	! ls /sys/class/misc | grep -q '^gpunvme'
+	! ls /sys/class/misc | grep -q '^gpunvme' || return 1
+	! ls /dev | grep -q '^gpunvme'
 }
 
 unload() { rmmod gpunvme && [ ! -d /sys/module/gpunvme ]; }
@@ -69,12 +82,13 @@ reload_and_rebind() { load && bind && node_appears >/dev/null && unbind && unloa
 [ -d /sys/module/gpunvme ] && rmmod gpunvme
 echo "" > "$DEV/driver_override"
 
-ktap_plan 9
+ktap_plan 10
 ktap_check "load" load
 ktap_check "kunit suites pass" kunit_passed
 ktap_check "no bind by class" not_bound_by_class
 ktap_check "bind via driver_override" bind
 ktap_check "device node appears" node_appears
+ktap_check "namespace node appears, root-only" ns_node_appears
 ktap_check "unload refused while a file is open" unload_refused_while_open
 ktap_check "unbind removes the node" unbind
 ktap_check "unload" unload
