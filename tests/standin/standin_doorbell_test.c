@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The direct-doorbell path end to end, with a real DMA peer: gpunvme exports
- * a queue pair's doorbell page and CQ as dma-bufs; the stand-in
- * (gpunvme_standin: QEMU's edu DMA engine) imports both like a GPU driver
- * would, and then
+ * The doorbell paths end to end, with a real DMA peer (gpunvme_standin:
+ * QEMU's edu DMA engine, importing dma-bufs like a GPU driver would).
+ *
+ * Owner mode (fixture "db"): the file claims the controller
+ * (GPUNVME_IOC_CLAIM_OWNER) and creates raw pairs, whose doorbell export is
+ * the real BAR0 page; gpunvme exports a queue pair's doorbell page and CQ
+ * as dma-bufs; the stand-in imports both, and then
  *  - the CPU writes a READ SQE into the mmapped SQ,
  *  - edu rings the SQ tail doorbell by DMA through its own vIOMMU mapping
  *    (the only doorbell write for that queue),
@@ -14,6 +17,13 @@
  * p2pdma's allowlist, so P2P to the BAR works only when the CPU is an AMD
  * Zen (family >= 0x17): with the runner's default -cpu the doorbell map must
  * fail with EINVAL and a log line; with QEMU_EXTRA="-cpu EPYC" it must work.
+ *
+ * Shared mode (fixture "shadow"): a file that does not own the controller
+ * gets a validated pair, and its doorbell export is the shadow page, plain
+ * memory: edu imports it on every CPU model (no peer-to-peer path needed,
+ * which proves it is not the BAR), reads back what the CPU wrote there,
+ * and rings the shadow SQ tail cell; the module's relay checks the SQE and
+ * forwards it, and edu reads the completion from the mirror CQ.
  */
 #include <sys/mman.h>
 
@@ -22,8 +32,6 @@
 #include "nvme_io.h"
 #include "standin_env.h"
 
-#define OPC_WRITE 0x01
-#define OPC_READ  0x02
 
 /* cpu_supports_p2pdma() in drivers/pci/p2pdma.c, as seen from userspace. */
 static int cpu_is_zen(char *desc, size_t len)
@@ -71,15 +79,21 @@ FIXTURE(db) {
 FIXTURE_SETUP(db)
 {
 	self->db_fd = self->cq_fd = -1;
+	self->sd = -1;
 	self->zen = cpu_is_zen(self->cpu, sizeof(self->cpu));
 	self->nv = gpunvme_open_bound();
 	ASSERT_LE(0, self->nv) TH_LOG("gpunvme on %s", gpunvme_bdf());
-	self->sd = standin_open();
-	ASSERT_LE(0, self->sd) TH_LOG("gpunvme_standin on %s: %s", edu_bdf(), strerror(-self->sd));
 	UAPI_INIT(self->info);
 	ASSERT_EQ(0, ioctl(self->nv, GPUNVME_IOC_GET_INFO, &self->info));
+	if (!(self->info.modes & GPUNVME_MODE_OWNER))
+		SKIP(return, "owner mode is not available in this boot (IOMMU mode %u, modes %#x)",
+		     self->info.iommu_mode, self->info.modes);
+	/* The real doorbell page belongs to the controller's owner only. */
+	ASSERT_EQ(0, claim_owner(self->nv, NULL));
+	self->sd = standin_open();
+	ASSERT_LE(0, self->sd) TH_LOG("gpunvme_standin on %s: %s", edu_bdf(), strerror(-self->sd));
 	ASSERT_EQ(0, hostbuf_map(self->nv, 4 * 4096, &self->buf));
-	ASSERT_EQ(0, qp_create(self->nv, 8, &self->q));
+	ASSERT_EQ(0, qp_create_flags(self->nv, 8, GPUNVME_QPAIR_RAW, &self->q));
 	ASSERT_EQ(0, export_one(self->nv, self->q.c.qid, GPUNVME_EXPORT_DOORBELL, &self->db_fd));
 	ASSERT_EQ(0, export_one(self->nv, self->q.c.qid, GPUNVME_EXPORT_CQ, &self->cq_fd));
 }
@@ -90,7 +104,8 @@ FIXTURE_TEARDOWN(db)
 		close(self->db_fd);
 	if (self->cq_fd >= 0)
 		close(self->cq_fd);
-	close(self->sd);
+	if (self->sd >= 0)
+		close(self->sd);
 	close(self->nv);
 	standin_restore();
 }
@@ -139,7 +154,7 @@ TEST_F(db, standin_rings_doorbell_and_reads_cqe)
 	/* The pattern goes to the disk through a second, CPU-rung queue pair. */
 	for (uint32_t i = 0; i < 4096; i++)
 		self->buf.p[i] = pattern_byte(seed, lba + i / lbs, i % lbs);
-	ASSERT_EQ(0, qp_create(self->nv, 4, &w));
+	ASSERT_EQ(0, qp_create_flags(self->nv, 4, GPUNVME_QPAIR_RAW, &w));
 	ASSERT_EQ(0, qp_sync(&w, rw_cmd(OPC_WRITE, nsid, lba, nlb, self->buf.dma[0], 0)));
 	ASSERT_EQ(0, qp_destroy(&w));
 	memset(self->buf.p, 0, 2 * 4096);
@@ -264,16 +279,16 @@ TEST_F(db, revoke_on_close)
 	ASSERT_EQ(0, standin_import(self->sd, self->cq_fd, &c));
 	ASSERT_EQ(0, standin_read(self->sd, c.handle, 0, cqe, 16));
 	/* The queue mappings hold the file open: drop them, then close. */
-	munmap((void *)self->q.sq, self->q.c.sq_size);
-	munmap((void *)self->q.cq, self->q.c.cq_size);
-	munmap((void *)self->q.db, 4096);
+	qp_unmap(&self->q);
 	int before = klog_count("revoked by its exporter", NULL);
 	close(self->nv);
 	EXPECT_LT(before, klog_count("revoked by its exporter", NULL));
 	EXPECT_EQ(-ENODEV, standin_read(self->sd, c.handle, 0, cqe, 16));
 	EXPECT_EQ(0, standin_release(self->sd, c.handle));
+	/* The ownership went with the file: another file may claim now. */
 	self->nv = gpunvme_open_bound();
 	ASSERT_LE(0, self->nv);
+	EXPECT_EQ(0, claim_owner(self->nv, NULL));
 }
 
 /*
@@ -317,6 +332,152 @@ TEST_F(db, revoke_on_unbind)
 	EXPECT_NE(0, standin_import(self->sd, self->cq_fd, &again));
 	EXPECT_EQ(0, standin_release(self->sd, c.handle));
 	ASSERT_EQ(0, bind_gpunvme(gpunvme_bdf()));
+}
+
+/* ------------------------------------------------------------------ */
+
+/* A shared (validated) pair of a file that does not own the controller. */
+FIXTURE(shadow) {
+	int nv, sd;
+	char cpu[96];
+	struct gpunvme_info info;
+	struct hostbuf buf;
+	struct qp q;
+	int db_fd, cq_fd;
+};
+
+FIXTURE_SETUP(shadow)
+{
+	self->db_fd = self->cq_fd = -1;
+	cpu_is_zen(self->cpu, sizeof(self->cpu));
+	self->nv = gpunvme_open_bound();
+	ASSERT_LE(0, self->nv) TH_LOG("gpunvme on %s", gpunvme_bdf());
+	self->sd = standin_open();
+	ASSERT_LE(0, self->sd) TH_LOG("gpunvme_standin on %s: %s", edu_bdf(), strerror(-self->sd));
+	UAPI_INIT(self->info);
+	ASSERT_EQ(0, ioctl(self->nv, GPUNVME_IOC_GET_INFO, &self->info));
+	ASSERT_EQ(0, hostbuf_map(self->nv, 4 * 4096, &self->buf));
+	ASSERT_EQ(0, qp_create_flags(self->nv, 8, 0, &self->q));
+	ASSERT_EQ(0, export_one(self->nv, self->q.c.qid, GPUNVME_EXPORT_DOORBELL, &self->db_fd));
+	ASSERT_EQ(0, export_one(self->nv, self->q.c.qid, GPUNVME_EXPORT_CQ, &self->cq_fd));
+}
+
+FIXTURE_TEARDOWN(shadow)
+{
+	if (self->db_fd >= 0)
+		close(self->db_fd);
+	if (self->cq_fd >= 0)
+		close(self->cq_fd);
+	close(self->sd);
+	close(self->nv);
+	standin_restore();
+}
+
+/*
+ * The shared pair's doorbell export is the page of memory the file maps
+ * at db_offset: edu imports it whatever the CPU model (the BAR page needs
+ * a peer-to-peer path the default CPU model lacks), and what the CPU wrote
+ * into it is what edu reads (doorbell registers read as zero).
+ */
+TEST_F(shadow, doorbell_export_is_memory)
+{
+	struct standin_import d;
+	uint32_t got[16];
+	int r = standin_import(self->sd, self->db_fd, &d);
+	TH_LOG("CPU %s; shadow doorbell import: %s", self->cpu, r ? strerror(-r) : "ok");
+	ASSERT_EQ(0, r);
+	EXPECT_LE(4096, d.len);
+	/* Words 1..15 lie between the SQ tail cell (0) and the CQ head cell (16). */
+	volatile uint32_t *page = (volatile uint32_t *)self->q.db;
+	for (int i = 1; i < 16; i++)
+		page[i] = 0x5a000000u | i * 0x010101u;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	ASSERT_EQ(0, standin_read(self->sd, d.handle, 0, got, sizeof(got)));
+	for (int i = 1; i < 16; i++) {
+		EXPECT_EQ(0x5a000000u | i * 0x010101u, got[i]) TH_LOG("word %d", i);
+	}
+	/* And the other way: edu writes a word, the CPU sees it. */
+	ASSERT_EQ(0, standin_write32(self->sd, d.handle, 0x800, 0xfeedf00d));
+	EXPECT_EQ(0xfeedf00d, page[0x200]);
+	EXPECT_EQ(0, standin_release(self->sd, d.handle));
+}
+
+/*
+ * edu drives a shared pair like a GPU would: the CPU writes a READ into
+ * the shadow SQ, edu rings the shadow SQ tail cell by DMA, the relay
+ * checks the SQE and forwards it, edu reads the completion from the
+ * mirror CQ and rings the CQ head cell; the data is checked.
+ */
+TEST_F(shadow, standin_rings_shadow_cell)
+{
+	const uint32_t nsid = self->info.ns[0].nsid, lbs = self->info.ns[0].lba_size;
+	const uint64_t lba = 96;
+	const uint32_t nlb = 4096 / lbs, seed = 0x5eed4321;
+	struct standin_import d, c;
+	for (uint32_t i = 0; i < 4096; i++)
+		self->buf.p[i] = pattern_byte(seed, lba + i / lbs, i % lbs);
+	ASSERT_EQ(0, qp_sync(&self->q, rw_cmd(OPC_WRITE, nsid, lba, nlb, self->buf.dma[0], 0)));
+	memset(self->buf.p + 4096, 0, 4096);
+	long long acc = qp_counter(self->q.c.qid, "sqes_accepted");
+
+	ASSERT_EQ(0, standin_import(self->sd, self->db_fd, &d));
+	ASSERT_EQ(0, standin_import(self->sd, self->cq_fd, &c));
+	EXPECT_EQ(0, self->q.c.sq_db);
+	EXPECT_EQ(64, self->q.c.cq_db);
+	uint32_t slot = self->q.head;
+	uint16_t cid = qp_push(&self->q, rw_cmd(OPC_READ, nsid, lba, nlb, self->buf.dma[1], 0));
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	ASSERT_EQ(0, standin_write32(self->sd, d.handle, self->q.c.sq_db, self->q.tail));
+
+	struct cqe e = { 0 };
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		ASSERT_EQ(0, standin_read(self->sd, c.handle, slot * 16, &e, sizeof(e)));
+		if ((e.status & 1) == self->q.phase)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		ASSERT_GT(10, t.tv_sec - t0.tv_sec) TH_LOG("no CQE in the mirror seen by edu within 10 s");
+	}
+	TH_LOG("mirrored CQE via edu: cid %u status %#x sq_head %u sq_id %u", e.cid, e.status, e.sq_head, e.sq_id);
+	EXPECT_EQ(cid, e.cid);
+	EXPECT_EQ(0, e.status >> 1);
+	EXPECT_EQ(self->q.c.qid, e.sq_id);
+	EXPECT_EQ(self->q.tail, e.sq_head);
+	ASSERT_EQ(0, standin_write32(self->sd, d.handle, self->q.c.cq_db, slot + 1));
+	self->q.head = slot + 1;
+	EXPECT_EQ(acc + 1, qp_counter(self->q.c.qid, "sqes_accepted"));
+
+	long bad = -1;
+	for (uint32_t i = 0; i < 4096 && bad < 0; i++)
+		if (self->buf.p[4096 + i] != pattern_byte(seed, lba + i / lbs, i % lbs))
+			bad = i;
+	EXPECT_EQ(-1, bad) TH_LOG("data differs at byte %ld", bad);
+	/* The pair keeps working from the CPU. */
+	EXPECT_EQ(0, qp_sync(&self->q, rw_cmd(OPC_READ, nsid, lba, nlb, self->buf.dma[2], 0)));
+	EXPECT_EQ(0, memcmp(self->buf.p + 4096, self->buf.p + 2 * 4096, 4096));
+}
+
+/* The SQ and PRP-pool exports of a shared pair are memory too. */
+TEST_F(shadow, sq_and_prp_pool_exports_import_anywhere)
+{
+	struct standin_import sq, pool;
+	int sq_fd, pool_fd;
+	uint64_t got[2];
+	ASSERT_EQ(0, export_one(self->nv, self->q.c.qid, GPUNVME_EXPORT_SQ, &sq_fd));
+	ASSERT_EQ(0, export_one(self->nv, self->q.c.qid, GPUNVME_EXPORT_PRP_POOL, &pool_fd));
+	ASSERT_EQ(0, standin_import(self->sd, sq_fd, &sq));
+	ASSERT_EQ(0, standin_import(self->sd, pool_fd, &pool));
+	self->q.prp[0] = 0x1122334455667788ull;
+	self->q.prp[1] = self->buf.dma[3];
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	ASSERT_EQ(0, standin_read(self->sd, pool.handle, 0, got, sizeof(got)));
+	EXPECT_EQ(0x1122334455667788ull, got[0]);
+	EXPECT_EQ(self->buf.dma[3], got[1]);
+	EXPECT_EQ(0, standin_release(self->sd, sq.handle));
+	EXPECT_EQ(0, standin_release(self->sd, pool.handle));
+	close(sq_fd);
+	close(pool_fd);
 }
 
 TEST_HARNESS_MAIN
