@@ -22,12 +22,23 @@ step "move $GPUNVME_BDF from nvme to gpunvme (driver_override, never by class)"
 gpunvme bind "$GPUNVME_BDF"
 gpunvme list
 
-step "what the controller says about itself (GET_INFO: registers + Identify)"
+step "what the controller says about itself (GET_INFO: registers, Identify, IOMMU mode, the modes you may use)"
 gpunvme info "$GPUNVME_BDF"
 
-step "write a known pattern through gpunvme's own queues, read it back, verify every byte"
+step "its device nodes: the controller's and one per namespace, root-only (a udev rule can give a group one)"
+ls -l /dev/gpunvme*
+
+step "write a known pattern through a shared queue pair, read it back, verify every byte"
+echo "(shared mode: the module checks every command against this file's own buffers and the namespace before the controller sees it)"
 gpunvme write "$GPUNVME_BDF" --lba 0 --count 256 --pattern 42
 gpunvme verify "$GPUNVME_BDF" --lba 0 --count 256 --pattern 42
+
+step "a command the checks refuse never reaches the controller: the module completes it with LBA Out of Range"
+gpunvme read "$GPUNVME_BDF" --lba 999999999 --count 1 --no-range-check || true
+
+step "owner mode: one file claims the controller and gets raw queue pairs (root, translating IOMMU)"
+gpunvme write "$GPUNVME_BDF" --owner --lba 256 --count 64 --pattern 43
+gpunvme verify "$GPUNVME_BDF" --lba 256 --count 64 --pattern 43
 
 step "the GPU device library (kernels/, compiled as host C++, threads as lanes) drives the queues"
 echo "(the same source builds for AMD and NVIDIA GPUs; here every lane is a host thread)"

@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # The VM suite: the module, the CLI, the GPU stand-in, the device library run
-# as host C++ (kernels/hostrun) and every selftest, in
-# three boots.
-#  1. the default bench: one namespace of 512-byte blocks per controller;
-#  2. a Zen CPU model, under which the stand-in reaches the doorbell by P2P;
+# as host C++ (kernels/hostrun) and every selftest, in five boots.
+#  1. the default bench: one namespace of 512-byte blocks per controller,
+#     IOMMU translating (strict); queue pairs are shared (validated) ones,
+#     the trust-model tests run, and owner mode is claimable;
+#  2. a Zen CPU model, under which the stand-in reaches the real doorbell
+#     (owner mode) by P2P;
 #  3. a variant: the gpunvme controller gets a second namespace with 4 KiB
-#     blocks; the identify, namespace and I/O tests run again, and the disk
-#     images are checked on the host afterwards for the patterns written.
-# Expects `make module selftests userspace` to have run (make vm-test does).
+#     blocks; the identify, trust (namespace nodes), namespace and I/O tests
+#     run again, and the disk images are checked on the host afterwards for
+#     the patterns written;
+#  4. owner mode: the generic queue-pair, dma-buf and CLI I/O tests again,
+#     with raw queue pairs of the controller's owner (mode.env);
+#  5. iommu=pt: the owner claim is refused (the log names the mode) while
+#     shared mode works; the module is reloaded with allow_unsafe_no_iommu=1
+#     and the claim works, tainting the kernel; last, lockdown is raised and
+#     the claim is refused again.
+# Expects `make module selftests userspace standin hostrun` to have run
+# (make vm-test does).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 [ -f "$ROOT/gpunvme.ko" ] || { echo "suite: $ROOT/gpunvme.ko missing (make module)" >&2; exit 1; }
@@ -32,9 +42,13 @@ S="$ROOT/tests/standin"
 H="$ROOT/kernels/build/hostrun/gpunvme_hostrun"
 [ -x "$H" ] || { echo "suite: $H missing (make hostrun)" >&2; exit 1; }
 
-echo "=== boot 1: default controllers; the edu stand-in has no P2P path to the NVMe BAR here"
+# The selftests every boot may run: the files directly in $B ($B/boot/
+# holds scripts that change the kernel for the rest of their boot).
+mapfile -t tests < <(find "$B" -maxdepth 1 -type f | sort)
+
+echo "=== boot 1: default controllers, shared mode; the edu stand-in has no P2P path to the NVMe BAR here"
 bash "$ROOT/tests/vm/run.sh" --file "$ROOT/gpunvme.ko" --file "$cli" --file "$S/gpunvme_standin.ko" "$@" -- \
-    "$ROOT/tests/vm/vm-env.sh" "$B"/* "$S"/build/* "$H" 2>&1 | tee "$work/boot1.log"
+    "$ROOT/tests/vm/vm-env.sh" "${tests[@]}" "$S"/build/* "$H" 2>&1 | tee "$work/boot1.log"
 add "$work/boot1.log"
 
 # A Zen CPU model lets p2pdma route through the (emulated) host bridge, so
@@ -48,10 +62,12 @@ add "$work/boot2z.log"
 echo "=== boot 3: two namespaces (512 B and 4 KiB blocks), images checked on the host"
 truncate -s 32M "$work/ns2.img"
 printf 'EXPECT_NAMESPACES=2\nEXPECT_LBS_NS2=4096\n' > "$work/variant.env"
+# The trust test before the namespace test: it writes namespace 1's last
+# block, whose pattern the namespace test then writes for the image check.
 QEMU_EXTRA="${QEMU_EXTRA:-} -drive file=$work/ns2.img,if=none,id=ns2,format=raw -device nvme-ns,drive=ns2,bus=gpunvme0,nsid=2,logical_block_size=4096,physical_block_size=4096" \
 bash "$ROOT/tests/vm/run.sh" --keep-images "$work" --file "$ROOT/gpunvme.ko" --file "$cli" \
     --file "$work/variant.env:/opt/gpunvme/variant.env" "$@" -- \
-    "$B/gpunvme_info_test" "$B/gpunvme_ns_test.sh" 2>&1 | tee "$work/boot2.log"
+    "$B/gpunvme_info_test" "$B/gpunvme_trust_test" "$B/gpunvme_ns_test.sh" 2>&1 | tee "$work/boot2.log"
 add "$work/boot2.log"
 
 # The VM is gone: what gpunvme wrote must be in the images, byte-exact.
@@ -69,6 +85,23 @@ check_image "ns1 image holds the first-block pattern" "$work/gpunvme0.img" 0 8 5
 check_image "ns1 image holds the last-block pattern" "$work/gpunvme0.img" $((ns1_blocks - 8)) 8 512 201
 check_image "ns2 image (4 KiB LBAs) holds the first-block pattern" "$work/ns2.img" 0 8 4096 102
 check_image "ns2 image holds the last-block pattern" "$work/ns2.img" $((ns2_blocks - 8)) 8 4096 202
+
+echo "=== boot 4: owner mode: the queue-pair, dma-buf and CLI I/O tests with the owner's raw queue pairs"
+printf 'GPUNVME_TEST_QPAIR_MODE=owner\n' > "$work/mode.env"
+bash "$ROOT/tests/vm/run.sh" --file "$ROOT/gpunvme.ko" --file "$cli" \
+    --file "$work/mode.env:/opt/gpunvme/mode.env" "$@" -- \
+    "$B/gpunvme_qpair_test" "$B/gpunvme_dmabuf_test" "$B/gpunvme_io_test.sh" 2>&1 | tee "$work/boot4.log"
+add "$work/boot4.log"
+
+# Passthrough: the device is in an identity domain, so an owner could DMA
+# anywhere. gpunvme_owner_test works out the expected answer from sysfs
+# each time it runs; the wrappers reload the module with the waiver and
+# raise lockdown (one-way, so last).
+echo "=== boot 5: iommu=pt: owner claim refused, then waived (tainted), then refused under lockdown"
+bash "$ROOT/tests/vm/run.sh" --append "iommu=pt" --file "$ROOT/gpunvme.ko" "$@" -- \
+    "$B/gpunvme_owner_test" "$B/boot/gpunvme_waiver_test.sh" "$B/boot/gpunvme_lockdown_test.sh" \
+    2>&1 | tee "$work/boot5.log"
+add "$work/boot5.log"
 
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
 [ "$fail" = 0 ]
