@@ -902,6 +902,52 @@ TEST_F(iso, cross_file_dmabuf_rejected)
 	close(bbuf);
 }
 
+/*
+ * An import its exporter revoked is no longer the file's: its IOVAs are
+ * unmapped and go back to the allocator, which hands them to the next
+ * mapping of that size, another file's included. B imports its own pair's
+ * SQ export, destroys that pair (the export is revoked, the import
+ * invalidated), A maps a buffer of the same size: B's SQEs naming the old
+ * addresses must be rejected, and A's buffer keep its bytes.
+ */
+TEST_F(iso, revoked_import_addresses_rejected)
+{
+	struct qp qx;
+	struct gpunvme_export e;
+	struct hostbuf a2;
+	uint64_t addrs[4];
+	const uint32_t nsid = self->nsid;
+	const uint64_t L = PG(self->per, 290);
+	ASSERT_EQ(0, qp_create_flags(self->b, 256, 0, &qx)); /* SQ: 16 KiB */
+	ASSERT_EQ(16384, qx.c.sq_size);
+	UAPI_INIT(e);
+	e.qid = qx.c.qid;
+	e.kind = GPUNVME_EXPORT_SQ;
+	ASSERT_EQ(0, ioctl(self->b, GPUNVME_IOC_EXPORT, &e));
+	ASSERT_EQ(0, import(self->b, e.fd, addrs, 4));
+	ASSERT_EQ(0, put_pattern(&self->q, &self->bbuf, 0, nsid, L, self->lbs, 69));
+	/* While imported, the pages are B's. */
+	EXPECT_EQ(0, qp_sync(&self->q, rw_cmd(OPC_READ, nsid, L, self->per, addrs[1], 0)));
+	EXPECT_EQ(0, qp_destroy(&qx)); /* revokes the export: the import is unmapped */
+	ASSERT_EQ(0, hostbuf_map(self->a, 4 * 4096, &a2));
+	memset(a2.p, A_BYTE, 4 * 4096);
+	int reused = 0;
+	for (int i = 0; i < 4; i++)
+		reused += in_buf(&a2, addrs[i]);
+	TH_LOG("A's new mapping reuses %d of the 4 addresses of B's revoked import", reused);
+	long long rej0 = REJECTED(self);
+	for (int i = 0; i < 4; i++) {
+		EXPECT_REJECTED(qp_sync(&self->q, rw_cmd(OPC_READ, nsid, L, self->per, addrs[i], 0)),
+				NVME_SC_INVALID_FIELD, "Read into a revoked import's page");
+		EXPECT_REJECTED(qp_sync(&self->q, rw_cmd(OPC_WRITE, nsid, L, self->per, addrs[i], 0)),
+				NVME_SC_INVALID_FIELD, "Write from a revoked import's page");
+	}
+	EXPECT_EQ(8, REJECTED(self) - rej0);
+	EXPECT_EQ(-1, first_not(a2.p, 4 * 4096, A_BYTE)) TH_LOG("the controller wrote into A's buffer");
+	EXPECT_EQ(0, check_pattern(&self->q, &self->bbuf, 8, nsid, L, self->lbs, 69));
+	close(e.fd);
+}
+
 /* ------------------------------------------------------------------ */
 
 /* Tests that open their own files; a fixture only for the longer timeout. */
