@@ -308,8 +308,11 @@ mod tests {
     #[test]
     fn transfer_limit_and_status() {
         let m = Model { pool: [0; 1024] };
-        // 1025 blocks of 512 B: over the 512 KiB limit.
-        assert_eq!(run(&read(0, 1025, 0x10000, 0x80000), &m), Err(Reject::Field));
+        // 1025 blocks of 512 B, inside a large namespace: over the 512 KiB limit.
+        let mut lim = limits();
+        lim.ns[0].capacity = 1 << 20;
+        let mut list = [0u64; 128];
+        assert_eq!(check(&read(0, 1025, 0x10000, 0x80000), &lim, &m, &mut list, 0), Err(Reject::Field));
         assert_eq!(Reject::LbaRange.status(), 0x8100);
         assert_eq!(Reject::Field.status(), 0x8004);
         assert_eq!(list_entries(512 * 1024), 128);
