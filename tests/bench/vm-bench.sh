@@ -1,7 +1,8 @@
 #!/bin/sh
-# Inside the VM: gpunvme's polled path on one emulated controller (direct
-# queue pairs, then bridged ones: the CPU bridge relay) and the kernel nvme
-# driver (io_uring, O_DIRECT) on the other, same controller model, one run. The JSON goes to the console between markers.
+# Inside the VM: gpunvme's polled path on one emulated controller (shared
+# queue pairs: the module's checking relay; then raw ones in owner mode) and
+# the kernel nvme driver (io_uring, O_DIRECT) on the other, same controller
+# model, one run. The JSON goes to the console between markers.
 set -e
 insmod "$GPUNVME_DIR/gpunvme.ko"
 gpunvme bind "$GPUNVME_BDF"
@@ -14,7 +15,7 @@ while [ -z "$(ls /sys/bus/pci/devices/$KERNEL_NVME_BDF/nvme/*/ 2>/dev/null | gre
 	sleep 0.05
 done
 ctrl=$(ls "/sys/bus/pci/devices/$KERNEL_NVME_BDF/nvme/")
-gpunvme bench "$GPUNVME_BDF" --block-device "/dev/${ctrl}n1" --bridged --range-mib 32 \
+gpunvme bench "$GPUNVME_BDF" --block-device "/dev/${ctrl}n1" --owner --range-mib 32 \
 	--duration-ms "${BENCH_MS:-1000}" --json /tmp/bench.json
 echo "@@BENCH-JSON-BEGIN"
 cat /tmp/bench.json
