@@ -9,9 +9,9 @@
  * attach->peer2peer and would hand out (migrate to) system memory instead:
  * that is refused, so "GPU memory" never silently becomes host memory.
  *
- * When the exporter invalidates the mapping, it is unmapped at once: the
- * IOMMU then rejects the controller's DMA to it, so later I/O on that
- * buffer completes with an error instead of touching moved memory.
+ * When the exporter invalidates the mapping, its pages are first taken out
+ * of the importing file's own pages (rust/buffers.rs), so shared-mode
+ * commands naming them are refused from then on, and then it is unmapped.
  */
 #include <linux/dma-buf.h>
 #include <linux/dma-resv.h>
@@ -19,11 +19,17 @@
 #include <linux/slab.h>
 #include "shim.h"
 
+/* rust/file.rs: forget mapping `handle` of the file whose pages are `buffers`. */
+void gpunvme_buffers_revoke(void *buffers, u32 handle);
+
 struct gpunvme_import {
 	struct dma_buf *dmabuf;
 	struct dma_buf_attachment *attach;
 	struct sg_table *sgt;
 	bool pinned;
+	bool revoked;
+	void *buffers;
+	u32 handle;
 };
 
 static void gpunvme_import_invalidate(struct dma_buf_attachment *attach)
@@ -31,6 +37,8 @@ static void gpunvme_import_invalidate(struct dma_buf_attachment *attach)
 	struct gpunvme_import *imp = attach->importer_priv;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
+	WRITE_ONCE(imp->revoked, true);
+	gpunvme_buffers_revoke(imp->buffers, imp->handle);
 	if (imp->sgt) {
 		dma_buf_unmap_attachment(attach, imp->sgt, DMA_BIDIRECTIONAL);
 		imp->sgt = NULL;
@@ -59,7 +67,8 @@ static void import_teardown(struct gpunvme_import *imp)
 }
 
 struct gpunvme_import *gpunvme_shim_import(struct device *dev, int fd, u64 *dma_addrs,
-					   u64 max_pages, u64 *len, int *err)
+					   u64 max_pages, u64 *len, void *buffers, u32 handle,
+					   int *err)
 {
 	struct gpunvme_import *imp;
 	struct scatterlist *sg;
@@ -72,6 +81,8 @@ struct gpunvme_import *gpunvme_shim_import(struct device *dev, int fd, u64 *dma_
 		*err = -ENOMEM;
 		return NULL;
 	}
+	imp->buffers = buffers;
+	imp->handle = handle;
 	imp->dmabuf = dma_buf_get(fd);
 	if (IS_ERR(imp->dmabuf)) {
 		*err = PTR_ERR(imp->dmabuf);
@@ -144,4 +155,10 @@ out:
 void gpunvme_shim_unimport(struct gpunvme_import *imp)
 {
 	import_teardown(imp);
+}
+
+/* Has the exporter invalidated the mapping since it was made? */
+bool gpunvme_shim_import_revoked(struct gpunvme_import *imp)
+{
+	return READ_ONCE(imp->revoked);
 }

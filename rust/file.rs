@@ -401,9 +401,16 @@ impl OpenState {
         let handle = self.next_handle.fetch_add(1, Relaxed);
         let len = sh.with_admin(|_, _, _| {
             self.not_owned_by_another("MAP_DMABUF")?;
-            let (import, len) = Import::new(&sh.dev, req.fd, &mut addrs)?;
-            sh.dma.lock().maps.push(MapEntry { file: self.id, handle, map: Mapped::DmaBuf(import) }, GFP_KERNEL)?;
-            self.buffers.add(handle, &addrs[..(len / 4096) as usize]).inspect_err(|_| drop(self.drop_map(handle)))?;
+            let (import, len) = Import::new(&sh.dev, req.fd, &mut addrs, &self.buffers, handle)?;
+            self.buffers.add(handle, &addrs[..(len / 4096) as usize])?;
+            // A revoke that came before the pages were added removed nothing.
+            if import.revoked() {
+                self.buffers.remove(handle);
+                dev_warn!(sh.dev, "MAP_DMABUF: the exporter revoked the buffer while it was being imported\n");
+                return Err(ENODEV);
+            }
+            sh.dma.lock().maps.push(MapEntry { file: self.id, handle, map: Mapped::DmaBuf(import) }, GFP_KERNEL)
+                .inspect_err(|_| self.buffers.remove(handle))?;
             Ok(len)
         })?;
         self.hand_out(handle, req.dma_addrs, &addrs[..(len / 4096) as usize], || {

@@ -25,8 +25,10 @@ struct gpunvme_export *gpunvme_shim_export_mem(struct device *dev, void *cpu, dm
 void gpunvme_shim_export_revoke(struct gpunvme_export *exp);
 struct gpunvme_import;
 struct gpunvme_import *gpunvme_shim_import(struct device *dev, int fd, u64 *dma_addrs,
-					   u64 max_pages, u64 *len, int *err);
+					   u64 max_pages, u64 *len, void *buffers, u32 handle,
+					   int *err);
 void gpunvme_shim_unimport(struct gpunvme_import *imp);
+bool gpunvme_shim_import_revoked(struct gpunvme_import *imp);
 struct gpunvme_bridge;
 struct gpunvme_bridge *gpunvme_shim_bridge_start(void *ctx, u64 *counters, struct device *dev,
 						 u16 qid, u32 threads, int *err);

@@ -4,7 +4,9 @@
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
-use kernel::{bindings, device::Device, fs::File, mm::virt::VmaNew, pci, prelude::*};
+use kernel::{bindings, device::Device, fs::File, mm::virt::VmaNew, pci, prelude::*, sync::Arc};
+
+use crate::buffers::Buffers;
 
 // `struct device`, `struct file` and `struct vm_area_struct` are passed as
 // void pointers: the shim's prototypes are in rust/shim.h.
@@ -149,39 +151,88 @@ impl Drop for Export {
 }
 
 extern "C" {
-    fn gpunvme_shim_import(dev: *mut c_void, fd: i32, dma_addrs: *mut u64, max_pages: u64, len: *mut u64, err: *mut i32) -> *mut c_void;
+    fn gpunvme_shim_import(
+        dev: *mut c_void,
+        fd: i32,
+        dma_addrs: *mut u64,
+        max_pages: u64,
+        len: *mut u64,
+        buffers: *mut c_void,
+        handle: u32,
+        err: *mut i32,
+    ) -> *mut c_void;
     fn gpunvme_shim_unimport(imp: *mut c_void);
+    fn gpunvme_shim_import_revoked(imp: *mut c_void) -> bool;
 }
 
 /// A dma-buf imported for the controller's DMA (see `rust/dmabuf_importer.c`):
-/// attached peer-to-peer, pinned and mapped; detached on drop.
-pub(crate) struct Import(NonNull<c_void>);
+/// attached peer-to-peer, pinned and mapped; detached on drop. When the
+/// exporter revokes it, its pages leave the importing file's `Buffers`
+/// first (`gpunvme_buffers_revoke`), so no new command can name them.
+pub(crate) struct Import {
+    imp: NonNull<c_void>,
+    /// The reference on the file's pages that the revoke callback uses,
+    /// released after the attachment is gone.
+    buffers: *const Buffers,
+}
 
 // SAFETY: the import is owned kernel memory; teardown takes the dma-buf's
-// own lock and may run on any thread.
+// own lock and may run on any thread; `Buffers` is `Sync`.
 unsafe impl Send for Import {}
-// SAFETY: no `&self` method touches it.
+// SAFETY: `&self` methods only read the revoked flag (READ_ONCE in C).
 unsafe impl Sync for Import {}
 
 impl Import {
-    /// Import dma-buf `fd` for `dev`; the DMA address of each 4 KiB page
-    /// goes to `dma_addrs` (at most its length). Returns the byte length.
-    pub(crate) fn new(dev: &Device, fd: i32, dma_addrs: &mut [u64]) -> Result<(Self, u64)> {
+    /// Import dma-buf `fd` for `dev` as mapping `handle` of the file whose
+    /// pages are `buffers`; the DMA address of each 4 KiB page goes to
+    /// `dma_addrs` (at most its length). Returns the byte length.
+    pub(crate) fn new(dev: &Device, fd: i32, dma_addrs: &mut [u64], buffers: &Arc<Buffers>, handle: u32) -> Result<(Self, u64)> {
         let (mut len, mut err) = (0u64, 0i32);
+        let b = Arc::into_raw(buffers.clone());
         // SAFETY: `dma_addrs` has room for the `max_pages` passed; the shim
-        // takes its own reference on the dma-buf behind `fd`.
+        // takes its own reference on the dma-buf behind `fd`; `b` stays
+        // valid until the attachment is gone (dropped after unimport).
         let p = unsafe {
-            gpunvme_shim_import(raw(dev), fd, dma_addrs.as_mut_ptr(), dma_addrs.len() as u64, &mut len, &mut err)
+            gpunvme_shim_import(raw(dev), fd, dma_addrs.as_mut_ptr(), dma_addrs.len() as u64, &mut len, b.cast_mut().cast(), handle, &mut err)
         };
-        NonNull::new(p).map(|p| (Self(p), len)).ok_or_else(|| Error::from_errno(err))
+        match NonNull::new(p) {
+            Some(imp) => Ok((Self { imp, buffers: b }, len)),
+            None => {
+                // SAFETY: the import failed and no callback can run: the
+                // reference from `into_raw` above is ours again.
+                drop(unsafe { Arc::from_raw(b) });
+                Err(Error::from_errno(err))
+            }
+        }
+    }
+
+    /// Has the exporter revoked the mapping since it was made?
+    pub(crate) fn revoked(&self) -> bool {
+        // SAFETY: `imp` is live until drop.
+        unsafe { gpunvme_shim_import_revoked(self.imp.as_ptr()) }
     }
 }
 
 impl Drop for Import {
     fn drop(&mut self) {
         // SAFETY: the pointer came from gpunvme_shim_import; released once.
-        unsafe { gpunvme_shim_unimport(self.0.as_ptr()) }
+        // After it returns the attachment is detached, so the revoke
+        // callback cannot run and the `Buffers` reference can go.
+        unsafe {
+            gpunvme_shim_unimport(self.imp.as_ptr());
+            drop(Arc::from_raw(self.buffers));
+        }
     }
+}
+
+/// The importer's revoke callback: forget mapping `handle` in `buffers`.
+#[no_mangle]
+extern "C" fn gpunvme_buffers_revoke(buffers: *mut c_void, handle: u32) {
+    // SAFETY: `buffers` is the `Arc<Buffers>` reference an `Import` holds
+    // until its attachment is gone, and the exporter calls this only while
+    // attached.
+    let b = unsafe { &*buffers.cast_const().cast::<Buffers>() };
+    b.remove(handle);
 }
 
 extern "C" {

@@ -313,9 +313,10 @@ struct gpunvme_map_host {
  * The attachment allows peer-to-peer and is pinned. An exporter that would
  * have to move the buffer to system memory to reach the controller (no
  * peer-to-peer path) is refused with EOPNOTSUPP, never silently migrated.
- * When the exporter revokes or moves the buffer, the mapping is removed at
- * once: I/O to its addresses then fails in the IOMMU and the command
- * completes with an error status.
+ * When the exporter revokes or moves the buffer, its pages leave the file's
+ * own pages first (a shared-mode command naming them is refused with
+ * Invalid Field from then on), and then the mapping is removed: a raw
+ * command aimed at them fails in the IOMMU.
  * Errors: EBADF, EINVAL (size not 4 KiB multiple, more pages than
  * max_pages, max_pages out of range, unaligned segments), EOPNOTSUPP,
  * ETIMEDOUT (exporter fences), EINTR/ERESTARTSYS (a signal during that
