@@ -68,8 +68,8 @@ unload_refused_while_open() {
 unbind() {
 	echo "$BDF" > /sys/bus/pci/drivers/gpunvme/unbind || return 1
 	[ -z "$(driver_of "$BDF")" ] || return 1
-	! ls /sys/class/misc | grep -q '^gpunvme' || return 1
-	! ls /dev | grep -q '^gpunvme'
+	! ls /sys/class/misc | grep -q '^gpunvme[0-9]' || return 1
+	! ls /dev | grep -q '^gpunvme[0-9]'
 }
 
 unload() { rmmod gpunvme && [ ! -d /sys/module/gpunvme ]; }
