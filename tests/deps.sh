@@ -33,6 +33,26 @@ if ! command -v bindgen >/dev/null 2>&1; then
     cargo install --locked bindgen-cli
 fi
 
+# The Debian archive this machine already uses (its own apt sources, one-line
+# or deb822 format): the URI of an entry whose suite is a Debian release
+# (not -security), so no archive host name is written into this project.
+debian_mirror() {
+    local f uri
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -f "$f" ] || continue
+        uri=$(awk '$1 == "deb" { for (i = 2; i < NF; i++) if ($i ~ /^[a-z]+:\/\// && $(i + 1) ~ /^(buster|bullseye|bookworm|trixie|forky|sid|stable|testing|unstable)(-updates|-backports)?$/) { print $i; exit } }' "$f")
+        [ -n "$uri" ] && { echo "${uri%/}"; return 0; }
+    done
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$f" ] || continue
+        uri=$(awk 'BEGIN { RS = ""; FS = "\n" }
+                   /(^|\n)Types:[^\n]*deb/ && !/Suites:[^\n]*security/ && /Signed-By:[^\n]*debian-archive/ {
+                       for (i = 1; i <= NF; i++) if ($i ~ /^URIs:/) { split($i, a, " "); print a[2]; exit } }' "$f")
+        [ -n "$uri" ] && { echo "${uri%/}"; return 0; }
+    done
+    return 1
+}
+
 # ---- Linux 7.3 source from Debian's trixie-backports ----------------------
 # A private apt configuration: the machine's own sources stay untouched.
 SRC_DIR="$CACHE/src"
@@ -40,7 +60,8 @@ if ! ls -d "$SRC_DIR"/linux-source-7.3* >/dev/null 2>&1; then
     log "fetching linux-source-7.3"
     APT="$CACHE/apt"
     mkdir -p "$APT/lists/partial" "$APT/archives/partial" "$SRC_DIR"
-    echo "deb http://deb.debian.org/debian trixie-backports main" > "$APT/sources.list"
+    mirror=$(debian_mirror) || { echo "deps: no Debian archive in this machine's apt sources" >&2; exit 1; }
+    echo "deb $mirror trixie-backports main" > "$APT/sources.list"
     apt_opts=(-o Dir::Etc::SourceList="$APT/sources.list" -o Dir::Etc::SourceParts=/dev/null
               -o Dir::State::Lists="$APT/lists" -o Dir::Cache::Archives="$APT/archives"
               -o APT::Get::List-Cleanup=0)
