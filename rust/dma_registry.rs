@@ -42,16 +42,35 @@ pub(crate) struct QueueEntry {
     pub(crate) q: QPair,
 }
 
+impl QueueEntry {
+    /// Revoke the exports and take the pair off the relay, in that order:
+    /// afterwards neither a peer nor a kernel thread reaches its memory,
+    /// unless an importer held on (`false`): then the memory must be kept.
+    pub(crate) fn let_go(self) -> (QPair, bool) {
+        let QueueEntry { exports, bridge, q, .. } = self;
+        let mut clean = true;
+        for x in exports {
+            clean &= x.revoke();
+        }
+        drop(bridge);
+        (q, clean)
+    }
+}
+
 pub(crate) struct MapEntry {
     pub(crate) file: FileId,
     pub(crate) handle: u32,
     pub(crate) map: Mapped,
 }
 
-/// Memory whose DMA state is unknown (a delete failed or timed out).
+/// Memory whose DMA state is unknown.
 pub(crate) enum Quarantined {
+    /// The controller may still use it (a delete failed or timed out):
+    /// freed once the controller is disabled.
     Queue(#[allow(dead_code)] QPair),
     Buffer(#[allow(dead_code)] Mapped),
+    /// An importer did not let go of an export of it: never freed.
+    Exported(QPair),
 }
 
 #[derive(Default)]
@@ -74,11 +93,10 @@ impl DmaRegistry {
         self.queues.iter().filter(|e| e.file == file && e.state == QueueState::Live).count()
     }
 
-    /// Remove and return the live queue `qid` of `file`; its exports are
-    /// revoked here (peers stop using it before the controller forgets it).
-    pub(crate) fn take_live(&mut self, file: FileId, qid: u16) -> Option<QPair> {
+    /// Remove and return the live queue `qid` of `file`.
+    pub(crate) fn take_live(&mut self, file: FileId, qid: u16) -> Option<QueueEntry> {
         let i = self.queues.iter().position(|e| e.file == file && e.state == QueueState::Live && e.q.qid == qid)?;
-        self.queues.remove(i).ok().map(|e| e.q)
+        self.queues.remove(i).ok()
     }
 
     /// Remove and return every entry of `file`. On allocation failure
@@ -107,10 +125,21 @@ impl DmaRegistry {
     }
 
     /// Free everything: only once the controller can no longer DMA.
+    /// What an importer still maps is leaked, never freed.
     pub(crate) fn clear(&mut self) {
-        self.queues.clear();
+        for e in self.queues.drain_all() {
+            let (q, clean) = e.let_go();
+            if !clean {
+                core::mem::forget(q);
+            }
+        }
         self.maps.clear();
-        self.quarantine.clear();
+        for what in self.quarantine.drain_all() {
+            match what {
+                Quarantined::Exported(q) => core::mem::forget(q),
+                other => drop(other),
+            }
+        }
     }
 
     /// Keep `what` until the controller is disabled. Leaks it if even the

@@ -13,7 +13,12 @@
  *
  * Every export is revocable: the module revokes it when the queue pair is
  * destroyed or the controller unbound, before that memory is freed; maps
- * fail with ENODEV afterwards. The dma-buf pins this module (owner).
+ * fail with ENODEV afterwards. As vfio_pci_dmabuf.c does, every mapping is
+ * counted from map to unmap, and revoking waits (bounded) for importers to
+ * unmap after invalidate_mappings and for their fences. An importer that
+ * does not let go in time is reported, and the caller keeps the memory
+ * (rust/dma_registry.rs: quarantine) instead of freeing it. The dma-buf
+ * pins this module (owner).
  */
 #include <linux/dma-buf.h>
 #include <linux/dma-buf-mapping.h>
@@ -22,6 +27,7 @@
 #include <linux/pci.h>
 #include <linux/pci-p2pdma.h>
 #include <linux/slab.h>
+#include <linux/wait.h>
 #include "shim.h"
 
 MODULE_IMPORT_NS("DMA_BUF");
@@ -31,6 +37,9 @@ struct gpunvme_export {
 	struct device *dev;	/* the NVMe controller */
 	bool mmio;
 	bool revoked;
+	/* Mappings importers hold; revoke waits for 0. */
+	atomic_t maps;
+	wait_queue_head_t unmapped;
 	/* mmio */
 	struct p2pdma_provider *provider;
 	struct phys_vec phys;
@@ -75,8 +84,10 @@ static struct sg_table *gpunvme_export_map(struct dma_buf_attachment *attach,
 					      exp->phys.len, dir);
 		if (IS_ERR(sgt))
 			dev_warn(exp->dev,
-				 "doorbell dma-buf: no peer-to-peer path from %s to this controller (%pe); the bridge mode is the fallback\n",
+				 "doorbell dma-buf: no peer-to-peer path from %s to this controller (%pe); shared mode is the fallback\n",
 				 dev_name(attach->dev), sgt);
+		else
+			atomic_inc(&exp->maps);
 		return sgt;
 	}
 
@@ -89,6 +100,7 @@ static struct sg_table *gpunvme_export_map(struct dma_buf_attachment *attach,
 	ret = dma_map_sgtable(attach->dev, sgt, dir, 0);
 	if (ret)
 		goto table;
+	atomic_inc(&exp->maps);
 	return sgt;
 table:
 	sg_free_table(sgt);
@@ -104,11 +116,13 @@ static void gpunvme_export_unmap(struct dma_buf_attachment *attach, struct sg_ta
 
 	if (exp->mmio) {
 		dma_buf_free_sgt(attach, sgt, dir);
-		return;
+	} else {
+		dma_unmap_sgtable(attach->dev, sgt, dir, 0);
+		sg_free_table(sgt);
+		kfree(sgt);
 	}
-	dma_unmap_sgtable(attach->dev, sgt, dir, 0);
-	sg_free_table(sgt);
-	kfree(sgt);
+	if (atomic_dec_and_test(&exp->maps))
+		wake_up_all(&exp->unmapped);
 }
 
 static void gpunvme_export_release(struct dma_buf *dmabuf)
@@ -130,6 +144,8 @@ static struct gpunvme_export *export_common(struct gpunvme_export *exp, size_t s
 	DEFINE_DMA_BUF_EXPORT_INFO(info);
 	int ret;
 
+	atomic_set(&exp->maps, 0);
+	init_waitqueue_head(&exp->unmapped);
 	info.ops = &gpunvme_export_ops;
 	info.size = size;
 	info.flags = flags;
@@ -203,16 +219,34 @@ struct gpunvme_export *gpunvme_shim_export_mem(struct device *dev, void *cpu, dm
 	return export_common(exp, size, flags, fd, err);
 }
 
-void gpunvme_shim_export_revoke(struct gpunvme_export *exp)
+/* How long importers get to unmap and to signal their fences. */
+#define GPUNVME_REVOKE_TIMEOUT (5 * HZ)
+
+/*
+ * Revoke, then wait for every importer to unmap and for its fences, each
+ * bounded. True when nothing outside the module can reach the memory any
+ * more; false when an importer held on: the caller must keep the memory.
+ */
+bool gpunvme_shim_export_revoke(struct gpunvme_export *exp)
 {
 	struct dma_buf *dmabuf = exp->dmabuf;
+	bool clean = true;
+	long t;
 
 	dma_resv_lock(dmabuf->resv, NULL);
 	exp->revoked = true;
 	dma_buf_invalidate_mappings(dmabuf);
 	dma_resv_unlock(dmabuf->resv);
-	/* Importers finish with their fences; bounded, like every wait here. */
-	if (dma_resv_wait_timeout(dmabuf->resv, DMA_RESV_USAGE_BOOKKEEP, false, 5 * HZ) <= 0)
-		dev_warn(exp->dev, "dma-buf revoke: importer fences still pending after 5 s\n");
+	t = dma_resv_wait_timeout(dmabuf->resv, DMA_RESV_USAGE_BOOKKEEP, false, GPUNVME_REVOKE_TIMEOUT);
+	if (t <= 0) {
+		dev_err(exp->dev, "dma-buf revoke: importer fences still pending after 5 s\n");
+		clean = false;
+	}
+	if (!wait_event_timeout(exp->unmapped, atomic_read(&exp->maps) == 0, GPUNVME_REVOKE_TIMEOUT)) {
+		dev_err(exp->dev, "dma-buf revoke: %d importer mapping(s) of the %s still held after 5 s; keeping that memory\n",
+			atomic_read(&exp->maps), exp->mmio ? "doorbell page" : "queue memory");
+		clean = false;
+	}
 	dma_buf_put(dmabuf);
+	return clean;
 }

@@ -261,7 +261,7 @@ impl OpenState {
     /// Delete `q` on the controller, SQ before CQ. Its memory goes back to
     /// the registry as retired (it may still be mapped until close), or to
     /// the quarantine when the controller did not confirm the delete.
-    fn retire(&self, q: QPair) -> Result {
+    fn retire(&self, q: QPair, exported: bool) -> Result {
         let sh = &self.shared;
         let res = sh.with_admin(|_, admin, ring| {
             for cmd in q.delete_cmds() {
@@ -270,6 +270,12 @@ impl OpenState {
             Ok(())
         });
         match res {
+            Ok(()) if exported => {
+                // The controller is done with it, but an importer is not.
+                sh.release_qid(q.qid);
+                sh.quarantine(Quarantined::Exported(q));
+                Ok(())
+            }
             Ok(()) => {
                 sh.release_qid(q.qid);
                 let mut dma = sh.dma.lock();
@@ -285,7 +291,7 @@ impl OpenState {
             // `q` goes to the quarantine, freed after the disable (or with
             // the shared state, which outlives the binding).
             Err(e) => {
-                sh.quarantine(Quarantined::Queue(q));
+                sh.quarantine(if exported { Quarantined::Exported(q) } else { Quarantined::Queue(q) });
                 Err(e)
             }
         }
@@ -294,11 +300,13 @@ impl OpenState {
     pub(crate) fn destroy_qpair(&self, arg: usize) -> Result<isize> {
         let (req, _) = read_arg!(self, uapi::QpairDestroy, arg, "DESTROY_QPAIR");
         self.shared.alive()?;
-        let Some(q) = self.shared.dma.lock().take_live(self.id, req.qid) else {
+        let Some(entry) = self.shared.dma.lock().take_live(self.id, req.qid) else {
             dev_warn!(self.shared.dev, "DESTROY_QPAIR: qid {} is not a live queue pair of this file\n", req.qid);
             return Err(ENOENT);
         };
-        self.retire(q)?;
+        // Peers and the relay let go before the controller forgets the queue.
+        let (q, clean) = entry.let_go();
+        self.retire(q, !clean)?;
         Ok(0)
     }
 
@@ -536,13 +544,14 @@ impl Drop for OpenState {
         };
         let mut stuck = false;
         for e in queues {
-            let QueueEntry { state, exports, bridge, q, .. } = e;
             // Peers and the relay let go before the queues are deleted and
             // their qid can be handed out again.
-            drop(exports);
-            drop(bridge);
-            if state == QueueState::Live && self.retire(q).is_err() {
-                stuck = true;
+            let live = e.state == QueueState::Live;
+            let (q, clean) = e.let_go();
+            if live {
+                stuck |= self.retire(q, !clean).is_err();
+            } else if !clean {
+                sh.quarantine(Quarantined::Exported(q));
             }
         }
         // `retire` put the deleted queues back as retired: free them now.

@@ -22,7 +22,7 @@ struct gpunvme_export *gpunvme_shim_export_mmio(struct device *dev, u64 bar_offs
 						u32 flags, int *fd, int *err);
 struct gpunvme_export *gpunvme_shim_export_mem(struct device *dev, void *cpu, dma_addr_t dma,
 					       size_t size, u32 flags, int *fd, int *err);
-void gpunvme_shim_export_revoke(struct gpunvme_export *exp);
+bool gpunvme_shim_export_revoke(struct gpunvme_export *exp);
 struct gpunvme_import;
 struct gpunvme_import *gpunvme_shim_import(struct device *dev, int fd, u64 *dma_addrs,
 					   u64 max_pages, u64 *len, void *buffers, u32 handle,

@@ -106,12 +106,14 @@ impl Drop for HostMap {
 extern "C" {
     fn gpunvme_shim_export_mmio(dev: *mut c_void, bar_offset: u64, len: u64, flags: u32, fd: *mut i32, err: *mut i32) -> *mut c_void;
     fn gpunvme_shim_export_mem(dev: *mut c_void, cpu: *mut c_void, dma: u64, size: usize, flags: u32, fd: *mut i32, err: *mut i32) -> *mut c_void;
-    fn gpunvme_shim_export_revoke(exp: *mut c_void);
+    fn gpunvme_shim_export_revoke(exp: *mut c_void) -> bool;
 }
 
-/// A dma-buf this module exported (see `rust/dmabuf_exporter.c`). Dropping
-/// it revokes every importer's mapping; the dma-buf itself lives on until
-/// its last fd and attachment are gone, answering ENODEV.
+/// A dma-buf this module exported (see `rust/dmabuf_exporter.c`).
+/// [`Export::revoke`] revokes every importer's mapping and says whether
+/// they all let go; dropping it unrevoked revokes too (the answer is only
+/// logged). The dma-buf itself lives on until its last fd and attachment
+/// are gone, answering ENODEV.
 pub(crate) struct Export(NonNull<c_void>);
 
 // SAFETY: the export object is reference-counted kernel memory; revoking
@@ -142,11 +144,24 @@ impl Export {
     }
 }
 
+impl Export {
+    /// Revoke: invalidate every importer's mapping, then wait (bounded) for
+    /// them to unmap and for their fences. False when one held on: the
+    /// exported memory must then be kept, never freed.
+    pub(crate) fn revoke(self) -> bool {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: the pointer came from an export call; `ManuallyDrop`
+        // keeps `drop` from revoking it a second time. This drops the
+        // module's reference.
+        unsafe { gpunvme_shim_export_revoke(this.0.as_ptr()) }
+    }
+}
+
 impl Drop for Export {
     fn drop(&mut self) {
-        // SAFETY: the pointer came from an export call and is revoked once;
-        // this drops the module's reference.
-        unsafe { gpunvme_shim_export_revoke(self.0.as_ptr()) }
+        // SAFETY: the pointer came from an export call and is revoked once
+        // (`revoke` does not get here); this drops the module's reference.
+        unsafe { gpunvme_shim_export_revoke(self.0.as_ptr()) };
     }
 }
 

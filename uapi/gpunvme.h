@@ -350,7 +350,8 @@ struct gpunvme_unmap {
 };
 
 /* What GPUNVME_IOC_EXPORT exports. */
-#define GPUNVME_EXPORT_DOORBELL 1	/* the 4 KiB BAR0 page holding the pair's doorbells */
+#define GPUNVME_EXPORT_DOORBELL 1	/* the pair's doorbell page (4 KiB): BAR0 for a raw
+					 * pair, the shadow cells' page for a shared one */
 #define GPUNVME_EXPORT_SQ       2	/* the SQ memory (sq_size bytes) */
 #define GPUNVME_EXPORT_CQ       3	/* the CQ memory (cq_size bytes) */
 #define GPUNVME_EXPORT_PRP_POOL 4	/* a shared pair's PRP pool (prp_size bytes) */
@@ -368,7 +369,7 @@ struct gpunvme_unmap {
  *          are at sq_db / cq_db from GPUNVME_IOC_CREATE_QPAIR.
  * @reserved: in: zero.
  *
- * The doorbell dma-buf is MMIO, exported like VFIO exports a BAR: only
+ * A raw pair's doorbell dma-buf is MMIO, exported like VFIO exports a BAR: only
  * importers that allow peer-to-peer and implement invalidate_mappings may
  * attach (EOPNOTSUPP otherwise), and mapping fails with the p2pdma error
  * (EINVAL) when the PCI topology between the importer and the controller
@@ -377,7 +378,10 @@ struct gpunvme_unmap {
  *
  * Every export is revoked when its queue pair is destroyed, its file closed
  * or the controller unbound: importers get invalidate_mappings and later
- * maps fail with ENODEV. Errors: ENOENT (no such live queue pair), EINVAL,
+ * maps fail with ENODEV. The module then waits up to 5 s for importers to
+ * unmap and for their fences; memory an importer still maps after that is
+ * kept (never freed, and never reused for another queue) and the log says
+ * so. Errors: ENOENT (no such live queue pair), EINVAL,
  * ENODEV (unbound), EOPNOTSUPP (no p2pdma provider for the doorbell),
  * ENOMEM, EMFILE (no free descriptor).
  */
