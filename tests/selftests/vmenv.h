@@ -173,7 +173,7 @@ static inline int klog_count(const char *a, const char *b)
 	int len = klogctl(10 /* SYSLOG_ACTION_SIZE_BUFFER */, NULL, 0);
 	if (len <= 0)
 		return -1;
-	char *buf = malloc(len + 1);
+	char *buf = (char *)malloc(len + 1);
 	if (!buf)
 		return -1;
 	int n = klogctl(3 /* SYSLOG_ACTION_READ_ALL */, buf, len);
@@ -206,7 +206,7 @@ static inline void klog_show(const char *a, int max)
 {
 	int total = klog_count(a, NULL), seen = 0;
 	int len = klogctl(10, NULL, 0);
-	char *buf = len > 0 ? malloc(len + 1) : NULL;
+	char *buf = len > 0 ? (char *)malloc(len + 1) : NULL;
 	if (!buf)
 		return;
 	int n = klogctl(3, buf, len);
