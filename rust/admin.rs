@@ -10,9 +10,14 @@
 //! - command ID 0 is never used, and a completion is taken as ours only
 //!   when its SQ ID is 0 and its command ID is the one in flight; anything
 //!   else is consumed (the CQ head doorbell is rung) and skipped;
+//! - the CQ head doorbell is rewritten with the kernel's own head before
+//!   each command and while waiting, so a stray head write that made the
+//!   CQ look full to the controller is undone;
 //! - a command with no completion before the deadline is ETIMEDOUT, never
 //!   EIO: it may still run, so callers keep what it references. The queue
-//!   stays usable: the next command resynchronises on what comes back.
+//!   is then `unsure`; once no file holds a queue, the controller is
+//!   disabled and re-initialised (`Shared::recover_if_idle`), which frees
+//!   what was kept and resets the queue.
 
 use kernel::{
     device::{Bound, Device},
@@ -39,6 +44,9 @@ pub(crate) struct AdminQueue {
     cid: u16,
     /// Completions consumed that were not the kernel's (for the log).
     foreign: u64,
+    /// A command got no completion: the controller's view of this queue is
+    /// unknown until it is reset.
+    unsure: bool,
 }
 
 impl AdminQueue {
@@ -51,7 +59,27 @@ impl AdminQueue {
             phase: true,
             cid: 0,
             foreign: 0,
+            unsure: false,
         })
+    }
+
+    pub(crate) fn unsure(&self) -> bool {
+        self.unsure
+    }
+
+    /// Empty rings and fresh pointers, for a controller that was disabled
+    /// (so it no longer reads or writes them) and is about to be enabled.
+    pub(crate) fn reset(&mut self) {
+        for slot in 0..ADMIN_DEPTH {
+            self.write_sqe(slot, Sqe::default());
+            // SAFETY: `slot` is within the allocation; the controller is
+            // disabled, so nothing else writes the CQ.
+            unsafe { core::ptr::write_volatile(self.cq.as_mut_ptr().cast::<Cqe>().add(slot.into()), Cqe::default()) };
+        }
+        self.tail = 0;
+        self.head = 0;
+        self.phase = true;
+        self.unsure = false;
     }
 
     pub(crate) fn sq_dma(&self) -> u64 {
@@ -85,12 +113,40 @@ impl AdminQueue {
         // The phase bit was seen; read the rest of the entry after it.
         dma_mb(Read);
         let cqe = self.read_cqe(self.head);
-        self.head = (self.head + 1) % ADMIN_DEPTH;
-        if self.head == 0 {
-            self.phase = !self.phase;
-        }
-        ring(cap.cq_doorbell(0), self.head.into())?;
+        self.consumed(self.head, self.phase, cap, ring)?;
         Ok(Some(cqe))
+    }
+
+    /// Slot `slot`, written in the lap of phase `phase`, was read: blank it
+    /// (command ID 0, which the kernel never uses, and the same phase, so
+    /// the next lap still sees it as old), move the head past it and tell
+    /// the controller.
+    fn consumed(&mut self, slot: u16, phase: bool, cap: Cap, ring: &dyn Fn(usize, u32) -> Result) -> Result {
+        let blank = Cqe { sq_id: u16::MAX, status: u16::from(phase), ..Default::default() };
+        // SAFETY: `slot` is within the allocation. The controller writes a
+        // slot again only after the head has passed it, which it learns
+        // from the doorbell below.
+        unsafe { core::ptr::write_volatile(self.cq.as_mut_ptr().cast::<Cqe>().add(slot.into()), blank) };
+        self.head = (slot + 1) % ADMIN_DEPTH;
+        self.phase = if self.head == 0 { !phase } else { phase };
+        ring(cap.cq_doorbell(0), self.head.into())
+    }
+
+    /// Our completion by command ID anywhere in the CQ: after stray head
+    /// writes the controller's tail may have lapped the kernel's head, so
+    /// the entry may not be where the phase walk looks.
+    fn find(&mut self, cid: u16, cap: Cap, ring: &dyn Fn(usize, u32) -> Result) -> Result<Option<Cqe>> {
+        for slot in 0..ADMIN_DEPTH {
+            let cqe = self.read_cqe(slot);
+            if cqe.sq_id == 0 && cqe.cid == cid {
+                dma_mb(Read);
+                let cqe = self.read_cqe(slot);
+                // Resynchronise on it: what follows it in the ring is newer.
+                self.consumed(slot, cqe.phase(), cap, ring)?;
+                return Ok(Some(cqe));
+            }
+        }
+        Ok(None)
     }
 
     fn skip(&mut self, dev: &Device, cqe: &Cqe) {
@@ -112,10 +168,12 @@ impl AdminQueue {
         ring: &dyn Fn(usize, u32) -> Result,
     ) -> Result<Cqe> {
         // Completions posted since the last command (stray doorbell writes)
-        // are not ours: consume them so the CQ has room.
+        // are not ours: consume them so the CQ has room, and tell the
+        // controller the kernel's own head whatever was written there.
         while let Some(junk) = self.pop(cap, ring)? {
             self.skip(dev, &junk);
         }
+        ring(cap.cq_doorbell(0), self.head.into())?;
         self.cid = if self.cid == u16::MAX { 1 } else { self.cid + 1 };
         sqe.cid = self.cid;
         let slot = self.tail;
@@ -125,6 +183,7 @@ impl AdminQueue {
         ring(cap.sq_doorbell(0), self.tail.into())?;
 
         let mut mine = None;
+        let mut polls = 0u32;
         let waited = read_poll_timeout(
             || {
                 while let Some(cqe) = self.pop(cap, ring)? {
@@ -133,6 +192,11 @@ impl AdminQueue {
                         break;
                     }
                     self.skip(dev, &cqe);
+                }
+                polls += 1;
+                if mine.is_none() && polls % 64 == 0 {
+                    mine = self.find(sqe.cid, cap, ring)?;
+                    ring(cap.cq_doorbell(0), self.head.into())?;
                 }
                 Ok(mine.is_some())
             },
@@ -147,6 +211,7 @@ impl AdminQueue {
             (Ok(_), Some(cqe)) => cqe,
             (Err(e), _) if e != ETIMEDOUT => return Err(e),
             _ => {
+                self.unsure = true;
                 dev_err!(dev, "admin command {:#04x} (cid {}) got no completion in {} ms; what it references is kept\n",
                          sqe.opcode, sqe.cid, ADMIN_TIMEOUT.as_millis());
                 return Err(ETIMEDOUT);

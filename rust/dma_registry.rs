@@ -142,6 +142,23 @@ impl DmaRegistry {
         }
     }
 
+    /// The controller was disabled (and will be re-enabled): what was kept
+    /// because it might still use it can go; what an importer holds stays.
+    pub(crate) fn release_after_disable(&mut self) {
+        let mut kept = KVec::new();
+        for what in self.quarantine.drain_all() {
+            if let Quarantined::Exported(q) = what {
+                // Never freed: if there is no room to list it, it is leaked.
+                if kept.reserve(1, GFP_KERNEL).is_err() {
+                    core::mem::forget(q);
+                } else if let Err(e) = kept.push_within_capacity(Quarantined::Exported(q)) {
+                    core::mem::forget(e);
+                }
+            }
+        }
+        self.quarantine = kept;
+    }
+
     /// Keep `what` until the controller is disabled. Leaks it if even the
     /// list entry can't be allocated: freeing it could corrupt memory.
     pub(crate) fn quarantine(&mut self, what: Quarantined) {

@@ -171,6 +171,7 @@ impl OpenState {
         }
         let limits = if raw { None } else { Some(self.limits()?) };
         sh.alive()?;
+        sh.recover_if_idle();
         let qid = sh.claim_qid(self.id)?;
         let Some((_, mut sq_db, mut cq_db)) = qpair::doorbell_page(sh.cap, qid) else {
             sh.release_qid(qid);
@@ -563,7 +564,9 @@ impl Drop for OpenState {
                 sh.quarantine(Quarantined::Buffer(m.map));
             }
         }
+        sh.orphan_qids(self.id);
         sh.release_owner(self.id);
         sh.unregister_file(self.file);
+        sh.recover_if_idle();
     }
 }

@@ -31,6 +31,11 @@ use crate::uapi;
 /// I/O queue IDs the module hands out (bounded by the controller's grant).
 const MAX_QUEUES: usize = 64;
 
+/// A queue ID whose file closed without the queue being deleted: it may
+/// still exist on the controller, so the ID is not handed out again until
+/// the controller is re-initialised.
+const ORPHAN: FileId = FileId::MAX;
+
 /// Queue ID holders and the owner; file IDs start at 1, 0 is "nobody".
 pub(crate) struct Tenancy {
     qids: [FileId; MAX_QUEUES],
@@ -159,12 +164,20 @@ impl Shared {
             dev_warn!(self.dev, "CLAIM_OWNER: another file owns the controller\n");
             return Err(EBUSY);
         }
-        if let Some(q) = t.qids.iter().position(|&f| f != 0 && f != file) {
+        if let Some(q) = t.qids.iter().position(|&f| f != 0 && f != file && f != ORPHAN) {
             dev_warn!(self.dev, "CLAIM_OWNER: another file has queue pair {} (owner and shared files never mix)\n", q + 1);
             return Err(EBUSY);
         }
         t.owner = file;
         Ok(())
+    }
+
+    /// `file` closed: the queue IDs it still holds (queues whose delete
+    /// failed) belong to nobody now, but stay taken.
+    pub(crate) fn orphan_qids(&self, file: FileId) {
+        for f in self.tenancy.lock().qids.iter_mut().filter(|f| **f == file) {
+            *f = ORPHAN;
+        }
     }
 
     pub(crate) fn owner(&self) -> FileId {
@@ -181,6 +194,59 @@ impl Shared {
     pub(crate) fn quarantine(&self, what: Quarantined) {
         dev_warn!(self.dev, "keeping memory the controller may still use until it is disabled\n");
         self.dma.lock().quarantine(what);
+    }
+
+    /// When the admin queue lost a completion (its state on the controller
+    /// is unknown) and no file holds a queue or ownership, disable the
+    /// controller, free what was kept for it, and bring it up again with a
+    /// fresh admin queue: the next file gets a controller in a known state.
+    pub(crate) fn recover_if_idle(&self) {
+        let mut guard = self.admin.lock();
+        if self.alive().is_err() {
+            return;
+        }
+        let Some(admin) = Option::as_mut(&mut *guard) else { return };
+        if !admin.unsure() {
+            return;
+        }
+        {
+            let t = self.tenancy.lock();
+            if t.owner != 0 || t.qids.iter().any(|&f| f != 0 && f != ORPHAN) {
+                return;
+            }
+        }
+        // SAFETY: as in `with_admin`: unbind sets `gone`, then takes the
+        // admin lock before the device can become unbound; we hold the lock
+        // and saw `gone` clear.
+        let dev = unsafe { self.dev.as_bound() };
+        // Not `try_access`: that holds an RCU read lock, and disabling and
+        // enabling sleep.
+        let Ok(bar) = self.bar.access(dev) else { return };
+        dev_warn!(self.dev, "admin queue lost a completion and no queue is in use: re-initialising the controller\n");
+        if crate::controller::disable(&self.dev, bar, self.cap).is_err() {
+            dev_err!(self.dev, "controller did not stop; it stays unusable until rebind\n");
+            return;
+        }
+        // Disabled: nothing kept for the controller's sake is reachable now,
+        // and no queue exists on it any more.
+        self.dma.lock().release_after_disable();
+        for f in self.tenancy.lock().qids.iter_mut().filter(|f| **f == ORPHAN) {
+            *f = 0;
+        }
+        admin.reset();
+        let ring = |offset: usize, value: u32| bar.try_write32(value, offset);
+        let up = crate::controller::enable(&self.dev, bar, self.cap, admin).and_then(|()| {
+            let cqe = admin.submit(&self.dev, self.cap, crate::command::set_num_queues(self.info.io_queues as u16), &ring)?;
+            if crate::command::granted_queues(cqe.result) < self.info.io_queues {
+                dev_err!(self.dev, "fewer I/O queues granted after re-initialising\n");
+                return Err(EIO);
+            }
+            Ok(())
+        });
+        match up {
+            Ok(()) => dev_info!(self.dev, "controller re-initialised\n"),
+            Err(e) => dev_err!(self.dev, "re-initialising the controller failed ({:?}); it stays unusable until rebind\n", e),
+        }
     }
 
     /// A new open file: its id, and its mappings registered for zapping.
@@ -217,10 +283,11 @@ impl PinnedDrop for Shared {
         // node could not be made). Stop the controller before the queue's
         // memory goes, or keep the memory if it will not stop.
         let Some(admin) = self.admin.lock().take() else { return };
-        let stopped = self
-            .bar
-            .try_access()
-            .is_some_and(|bar| crate::controller::disable(&self.dev, &bar, self.cap).is_ok());
+        // SAFETY: unbind takes the admin queue, so it is still here only
+        // while probe runs, with the device bound.
+        let dev = unsafe { self.dev.as_bound() };
+        // `access`, not `try_access`: disabling sleeps.
+        let stopped = self.bar.access(dev).is_ok_and(|bar| crate::controller::disable(&self.dev, bar, self.cap).is_ok());
         if !stopped {
             dev_err!(self.dev, "controller did not stop after a failed probe: keeping its admin queue\n");
             core::mem::forget(admin);

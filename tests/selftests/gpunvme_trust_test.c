@@ -1108,8 +1108,17 @@ TEST_F_TIMEOUT(ctrl, admin_queue_survives_stray_owner_writes, 120)
 			*admin_cq_head = v;
 		usleep(50 * 1000);
 	}
-	/* The owner's own pair still tears down through the admin queue. */
-	EXPECT_EQ(0, qp_destroy(&q));
+	/*
+	 * The owner's own pair tears down through the admin queue. The owner
+	 * may have desynchronised it beyond what the kernel can follow (its
+	 * raw access allows that): then the delete times out, the queue's
+	 * memory is kept, and the controller is re-initialised once the owner
+	 * has gone, which is what the rest of this test checks.
+	 */
+	int d = qp_destroy(&q);
+	EXPECT_TRUE(d == 0 || d == -ETIMEDOUT) TH_LOG("destroy after the stray writes: %d", d);
+	if (d)
+		TH_LOG("the owner's delete timed out: the controller must be re-initialised at close");
 	close(o);
 
 	int n = gpunvme_open_bound();
