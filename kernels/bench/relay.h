@@ -204,8 +204,9 @@ inline Reject check(const sqe &s, const Limits &lim, const Mem &mem, uint64_t *l
 		return Reject::Field;
 	const uint64_t slba = (uint64_t)s.cdw10 | ((uint64_t)s.cdw11 << 32);
 	const uint64_t nlb = (uint64_t)(s.cdw12 & 0xffffu) + 1;
-	uint64_t end; // slba.checked_add(nlb): Some(end) if end <= capacity
-	if (__builtin_add_overflow(slba, nlb, &end) || end > ns->capacity)
+	// slba.checked_add(nlb): Some(end) if end <= capacity; None (a wrap) refused.
+	const uint64_t end = slba + nlb;
+	if (end < slba || end > ns->capacity)
 		return Reject::LbaRange;
 	out->cdw10 = s.cdw10;
 	out->cdw11 = s.cdw11;
@@ -637,7 +638,7 @@ inline uint64_t ktime_get_ns()
 inline void cpu_relax()
 {
 #if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
+	asm volatile("pause" ::: "memory");
 #elif defined(__aarch64__)
 	asm volatile("yield" ::: "memory");
 #endif
