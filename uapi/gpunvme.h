@@ -188,12 +188,13 @@ struct gpunvme_info {
  * memory with the SQ tail cell at sq_db = 0 and the CQ head cell at
  * cq_db = 64; the SQ is a shadow the module reads, the CQ a mirror it
  * writes; and PRP lists must be built in the pair's PRP pool (prp_offset,
- * prp_size; its entries' addresses start at prp_dma). One module thread per
- * pair, for the pair's whole life, writes a real doorbell only when there
- * is something new and copies each CQE whole, phase dword last. Its
+ * prp_size; its entries' addresses start at prp_dma). One thread of a small
+ * relay pool (at most one per online CPU; module parameter relay_threads)
+ * serves the pair for its whole life, writes a real doorbell only when
+ * there is something new and copies each CQE whole, phase dword last. Its
  * counters are in debugfs: gpunvme-<bdf>-q<qid>/{polls, sq_doorbell_writes,
  * cq_doorbell_writes, cqes_mirrored, max_sq_tail, bad_doorbell_values,
- * sqes_accepted, sqes_rejected}. Code that drives the queue is the same in
+ * sqes_accepted, sqes_rejected, relay_ns, cpu_ns_per_million_commands}. Code that drives the queue is the same in
  * both modes; a CQE's SQ head is the shadow SQ's head in shared mode.
  */
 #define GPUNVME_QPAIR_RAW (1u << 1)
