@@ -990,38 +990,39 @@ int main(int argc, char **argv)
 		 js(s_rtt).c_str(), js(s_rttc).c_str(), js(s_ow).c_str());
 	json += hb;
 
-	// QD1 round trips: owner and shared alternate, three times, for the
-	// headline ratio; then writes, VRAM data and the proposed 1-load cq_wait.
+	// QD1 round trips: owner and shared, three reps in alternating order
+	// (O S, S O, O S), the headline ratio taken within each rep; then
+	// writes, VRAM data and the proposed 1-load cq_wait, for both modes.
 	const double qd1s = quick ? 0.2 : 1.0;
-	std::vector<std::pair<run_cfg, const char *>> qd1;
+	std::vector<run_cfg> qd1;
 	for (int rep = 0; rep < 3; rep++)
-		for (const char *m : {"owner", "shared"})
-			qd1.push_back({run_cfg{m, "host", 1, 1, qd1s}, "qd1"});
+		for (int k = 0; k < 2; k++)
+			qd1.push_back(run_cfg{(k ^ (rep & 1)) ? "shared" : "owner", "host", 1, 1, qd1s});
 	for (const char *m : {"owner", "shared"}) {
 		run_cfg c{m, "host", 1, 1, qd1s};
 		c.opc = NVME_OPC_WRITE;
-		qd1.push_back({c, "qd1"});
+		qd1.push_back(c);
 	}
 	for (const char *m : {"owner", "shared"})
-		qd1.push_back({run_cfg{m, "vram", 1, 1, qd1s}, "qd1"});
+		qd1.push_back(run_cfg{m, "vram", 1, 1, qd1s});
 	for (const char *m : {"owner", "shared"}) {
 		run_cfg c{m, "host", 1, 1, qd1s};
 		c.reap_v4 = true;
-		qd1.push_back({c, "qd1"});
+		qd1.push_back(c);
 	}
 	json += "\"qd1\": [\n";
 	std::vector<double> p50_owner, p50_shared, p99_owner, p99_shared, ratios;
 	for (size_t i = 0; i < qd1.size(); i++) {
-		run_out o = run_print("QD1", qd1[i].first);
+		run_out o = run_print("QD1", qd1[i]);
 		if (i < 6) {
-			bool sh = shared_mode(qd1[i].first);
+			const bool sh = shared_mode(qd1[i]);
 			(sh ? p50_shared : p50_owner).push_back(o.lat_clk_ns.p50);
 			(sh ? p99_shared : p99_owner).push_back(o.lat_clk_ns.p99);
-			if (sh)
-				ratios.push_back(p50_owner.back() > 0 ? o.lat_clk_ns.p50 / p50_owner.back() : 0);
 		}
-		json += "  " + run_json(qd1[i].first, o) + (i + 1 < qd1.size() ? ",\n" : "\n");
+		json += "  " + run_json(qd1[i], o) + (i + 1 < qd1.size() ? ",\n" : "\n");
 	}
+	for (size_t rep = 0; rep < p50_owner.size() && rep < p50_shared.size(); rep++)
+		ratios.push_back(p50_owner[rep] > 0 ? p50_shared[rep] / p50_owner[rep] : 0);
 	json += "],\n";
 
 	// Shared mode refuses what it must: every 4th command of a QD8 batch
