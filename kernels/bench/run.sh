@@ -45,7 +45,7 @@ cxx=${CXX:-g++}
 if command -v "$cxx" > /dev/null; then
 	if "$cxx" -O2 -std=c++17 -Wall -Wextra -pthread -I"$here/../include" -I"$here" \
 		"$here/relay_host_test.cpp" -o "$build/relay_host_test" > "$out/host_test.log" 2>&1 &&
-		timeout 120 "$build/relay_host_test" >> "$out/host_test.log" 2>&1; then
+		timeout 60 "$build/relay_host_test" >> "$out/host_test.log" 2>&1; then
 		echo "host test: $(tail -1 "$out/host_test.log")"
 	else
 		echo "host test FAILED (see host_test.log): $(tail -1 "$out/host_test.log")"
@@ -70,7 +70,7 @@ cuobjdump -sass "$build/gpunvme_bench" |
 	sort | uniq -c > "$out/sass_fences.txt" || true
 
 # Bounded even if something hangs: every GPU wait also ends after 1 s.
-timeout 420 "$build/gpunvme_bench" --out "$out" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"
+timeout 300 "$build/gpunvme_bench" --out "$out" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"
 brc=${PIPESTATUS[0]}
 [ "$brc" = 0 ] || { echo "bench exit status $brc"; rc=1; }
 
