@@ -36,7 +36,7 @@ use kernel::{
     },
 };
 
-use crate::buffers::Buffers;
+use crate::buffers::{Buffers, Pages};
 use crate::command::{Cqe, Sqe};
 use crate::regs::Cap;
 use crate::shared::Shared;
@@ -288,12 +288,13 @@ struct KernelPort {
     limits: Limits,
 }
 
-/// What a validation may read: the file's pages and the pair's PRP pool.
-struct Reach<'a>(&'a KernelPort);
+/// What a validation may read: the file's pages (locked for the whole
+/// command) and the pair's PRP pool.
+struct Reach<'a>(&'a KernelPort, Pages<'a>);
 
 impl validate::Memory for Reach<'_> {
     fn owns_page(&self, page: u64) -> bool {
-        self.0.buffers.owns_page(page)
+        self.1.owns_page(page)
     }
     fn pool_entry(&self, addr: u64) -> Option<u64> {
         let m = &self.0.mem;
@@ -331,7 +332,8 @@ impl Port for KernelPort {
         // which is not in flight (the relay only hands out free IDs), so
         // neither the controller nor anyone else reads it now.
         let list = unsafe { core::slice::from_raw_parts_mut(self.mem.lists.add(at), n) };
-        validate::check(sqe, &self.limits, &Reach(self), list, self.mem.lists_dma + at as u64 * 8)
+        let reach = Reach(self, self.buffers.lock());
+        validate::check(sqe, &self.limits, &reach, list, self.mem.lists_dma + at as u64 * 8)
     }
     fn write_real_sqe(&self, slot: u32, sqe: &Sqe) {
         // SAFETY: `slot < depth` and the real SQ has `depth` entries; the

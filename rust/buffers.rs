@@ -18,7 +18,7 @@ struct Range {
 
 /// Ranges sorted by start; `longest` bounds how far back a lookup scans.
 #[derive(Default)]
-struct Ranges {
+pub(crate) struct Ranges {
     list: KVec<Range>,
     longest: u64,
 }
@@ -60,9 +60,26 @@ impl Buffers {
         self.ranges.lock().list.retain(|r| r.handle != handle);
     }
 
+    /// The pages as they are now, held still for one command's checks (one
+    /// lock per command, not per PRP entry).
+    pub(crate) fn lock(&self) -> Pages<'_> {
+        Pages(self.ranges.lock())
+    }
+
+    /// Is the 4 KiB page at DMA address `page` one of this file's?
+    #[cfg(CONFIG_KUNIT)]
+    pub(crate) fn owns_page(&self, page: u64) -> bool {
+        self.lock().owns_page(page)
+    }
+}
+
+/// The file's pages, locked: MAP/UNMAP and revokes wait meanwhile.
+pub(crate) struct Pages<'a>(kernel::sync::lock::Guard<'a, Ranges, kernel::sync::lock::mutex::MutexBackend>);
+
+impl Pages<'_> {
     /// Is the 4 KiB page at DMA address `page` one of this file's?
     pub(crate) fn owns_page(&self, page: u64) -> bool {
-        let g = self.ranges.lock();
+        let g = &self.0;
         let at = g.list.partition_point(|r| r.start <= page);
         g.list[..at]
             .iter()

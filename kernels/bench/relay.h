@@ -264,7 +264,8 @@ inline size_t pair_list_bytes(uint32_t depth, size_t list_entries)
 
 // The DMA pages one open file mapped: the only pages its shared-mode
 // commands may name. Ranges sorted by start; `longest` bounds how far back
-// a lookup scans. Every call takes the lock, as the Rust does.
+// a lookup scans. A validation takes the lock once per command, as the
+// Rust does (`Buffers::lock`, `Pages::owns_page`).
 class Buffers {
 public:
 	// `add`: record the pages of mapping `handle` (one DMA address per
@@ -298,10 +299,13 @@ public:
 			    list_.end());
 	}
 
-	// `owns_page`: is the 4 KiB page at DMA address `page` one of this file's?
-	bool owns_page(uint64_t page) const
+	// `Buffers::lock`: the pages held still for one command's checks.
+	std::unique_lock<std::mutex> lock() const { return std::unique_lock<std::mutex>(m_); }
+
+	// `Pages::owns_page`: is the 4 KiB page at DMA address `page` one of
+	// this file's? The caller holds lock() (one lock per command).
+	bool owns_page_locked(uint64_t page) const
 	{
-		std::lock_guard<std::mutex> g(m_);
 		// let at = partition_point(|r| r.start <= page);
 		size_t at = (size_t)(std::partition_point(list_.begin(), list_.end(),
 							  [&](const Range &r) { return r.start <= page; }) -
@@ -316,6 +320,13 @@ public:
 				return true;
 		}
 		return false;
+	}
+
+	// `Buffers::owns_page` (KUnit only in the Rust): lock, then look.
+	bool owns_page(uint64_t page) const
+	{
+		std::lock_guard<std::mutex> g(m_);
+		return owns_page_locked(page);
 	}
 
 	size_t ranges() const
@@ -548,7 +559,7 @@ struct PairPort {
 	// `Reach`: what a validation may read (validate::Memory).
 	struct Reach {
 		const PairPort &p;
-		bool owns_page(uint64_t page) const { return p.buffers->owns_page(page); }
+		bool owns_page(uint64_t page) const { return p.buffers->owns_page_locked(page); }
 		bool pool_entry(uint64_t addr, uint64_t *v) const
 		{
 			// let off = addr.checked_sub(pool_dma)?;
@@ -586,6 +597,7 @@ struct PairPort {
 	validate::Reject validate(const sqe &s, uint16_t cid, sqe *out) const
 	{
 		const size_t at = (size_t)cid * list_entries;
+		const auto held = buffers->lock(); // `Reach(self, self.buffers.lock())`
 		return validate::check(s, *limits, Reach{*this}, lists + at, list_entries,
 				       lists_dma + (uint64_t)at * 8, out);
 	}
