@@ -222,11 +222,14 @@ impl Relay {
             dma_mb(Read);
         }
         let mut submitted = false;
-        while self.tail != self.sq_head && self.in_flight + 1 < self.depth && self.in_flight < self.cq_room() {
+        // The mirror must hold a completion for this command and for every
+        // one in flight; as it holds at most depth - 1, so many are in
+        // flight at most, and a free command ID always exists.
+        while self.tail != self.sq_head && self.in_flight < self.cq_room() {
+            let Some(cid) = self.alloc_cid() else { break };
             let sqe = port.shadow_sqe(self.sq_head);
             self.sq_head = self.next(self.sq_head);
             progress = true;
-            let Some(cid) = self.alloc_cid() else { break };
             match port.validate(&sqe, cid) {
                 Ok(mut real) => {
                     real.cid = cid;
