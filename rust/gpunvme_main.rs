@@ -75,6 +75,10 @@ impl pci::Driver for GpunvmeDriver {
             pdev.set_master();
             // SAFETY: nothing has been allocated for DMA on this device yet.
             unsafe { pdev.dma_set_mask_and_coherent(DmaMask::new::<64>())? };
+            // PRPs have no segment limit (the nvme driver says the same), so
+            // a pinned buffer may map as one segment however long it is.
+            // SAFETY: as above, no DMA mapping of this device exists yet.
+            unsafe { pdev.dma_set_max_seg_size(u32::MAX) };
 
             let devres_bar = pdev.iomap_region_sized::<BAR0_MIN>(0, c"gpunvme/bar0")?.into_devres()?;
             let bar = devres_bar.access(pdev.as_ref())?;

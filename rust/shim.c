@@ -91,7 +91,9 @@ struct gpunvme_hostmap *gpunvme_shim_map_user(struct device *dev, u64 uaddr, u64
 		ret = -EFAULT;
 		goto unpin;
 	}
-	ret = sg_alloc_table_from_pages(&m->sgt, m->pages, npages, 0, len, GFP_KERNEL);
+	/* Merge contiguous pages only up to what the device's DMA mapping takes. */
+	ret = sg_alloc_table_from_pages_segment(&m->sgt, m->pages, npages, 0, len,
+						dma_get_max_seg_size(dev), GFP_KERNEL);
 	if (ret)
 		goto unpin;
 	ret = dma_map_sgtable(dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
