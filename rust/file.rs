@@ -507,28 +507,70 @@ impl OpenState {
             dev_warn!(sh.dev, "mmap: {} of qid {} is {} bytes, not {}\n", what, qid, want, len);
             return Err(EINVAL);
         }
-        match kind {
-            MapKind::Sq => {
-                let sq = q.visible_sq();
-                shim::mmap_coherent(&sh.dev, vma, sq.as_mut_ptr().cast(), sq.dma_address(), want)
-            }
-            MapKind::PrpPool => match &q.shadow {
-                Some(s) => shim::mmap_coherent(&sh.dev, vma, s.pool.as_mut_ptr().cast(), s.pool.dma_address(), want),
-                None => Err(EINVAL),
-            },
-            MapKind::Cq => {
-                let cq = q.visible_cq();
-                shim::mmap_coherent(&sh.dev, vma, cq.as_mut_ptr().cast(), cq.dma_address(), want)
-            }
-            MapKind::Doorbell => match &q.shadow {
-                Some(s) => shim::mmap_coherent(&sh.dev, vma, s.cells.as_mut_ptr().cast(), s.cells.dma_address(), want),
+        let (gen, mmio) = (q.gen, kind == MapKind::Doorbell && q.shadow.is_none());
+        drop(dma);
+        let delay = sh.mmap_delay_ms.load(Relaxed);
+        if delay != 0 {
+            // Test knob: hold this mmap after its checks (see `Shared`).
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(delay.into()));
+        }
+        shim::mmap_setup(vma, core::ptr::from_ref(self).cast(), gen, kind as u32, mmio)
+    }
+
+    /// A fault on a mapping of this file: insert page `index` of object
+    /// `gen`/`kind`, or refuse (SIGBUS) once the controller is gone or the
+    /// object is. Under the `dma` lock, where unbind marks the controller
+    /// gone, so nothing is inserted after unbind's zap.
+    fn fault(&self, gen: u64, kind: u32, index: u64, vma: *mut core::ffi::c_void, addr: usize) -> u32 {
+        let sh = &self.shared;
+        let dma = sh.dma.lock();
+        if sh.alive().is_err() {
+            return shim::fault_sigbus();
+        }
+        // Live or retired (a destroyed pair stays mapped until close).
+        let Some(q) = dma.queues.iter().find(|e| e.file == self.id && e.q.gen == gen).map(|e| &e.q) else {
+            return shim::fault_sigbus();
+        };
+        let mem = match kind {
+            k if k == MapKind::Sq as u32 => Some(q.visible_sq()),
+            k if k == MapKind::Cq as u32 => Some(q.visible_cq()),
+            k if k == MapKind::PrpPool as u32 => q.shadow.as_ref().map(|s| &s.pool),
+            k if k == MapKind::Doorbell as u32 => match &q.shadow {
+                Some(s) => Some(&s.cells),
                 None => {
-                    let (page, _, _) = qpair::doorbell_page(sh.cap, qid).ok_or(EINVAL)?;
-                    shim::mmap_bar_page(&sh.dev, vma, page)
+                    if index != 0 {
+                        return shim::fault_sigbus();
+                    }
+                    let Some((page, _, _)) = qpair::doorbell_page(sh.cap, q.qid) else {
+                        return shim::fault_sigbus();
+                    };
+                    // SAFETY: `vma` is faulting; the device is bound (not
+                    // gone, under the lock unbind takes first), and unbind
+                    // zaps this mapping before the BAR is released.
+                    return unsafe { shim::insert_bar(vma, addr, &sh.dev, page) };
                 }
             },
+            _ => None,
+        };
+        let Some(mem) = mem else { return shim::fault_sigbus() };
+        let off = index as usize * crate::regs::PAGE_SIZE;
+        if off >= mem.size() {
+            return shim::fault_sigbus();
         }
+        // SAFETY: `vma` is faulting; `off` is inside `mem`, which is freed
+        // only at close (no VMA left) or at unbind after the zap that
+        // follows marking the controller gone under this lock.
+        unsafe { shim::insert_coherent(vma, addr, mem.as_mut_ptr().cast(), off) }
     }
+}
+
+/// Called by the shim's fault handler.
+#[no_mangle]
+extern "C" fn gpunvme_mmap_fault(state: *const core::ffi::c_void, gen: u64, kind: u32, index: u64, vma: *mut core::ffi::c_void, addr: usize) -> u32 {
+    // SAFETY: `state` is the `OpenState` of the file the VMA maps, set at
+    // mmap; the VMA holds a reference on that file, so it is alive.
+    let me = unsafe { &*state.cast::<OpenState>() };
+    me.fault(gen, kind, index, vma, addr)
 }
 
 /// Close: delete this file's queues on the controller (SQ before CQ), then

@@ -47,6 +47,8 @@ struct GpunvmeDriver;
 /// no new file can reach the controller once unbinding has begun.
 #[pin_data]
 struct Bound {
+    /// Its knobs point into `shared`: removed first.
+    debug: shim::DebugDir,
     #[pin]
     node: chardev::Node,
     shared: Arc<shared::Shared>,
@@ -154,6 +156,7 @@ impl pci::Driver for GpunvmeDriver {
                 slot.name().to_str().unwrap_or("?")
             );
             Ok(try_pin_init!(Bound {
+                debug: shim::DebugDir::new(dev, &shared.mmap_delay_ms),
                 node <- chardev::Node::new(shared.clone(), slot),
                 shared,
             }))

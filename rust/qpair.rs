@@ -9,11 +9,16 @@ use kernel::{
     prelude::*,
 };
 
+use kernel::sync::atomic::{Atomic, Relaxed};
+
 use crate::command;
 use crate::regs::{Cap, PAGE_SIZE};
 
 pub(crate) const SQE_BYTES: usize = 64;
 pub(crate) const CQE_BYTES: usize = 16;
+
+/// The next queue pair generation.
+static NEXT_GEN: Atomic<u64> = Atomic::new(1);
 
 /// What an mmap offset names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +65,8 @@ pub(crate) fn doorbell_page(cap: Cap, qid: u16) -> Option<(usize, u32, u32)> {
 /// is dropped only once the controller no longer uses it (deleted, or the
 /// controller disabled).
 pub(crate) struct QPair {
+    /// Never reused (unlike `qid`): what a user mapping of it is tied to.
+    pub(crate) gen: u64,
     pub(crate) qid: u16,
     pub(crate) depth: u32,
     pub(crate) sq: Coherent<[u8]>,
@@ -106,6 +113,7 @@ impl QPair {
             }
         };
         Ok(Self {
+            gen: NEXT_GEN.fetch_add(1, Relaxed),
             qid,
             depth,
             sq: Coherent::zeroed_slice(dev, sq_bytes, GFP_KERNEL)?,

@@ -76,8 +76,12 @@ pub(crate) struct Shared {
     #[pin]
     files: Mutex<KVec<FilePtr>>,
     next_file: Atomic<u64>,
-    /// Set at unbind: from then on the controller is gone for every file.
+    /// Set at unbind, under the `dma` lock (mmap faults check it there):
+    /// from then on the controller is gone for every file.
     gone: Atomic<bool>,
+    /// Test knob (debugfs `gpunvme-<bdf>/mmap_delay_ms`): mmap sleeps this
+    /// long after its checks, so a test can unbind in that window.
+    pub(crate) mmap_delay_ms: Atomic<u32>,
 }
 
 impl Shared {
@@ -100,6 +104,7 @@ impl Shared {
                 files <- new_mutex!(KVec::new()),
                 next_file: Atomic::new(1),
                 gone: Atomic::new(false),
+                mmap_delay_ms: Atomic::new(0),
             }),
             GFP_KERNEL,
         )
@@ -264,7 +269,13 @@ impl Shared {
     /// admin command in flight, stop the controller with `stop`, then free
     /// all DMA memory while the device is still bound.
     pub(crate) fn shut_down(&self, stop: impl FnOnce()) {
-        self.gone.store(true, Release);
+        // Under the lock mmap faults take: a fault either saw the controller
+        // alive and inserted its page before this (the zap below removes
+        // it), or sees it gone and inserts nothing.
+        {
+            let _dma = self.dma.lock();
+            self.gone.store(true, Release);
+        }
         for f in self.files.lock().iter() {
             shim::zap_file(f.0);
         }

@@ -6,11 +6,14 @@
  * needs (IOMMU domain type, lockdown, taint). Thin forwarders; the
  * contracts are stated in rust/shim.rs.
  */
+#include <linux/debugfs.h>
 #include <linux/dma-mapping.h>
 #include <linux/iommu.h>
 #include <linux/panic.h>
 #include <linux/security.h>
 #include <linux/mm.h>
+#include <linux/refcount.h>
+#include <linux/vmalloc.h>
 #include <linux/pci.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
@@ -25,27 +28,100 @@ void gpunvme_shim_clear_master(struct device *dev)
 /* Mappings are never inherited across fork nor grown by mremap. */
 #define GPUNVME_VM_FLAGS (VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY)
 
-int gpunvme_shim_mmap_coherent(struct device *dev, struct vm_area_struct *vma,
-			       void *cpu_addr, dma_addr_t dma_addr, size_t size)
+/* rust/file.rs: map the page `index` of object `gen` into `vma` at `addr`. */
+vm_fault_t gpunvme_mmap_fault(void *state, u64 gen, u32 kind, u64 index,
+			      struct vm_area_struct *vma, unsigned long addr);
+
+/*
+ * What a gpunvme VMA maps: an object of one open file, named by the queue
+ * pair's generation (never reused) and the kind of memory. Shared by the
+ * VMAs a split makes, freed with the last of them.
+ */
+struct gpunvme_vma {
+	refcount_t ref;
+	void *state;		/* the file's OpenState: the VMA holds the file */
+	u64 gen;
+	u32 kind;
+	unsigned long base_pgoff;
+};
+
+static void gpunvme_vma_open(struct vm_area_struct *vma)
 {
-	vm_flags_set(vma, GPUNVME_VM_FLAGS);
-	/* The file offset named the object; within it the mapping starts at 0. */
-	vma->vm_pgoff = 0;
-	return dma_mmap_coherent(dev, vma, cpu_addr, dma_addr, size);
+	struct gpunvme_vma *v = vma->vm_private_data;
+
+	refcount_inc(&v->ref);
 }
 
-int gpunvme_shim_mmap_bar_page(struct device *dev, struct vm_area_struct *vma,
-			       unsigned long bar_offset)
+static void gpunvme_vma_close(struct vm_area_struct *vma)
+{
+	struct gpunvme_vma *v = vma->vm_private_data;
+
+	if (refcount_dec_and_test(&v->ref))
+		kfree(v);
+}
+
+/*
+ * Pages are inserted here, at fault time, under the module's lock and after
+ * its liveness check, as vfio_pci_core.c does: unbind marks the controller
+ * gone under the same lock and then zaps, so a mapping can never outlive
+ * the memory behind it (a fault after unbind is SIGBUS).
+ */
+static vm_fault_t gpunvme_vma_fault(struct vm_fault *vmf)
+{
+	struct vm_area_struct *vma = vmf->vma;
+	struct gpunvme_vma *v = vma->vm_private_data;
+
+	return gpunvme_mmap_fault(v->state, v->gen, v->kind, vmf->pgoff - v->base_pgoff, vma,
+				  vmf->address & PAGE_MASK);
+}
+
+static const struct vm_operations_struct gpunvme_vm_ops = {
+	.open = gpunvme_vma_open,
+	.close = gpunvme_vma_close,
+	.fault = gpunvme_vma_fault,
+};
+
+int gpunvme_shim_mmap_setup(struct vm_area_struct *vma, void *state, u64 gen, u32 kind, bool mmio)
+{
+	struct gpunvme_vma *v = kzalloc(sizeof(*v), GFP_KERNEL);
+
+	if (!v)
+		return -ENOMEM;
+	refcount_set(&v->ref, 1);
+	v->state = state;
+	v->gen = gen;
+	v->kind = kind;
+	v->base_pgoff = vma->vm_pgoff;
+	vma->vm_private_data = v;
+	vma->vm_ops = &gpunvme_vm_ops;
+	vm_flags_set(vma, VM_PFNMAP | GPUNVME_VM_FLAGS | (mmio ? VM_IO : 0));
+	if (mmio)
+		vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);
+	return 0;
+}
+
+/* What rust/file.rs answers for a fault it refuses. */
+const vm_fault_t gpunvme_vm_fault_sigbus = VM_FAULT_SIGBUS;
+
+/* Insert the page at `off` of coherent memory `cpu` (linear map or vmap). */
+vm_fault_t gpunvme_shim_insert_coherent(struct vm_area_struct *vma, unsigned long addr,
+					void *cpu, size_t off)
+{
+	void *p = (u8 *)cpu + off;
+	unsigned long pfn = is_vmalloc_addr(p) ? vmalloc_to_pfn(p) : page_to_pfn(virt_to_page(p));
+
+	return vmf_insert_pfn(vma, addr, pfn);
+}
+
+/* Insert BAR0's page at `bar_offset`. */
+vm_fault_t gpunvme_shim_insert_bar(struct vm_area_struct *vma, unsigned long addr,
+				   struct device *dev, unsigned long bar_offset)
 {
 	struct pci_dev *pdev = to_pci_dev(dev);
-	phys_addr_t phys = pci_resource_start(pdev, 0) + bar_offset;
 
 	if (bar_offset + PAGE_SIZE > pci_resource_len(pdev, 0))
-		return -EINVAL;
-	vm_flags_set(vma, VM_IO | VM_PFNMAP | GPUNVME_VM_FLAGS);
-	vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);
-	return io_remap_pfn_range(vma, vma->vm_start, phys >> PAGE_SHIFT, PAGE_SIZE,
-				  vma->vm_page_prot);
+		return VM_FAULT_SIGBUS;
+	return vmf_insert_pfn(vma, addr, (pci_resource_start(pdev, 0) + bar_offset) >> PAGE_SHIFT);
 }
 
 void gpunvme_shim_zap_file(struct file *file)
@@ -166,4 +242,21 @@ int gpunvme_shim_pci_locked_down(void)
 void gpunvme_shim_taint_no_iommu(void)
 {
 	add_taint(TAINT_USER, LOCKDEP_STILL_OK);
+}
+
+/* The controller's debugfs directory, gpunvme-<bdf>/, with its test knobs. */
+struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms)
+{
+	char name[64];
+	struct dentry *d;
+
+	snprintf(name, sizeof(name), "gpunvme-%s", dev_name(dev));
+	d = debugfs_create_dir(name, NULL);
+	debugfs_create_u32("mmap_delay_ms", 0600, d, mmap_delay_ms);
+	return d;
+}
+
+void gpunvme_shim_debugfs_remove(struct dentry *d)
+{
+	debugfs_remove_recursive(d);
 }

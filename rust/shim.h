@@ -2,6 +2,7 @@
 /* Prototypes of rust/shim.c; the Rust side declares them in rust/shim.rs. */
 #ifndef GPUNVME_SHIM_H
 #define GPUNVME_SHIM_H
+#include <linux/mm_types.h>
 #include <linux/types.h>
 struct device;
 struct file;
@@ -9,10 +10,11 @@ struct vm_area_struct;
 struct gpunvme_hostmap;
 
 void gpunvme_shim_clear_master(struct device *dev);
-int gpunvme_shim_mmap_coherent(struct device *dev, struct vm_area_struct *vma,
-			       void *cpu_addr, dma_addr_t dma_addr, size_t size);
-int gpunvme_shim_mmap_bar_page(struct device *dev, struct vm_area_struct *vma,
-			       unsigned long bar_offset);
+int gpunvme_shim_mmap_setup(struct vm_area_struct *vma, void *state, u64 gen, u32 kind, bool mmio);
+vm_fault_t gpunvme_shim_insert_coherent(struct vm_area_struct *vma, unsigned long addr,
+					void *cpu, size_t off);
+vm_fault_t gpunvme_shim_insert_bar(struct vm_area_struct *vma, unsigned long addr,
+				   struct device *dev, unsigned long bar_offset);
 void gpunvme_shim_zap_file(struct file *file);
 struct gpunvme_hostmap *gpunvme_shim_map_user(struct device *dev, u64 uaddr, u64 len,
 					      u64 *dma_addrs, int *err);
@@ -36,4 +38,7 @@ void gpunvme_shim_bridge_stop(struct gpunvme_bridge *b);
 u32 gpunvme_shim_iommu_mode(struct device *dev);
 int gpunvme_shim_pci_locked_down(void);
 void gpunvme_shim_taint_no_iommu(void);
+struct dentry;
+struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms);
+void gpunvme_shim_debugfs_remove(struct dentry *d);
 #endif

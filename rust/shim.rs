@@ -12,8 +12,10 @@ use crate::buffers::Buffers;
 // void pointers: the shim's prototypes are in rust/shim.h.
 extern "C" {
     fn gpunvme_shim_clear_master(dev: *mut c_void);
-    fn gpunvme_shim_mmap_coherent(dev: *mut c_void, vma: *mut c_void, cpu: *mut c_void, dma: u64, size: usize) -> i32;
-    fn gpunvme_shim_mmap_bar_page(dev: *mut c_void, vma: *mut c_void, bar_offset: usize) -> i32;
+    fn gpunvme_shim_mmap_setup(vma: *mut c_void, state: *mut c_void, gen: u64, kind: u32, mmio: bool) -> i32;
+    fn gpunvme_shim_insert_coherent(vma: *mut c_void, addr: usize, cpu: *mut c_void, off: usize) -> u32;
+    fn gpunvme_shim_insert_bar(vma: *mut c_void, addr: usize, dev: *mut c_void, bar_offset: usize) -> u32;
+    static gpunvme_vm_fault_sigbus: u32;
     fn gpunvme_shim_zap_file(file: *mut c_void);
     fn gpunvme_shim_map_user(dev: *mut c_void, uaddr: u64, len: u64, dma_addrs: *mut u64, err: *mut i32) -> *mut c_void;
     fn gpunvme_shim_unmap_user(map: *mut c_void);
@@ -41,22 +43,43 @@ pub(crate) fn clear_bus_master(pdev: &pci::Device<kernel::device::Bound>) {
     unsafe { gpunvme_shim_clear_master(raw(dev)) };
 }
 
-/// Map `size` bytes of coherent memory (`cpu`, `dma`) into `vma`.
-///
-/// The caller keeps the allocation alive until the file is released (a
-/// mapping holds the file open), and `dev` is the device it was allocated for.
-pub(crate) fn mmap_coherent(dev: &Device, vma: &VmaNew, cpu: *mut u8, dma: u64, size: usize) -> Result {
-    // SAFETY: `vma` is a VMA being set up under the mmap lock; `cpu`/`dma`/
-    // `size` describe one live coherent allocation of `dev` (caller contract).
-    to_result(unsafe { gpunvme_shim_mmap_coherent(raw(dev), vma.as_ptr().cast(), cpu.cast(), dma, size) })
+/// Make `vma` a fault-populated mapping of object `gen`/`kind` of the
+/// open file `state` (`mmio`: an uncached BAR page). No page is inserted
+/// here: `gpunvme_mmap_fault` does that, under the module's lock.
+pub(crate) fn mmap_setup(vma: &VmaNew, state: *const c_void, gen: u64, kind: u32, mmio: bool) -> Result {
+    // SAFETY: `vma` is a VMA being set up under the mmap lock; `state` is
+    // the file's private data, which outlives every VMA of the file (a VMA
+    // holds a reference on the file).
+    to_result(unsafe { gpunvme_shim_mmap_setup(vma.as_ptr().cast(), state.cast_mut(), gen, kind, mmio) })
 }
 
-/// Map one page of BAR0 at `bar_offset`, uncached, into `vma`.
-/// `dev` must be a PCI device; its BAR0 bounds are checked by the shim.
-pub(crate) fn mmap_bar_page(dev: &Device, vma: &VmaNew, bar_offset: usize) -> Result {
-    // SAFETY: `dev` is the `struct device` of a PCI device (the only kind
-    // gpunvme binds); `vma` is being set up under the mmap lock.
-    to_result(unsafe { gpunvme_shim_mmap_bar_page(raw(dev), vma.as_ptr().cast(), bar_offset) })
+/// Insert the page at `off` of coherent memory `cpu` into `vma` at `addr`.
+///
+/// # Safety
+///
+/// `vma` is the faulting VMA (mmap lock held by the fault path), and
+/// `cpu + off` is inside a live coherent allocation that stays allocated
+/// until every mapping of it is zapped.
+pub(crate) unsafe fn insert_coherent(vma: *mut c_void, addr: usize, cpu: *mut u8, off: usize) -> u32 {
+    // SAFETY: the caller's contract.
+    unsafe { gpunvme_shim_insert_coherent(vma, addr, cpu.cast(), off) }
+}
+
+/// Insert the BAR0 page at `bar_offset` into `vma` at `addr`.
+///
+/// # Safety
+///
+/// `vma` is the faulting VMA and `dev` the bound PCI device, which stays
+/// bound until every mapping is zapped.
+pub(crate) unsafe fn insert_bar(vma: *mut c_void, addr: usize, dev: &Device, bar_offset: usize) -> u32 {
+    // SAFETY: the caller's contract; the shim checks the BAR's bounds.
+    unsafe { gpunvme_shim_insert_bar(vma, addr, raw(dev), bar_offset) }
+}
+
+/// The fault answer for an access that must not map anything.
+pub(crate) fn fault_sigbus() -> u32 {
+    // SAFETY: a constant the C object defines.
+    unsafe { gpunvme_vm_fault_sigbus }
 }
 
 /// Remove every user mapping made through `file`.
@@ -272,4 +295,35 @@ pub(crate) fn pci_locked_down() -> bool {
 pub(crate) fn taint_no_iommu() {
     // SAFETY: no arguments; sets a taint flag.
     unsafe { gpunvme_shim_taint_no_iommu() }
+}
+
+extern "C" {
+    fn gpunvme_shim_debugfs_ctrl(dev: *mut c_void, mmap_delay_ms: *mut u32) -> *mut c_void;
+    fn gpunvme_shim_debugfs_remove(d: *mut c_void);
+}
+
+/// The controller's debugfs directory (`gpunvme-<bdf>/`), removed on drop.
+pub(crate) struct DebugDir(*mut c_void);
+
+// SAFETY: a debugfs dentry may be removed from any thread.
+unsafe impl Send for DebugDir {}
+// SAFETY: no `&self` method touches it.
+unsafe impl Sync for DebugDir {}
+
+impl DebugDir {
+    /// `mmap_delay_ms` must outlive the returned value (it is read and
+    /// written through debugfs until the directory is removed).
+    pub(crate) fn new(dev: &Device, mmap_delay_ms: &kernel::sync::atomic::Atomic<u32>) -> Self {
+        // SAFETY: `Atomic<u32>` has the layout of a `u32`; debugfs reads and
+        // writes it whole; the caller keeps it alive until drop.
+        Self(unsafe { gpunvme_shim_debugfs_ctrl(raw(dev), mmap_delay_ms.as_ptr()) })
+    }
+}
+
+impl Drop for DebugDir {
+    fn drop(&mut self) {
+        // SAFETY: the dentry came from gpunvme_shim_debugfs_ctrl (an error
+        // pointer is accepted by debugfs_remove_recursive); removed once.
+        unsafe { gpunvme_shim_debugfs_remove(self.0) }
+    }
 }

@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Races between unbind and the paths that hand out or free memory, made
+ * deterministic: one path is held at a known point by the module's debugfs
+ * knob and the other is driven into that window.
+ *
+ * mmap racing unbind: mmap is held after its checks
+ * (gpunvme-<bdf>/mmap_delay_ms); the controller is unbound meanwhile, which
+ * frees the queue memory. Pages are only ever inserted at fault time, under
+ * the lock unbind marks the controller gone under, so the mapping mmap then
+ * returns must fault (SIGBUS), never reach the freed memory. (Before, mmap
+ * inserted the pages itself, into a VMA not yet linked where unbind's zap
+ * could not see it.)
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "kselftest_harness.h"
+#include "nvme_io.h"
+
+static uint64_t now_ms(void);
+
+static sigjmp_buf fault_jmp;
+static void on_fault(int sig) { (void)sig; siglongjmp(fault_jmp, 1); }
+
+/* 1 when touching `p` faulted, 0 when the access went through. */
+static int touch_faults(volatile uint32_t *p)
+{
+	volatile int faulted = 0;
+
+	signal(SIGBUS, on_fault);
+	signal(SIGSEGV, on_fault);
+	if (!sigsetjmp(fault_jmp, 1))
+		(void)*p;
+	else
+		faulted = 1;
+	signal(SIGBUS, SIG_DFL);
+	signal(SIGSEGV, SIG_DFL);
+	return faulted;
+}
+
+static int set_mmap_delay(unsigned int ms)
+{
+	char path[128], v[16];
+	int fd, n;
+
+	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/mmap_delay_ms", gpunvme_bdf());
+	fd = open(path, O_WRONLY);
+	if (fd < 0)
+		return -errno;
+	n = snprintf(v, sizeof(v), "%u", ms);
+	n = write(fd, v, n) == n ? 0 : -errno;
+	close(fd);
+	return n;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* In a child process, so the held mmap's mmap_lock does not stall the
+ * parent: map, touch, and say what happened (0: the touch faulted, 1: it
+ * went through, 2: mmap failed, which is also safe). */
+static int map_and_touch(int fd, uint64_t offset, uint64_t size)
+{
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, offset);
+
+	if (p == MAP_FAILED)
+		return 2;
+	return touch_faults(p) ? 0 : 1;
+}
+
+static void mmap_racing_unbind(struct __test_metadata *_metadata, int kind)
+{
+	const char *bdf = gpunvme_bdf();
+	struct gpunvme_qpair_create c;
+	int status = -1;
+
+	int fd = gpunvme_open_bound();
+	ASSERT_LE(0, fd);
+	UAPI_INIT(c);
+	c.depth = 8;
+	ASSERT_EQ(0, ioctl(fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+	uint64_t offset = kind == 0 ? c.sq_offset : kind == 1 ? c.cq_offset : c.db_offset;
+	uint64_t size = kind == 0 ? c.sq_size : kind == 1 ? c.cq_size : 4096;
+
+	ASSERT_EQ(0, set_mmap_delay(1500));
+	pid_t child = fork();
+	ASSERT_LE(0, child);
+	if (child == 0)
+		_exit(map_and_touch(fd, offset, size));
+	usleep(300 * 1000);
+	/* The child's mmap is held inside the module, past its checks. */
+	ASSERT_EQ(0, waitpid(child, &status, WNOHANG));
+	uint64_t t0 = now_ms();
+	ASSERT_EQ(0, unbind_gpunvme(bdf));
+	uint64_t t1 = now_ms();
+	/* Unbind did not wait for the held mmap: the window was hit. */
+	EXPECT_EQ(0, waitpid(child, &status, WNOHANG)) TH_LOG("the mmap returned before unbind finished");
+	for (int i = 0; i < 500 && waitpid(child, &status, WNOHANG) == 0; i++)
+		usleep(10 * 1000);
+	if (status == -1) {
+		kill(child, SIGKILL);
+		waitpid(child, &status, 0);
+	}
+	TH_LOG("unbind took %llu ms while the mmap was held; child status %#x",
+	       (unsigned long long)(t1 - t0), status);
+	ASSERT_TRUE(WIFEXITED(status));
+	EXPECT_NE(1, WEXITSTATUS(status)) TH_LOG("a mapping made across unbind reached freed queue memory");
+	EXPECT_NE(2, WEXITSTATUS(status)) TH_LOG("(mmap failing would be safe too, but the module sets the VMA up after its check)");
+	close(fd);
+	ASSERT_EQ(0, bind_gpunvme(bdf));
+	/* The new binding's knob starts at 0; mmap and I/O work again. */
+	struct qp q;
+	int fd2 = gpunvme_open_bound();
+	ASSERT_LE(0, fd2);
+	ASSERT_EQ(0, qp_create(fd2, 8, &q));
+	EXPECT_EQ(0, touch_faults((volatile uint32_t *)q.cq));
+	EXPECT_EQ(0, qp_destroy(&q));
+	close(fd2);
+}
+
+TEST(mmap_of_sq_racing_unbind_faults) { mmap_racing_unbind(_metadata, 0); }
+TEST(mmap_of_cq_racing_unbind_faults) { mmap_racing_unbind(_metadata, 1); }
+TEST(mmap_of_doorbell_racing_unbind_faults) { mmap_racing_unbind(_metadata, 2); }
+
+/*
+ * A destroyed pair's mappings stay usable until close (its memory is kept
+ * as retired), and its pages are the old pair's, never a new pair's with
+ * the same queue ID.
+ */
+TEST(mapping_of_destroyed_pair_keeps_its_own_memory)
+{
+	struct qp a, b;
+	int fd = gpunvme_open_bound();
+
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, qp_create(fd, 8, &a));
+	uint16_t qid = a.c.qid;
+	volatile uint32_t *old_sq = (volatile uint32_t *)a.sq;
+	old_sq[5] = 0x5a5a5a5a;
+	/* Destroy without unmapping (the helper's destroy would unmap). */
+	struct gpunvme_qpair_destroy d;
+	UAPI_INIT(d);
+	d.qid = qid;
+	ASSERT_EQ(0, ioctl(fd, GPUNVME_IOC_DESTROY_QPAIR, &d));
+	ASSERT_EQ(0, qp_create(fd, 8, &b));
+	TH_LOG("old qid %u, new qid %u", qid, b.c.qid);
+	EXPECT_EQ(0, touch_faults(old_sq));
+	EXPECT_EQ(0x5a5a5a5a, old_sq[5]);
+	EXPECT_NE(0x5a5a5a5a, ((volatile uint32_t *)b.sq)[5]);
+	EXPECT_EQ(0, qp_destroy(&b));
+	qp_unmap(&a);
+	close(fd);
+}
+
+TEST_HARNESS_MAIN
