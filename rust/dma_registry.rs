@@ -144,8 +144,12 @@ impl DmaRegistry {
 
     /// The controller was disabled (and will be re-enabled): what was kept
     /// because it might still use it can go; what an importer holds stays.
-    pub(crate) fn release_after_disable(&mut self) {
+    /// Returns what may now be freed, for the caller to drop outside the
+    /// registry's lock.
+    #[must_use]
+    pub(crate) fn release_after_disable(&mut self) -> KVec<Quarantined> {
         let mut kept = KVec::new();
+        let mut freed = KVec::new();
         for what in self.quarantine.drain_all() {
             if let Quarantined::Exported(q) = what {
                 // Never freed: if there is no room to list it, it is leaked.
@@ -154,9 +158,15 @@ impl DmaRegistry {
                 } else if let Err(e) = kept.push_within_capacity(Quarantined::Exported(q)) {
                     core::mem::forget(e);
                 }
+            } else if let Err(e) = freed.push(what, GFP_KERNEL) {
+                // No room to hand it out: dropping it here, under the lock,
+                // is still correct (the controller is disabled), only not
+                // lock-friendly; it is out of memory anyway.
+                let _ = e;
             }
         }
         self.quarantine = kept;
+        freed
     }
 
     /// Keep `what` until the controller is disabled. Leaks it if even the

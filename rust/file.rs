@@ -385,9 +385,13 @@ impl OpenState {
         let npages = (req.len / 4096) as usize;
         let mut addrs = KVVec::from_elem(0u64, npages, GFP_KERNEL)?;
         let handle = self.next_handle.fetch_add(1, Relaxed);
+        // Pinning may wait on the process's own page faults (userfaultfd):
+        // no lock is held meanwhile, only the mapping needs the device.
+        let mut map = HostMap::pin(req.addr, req.len)
+            .inspect_err(|e| dev_warn!(sh.dev, "MAP_HOST: pinning {:#x}+{:#x} failed: {:?}\n", req.addr, req.len, e))?;
         sh.with_admin(|dev, _, _| {
             self.not_owned_by_another("MAP_HOST")?;
-            let map = HostMap::new(dev, req.addr, req.len, &mut addrs)?;
+            map.map(dev, &mut addrs)?;
             sh.dma.lock().maps.push(MapEntry { file: self.id, handle, map: Mapped::Host(map) }, GFP_KERNEL)?;
             self.buffers.add(handle, &addrs).inspect_err(|_| drop(self.drop_map(handle)))
         })

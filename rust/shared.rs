@@ -234,7 +234,8 @@ impl Shared {
         }
         // Disabled: nothing kept for the controller's sake is reachable now,
         // and no queue exists on it any more.
-        self.dma.lock().release_after_disable();
+        let freed = self.dma.lock().release_after_disable();
+        drop(freed);
         for f in self.tenancy.lock().qids.iter_mut().filter(|f| **f == ORPHAN) {
             *f = 0;
         }
@@ -282,7 +283,11 @@ impl Shared {
         let mut admin = self.admin.lock();
         stop();
         *admin = None;
-        self.dma.lock().clear();
+        // Freed outside the lock: releasing pinned pages gives back their
+        // RLIMIT_MEMLOCK charge under the owner's mmap lock, and a fault
+        // holds that lock while it takes this one.
+        let mut all = core::mem::take(&mut *self.dma.lock());
+        all.clear();
     }
 }
 

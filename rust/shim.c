@@ -12,6 +12,7 @@
 #include <linux/panic.h>
 #include <linux/security.h>
 #include <linux/mm.h>
+#include <linux/sched/mm.h>
 #include <linux/refcount.h>
 #include <linux/vmalloc.h>
 #include <linux/pci.h>
@@ -130,86 +131,121 @@ void gpunvme_shim_zap_file(struct file *file)
 }
 
 struct gpunvme_hostmap {
-	struct device *dev;
+	struct device *dev;		/* set once mapped */
+	struct mm_struct *mm;		/* charged for the pinned pages */
 	struct page **pages;
 	unsigned long npages;
 	struct sg_table sgt;
 };
 
-struct gpunvme_hostmap *gpunvme_shim_map_user(struct device *dev, u64 uaddr, u64 len,
-					      u64 *dma_addrs, int *err)
+/* Give back RLIMIT_MEMLOCK charge; nothing to do once the mm has exited. */
+static void hostmap_unaccount(struct gpunvme_hostmap *m)
 {
-	unsigned long npages = len >> PAGE_SHIFT, filled = 0;
+	if (mmget_not_zero(m->mm)) {
+		account_locked_vm(m->mm, m->npages, false);
+		mmput(m->mm);
+	}
+	mmdrop(m->mm);
+}
+
+/*
+ * Pin the user pages [uaddr, uaddr + len) of the current process for the
+ * long term, charged to its RLIMIT_MEMLOCK as VFIO and RDMA do. Needs no
+ * device and takes no module lock: a range backed by userfaultfd may make
+ * it wait, and nobody else waits with it.
+ */
+struct gpunvme_hostmap *gpunvme_shim_pin_user(u64 uaddr, u64 len, int *err)
+{
+	unsigned long npages = len >> PAGE_SHIFT;
 	struct gpunvme_hostmap *m;
-	struct scatterlist *sg;
 	long pinned;
-	int i, ret;
+	int ret;
 
 	m = kzalloc(sizeof(*m), GFP_KERNEL);
 	if (!m) {
 		*err = -ENOMEM;
 		return NULL;
 	}
-	m->dev = dev;
+	m->mm = current->mm;
+	mmgrab(m->mm);
+	ret = account_locked_vm(m->mm, npages, true);
+	if (ret)
+		goto drop_mm;
+	m->npages = npages;
 	m->pages = kvmalloc_array(npages, sizeof(*m->pages), GFP_KERNEL);
 	if (!m->pages) {
 		ret = -ENOMEM;
-		goto free_map;
+		goto unaccount;
 	}
-	/* Long-term pin: the buffer may stay mapped for the file's lifetime. */
 	pinned = pin_user_pages_fast(uaddr, npages, FOLL_WRITE | FOLL_LONGTERM, m->pages);
-	if (pinned < 0) {
-		ret = pinned;
-		goto free_pages;
-	}
-	m->npages = pinned;
 	if (pinned != npages) {
-		ret = -EFAULT;
-		goto unpin;
-	}
-	/* Merge contiguous pages only up to what the device's DMA mapping takes. */
-	ret = sg_alloc_table_from_pages_segment(&m->sgt, m->pages, npages, 0, len,
-						dma_get_max_seg_size(dev), GFP_KERNEL);
-	if (ret)
-		goto unpin;
-	ret = dma_map_sgtable(dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
-	if (ret)
-		goto free_sgt;
-	/* One DMA address per 4 KiB page, for PRP entries. */
-	for_each_sgtable_dma_sg(&m->sgt, sg, i) {
-		dma_addr_t a = sg_dma_address(sg);
-		unsigned int n;
-
-		for (n = 0; n < sg_dma_len(sg) >> PAGE_SHIFT && filled < npages; n++)
-			dma_addrs[filled++] = a + ((dma_addr_t)n << PAGE_SHIFT);
-	}
-	if (filled != npages) {
-		ret = -EIO;
-		goto unmap;
+		if (pinned > 0)
+			unpin_user_pages(m->pages, pinned);
+		ret = pinned < 0 ? pinned : -EFAULT;
+		goto free_pages;
 	}
 	return m;
 
-unmap:
-	dma_unmap_sgtable(dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
-free_sgt:
-	sg_free_table(&m->sgt);
-unpin:
-	unpin_user_pages(m->pages, m->npages);
 free_pages:
 	kvfree(m->pages);
-free_map:
+unaccount:
+	hostmap_unaccount(m);
+	kfree(m);
+	*err = ret;
+	return NULL;
+drop_mm:
+	mmdrop(m->mm);
 	kfree(m);
 	*err = ret;
 	return NULL;
 }
 
+/* DMA-map pinned pages for `dev`; one DMA address per 4 KiB page. */
+int gpunvme_shim_map_pinned(struct gpunvme_hostmap *m, struct device *dev, u64 *dma_addrs)
+{
+	unsigned long filled = 0;
+	struct scatterlist *sg;
+	int i, ret;
+
+	/* Merge contiguous pages only up to what the device's DMA mapping takes. */
+	ret = sg_alloc_table_from_pages_segment(&m->sgt, m->pages, m->npages, 0,
+						m->npages << PAGE_SHIFT, dma_get_max_seg_size(dev),
+						GFP_KERNEL);
+	if (ret)
+		return ret;
+	ret = dma_map_sgtable(dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
+	if (ret) {
+		sg_free_table(&m->sgt);
+		return ret;
+	}
+	for_each_sgtable_dma_sg(&m->sgt, sg, i) {
+		dma_addr_t a = sg_dma_address(sg);
+		unsigned int n;
+
+		for (n = 0; n < sg_dma_len(sg) >> PAGE_SHIFT && filled < m->npages; n++)
+			dma_addrs[filled++] = a + ((dma_addr_t)n << PAGE_SHIFT);
+	}
+	if (filled != m->npages) {
+		dma_unmap_sgtable(dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
+		sg_free_table(&m->sgt);
+		return -EIO;
+	}
+	m->dev = dev;
+	return 0;
+}
+
+/* Undo map_pinned (if it ran) and pin_user. Takes the owner mm's mmap
+ * lock to give back the charge: callers hold no lock a fault takes. */
 void gpunvme_shim_unmap_user(struct gpunvme_hostmap *m)
 {
-	dma_unmap_sgtable(m->dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
-	sg_free_table(&m->sgt);
+	if (m->dev) {
+		dma_unmap_sgtable(m->dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
+		sg_free_table(&m->sgt);
+	}
 	/* The controller may have written the pages: mark them dirty. */
 	unpin_user_pages_dirty_lock(m->pages, m->npages, true);
 	kvfree(m->pages);
+	hostmap_unaccount(m);
 	kfree(m);
 }
 

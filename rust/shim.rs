@@ -17,7 +17,8 @@ extern "C" {
     fn gpunvme_shim_insert_bar(vma: *mut c_void, addr: usize, dev: *mut c_void, bar_offset: usize) -> u32;
     static gpunvme_vm_fault_sigbus: u32;
     fn gpunvme_shim_zap_file(file: *mut c_void);
-    fn gpunvme_shim_map_user(dev: *mut c_void, uaddr: u64, len: u64, dma_addrs: *mut u64, err: *mut i32) -> *mut c_void;
+    fn gpunvme_shim_pin_user(uaddr: u64, len: u64, err: *mut i32) -> *mut c_void;
+    fn gpunvme_shim_map_pinned(map: *mut c_void, dev: *mut c_void, dma_addrs: *mut u64) -> i32;
     fn gpunvme_shim_unmap_user(map: *mut c_void);
 }
 
@@ -94,7 +95,8 @@ pub(crate) fn file_ptr(file: &File) -> *mut bindings::file {
     file.as_ptr()
 }
 
-/// User pages pinned and mapped for the device's DMA; unpinned on drop.
+/// User pages pinned (charged to the owner's RLIMIT_MEMLOCK), then mapped
+/// for the device's DMA; unmapped, unpinned and uncharged on drop.
 pub(crate) struct HostMap(NonNull<c_void>);
 
 // SAFETY: the mapping is plain kernel memory owned by this value; it can be
@@ -105,23 +107,29 @@ unsafe impl Sync for HostMap {}
 
 impl HostMap {
     /// Pin `[uaddr, uaddr + len)` of the current process (page-aligned,
-    /// checked by the caller) and map it for `dev`; the DMA address of each
-    /// 4 KiB page goes to `dma_addrs` (exactly `len / 4096` entries).
-    pub(crate) fn new(dev: &Device, uaddr: u64, len: u64, dma_addrs: &mut [u64]) -> Result<Self> {
-        if dma_addrs.len() as u64 != len / 4096 {
-            return Err(EINVAL);
-        }
+    /// checked by the caller). Takes no lock of this module, so a range
+    /// whose faults wait (userfaultfd) holds up only its caller.
+    pub(crate) fn pin(uaddr: u64, len: u64) -> Result<Self> {
         let mut err = 0i32;
-        // SAFETY: `dma_addrs` has room for len/4096 entries (checked above);
-        // pinning user memory of the current task is what the shim does.
-        let p = unsafe { gpunvme_shim_map_user(raw(dev), uaddr, len, dma_addrs.as_mut_ptr(), &mut err) };
+        // SAFETY: pinning user memory of the current task is what the shim does.
+        let p = unsafe { gpunvme_shim_pin_user(uaddr, len, &mut err) };
         NonNull::new(p).map(Self).ok_or_else(|| Error::from_errno(err))
+    }
+
+    /// Map the pinned pages for `dev`; the DMA address of each 4 KiB page
+    /// goes to `dma_addrs` (exactly as many entries as pages were pinned).
+    pub(crate) fn map(&mut self, dev: &Device<kernel::device::Bound>, dma_addrs: &mut [u64]) -> Result {
+        // SAFETY: `self.0` came from gpunvme_shim_pin_user and is not mapped
+        // yet (`map` is called once, by `map_host`); `dma_addrs` has room
+        // for every pinned page (the caller sized it from the same length);
+        // `dev` is bound for the duration of the call.
+        to_result(unsafe { gpunvme_shim_map_pinned(self.0.as_ptr(), raw(dev), dma_addrs.as_mut_ptr()) })
     }
 }
 
 impl Drop for HostMap {
     fn drop(&mut self) {
-        // SAFETY: the pointer came from gpunvme_shim_map_user and is released once.
+        // SAFETY: the pointer came from gpunvme_shim_pin_user and is released once.
         unsafe { gpunvme_shim_unmap_user(self.0.as_ptr()) }
     }
 }

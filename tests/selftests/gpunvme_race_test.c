@@ -11,10 +11,20 @@
  * returns must fault (SIGBUS), never reach the freed memory. (Before, mmap
  * inserted the pages itself, into a VMA not yet linked where unbind's zap
  * could not see it.)
+ *
+ * MAP_HOST of a userfaultfd-backed range: the pin waits on the caller's own
+ * fault handler for as long as it likes. Meanwhile other files create queue
+ * pairs and map buffers, and the controller can be unbound: no module lock
+ * is held while pinning. (Before, the admin mutex was held across the pin,
+ * so everyone, unbind included, waited without bound.)
  */
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -159,6 +169,121 @@ TEST(mapping_of_destroyed_pair_keeps_its_own_memory)
 	EXPECT_EQ(0, qp_destroy(&b));
 	qp_unmap(&a);
 	close(fd);
+}
+
+struct pinner {
+	int fd;
+	void *addr;
+	size_t len;
+	int ret;
+};
+
+static void *do_map_host(void *arg)
+{
+	struct pinner *p = arg;
+	struct gpunvme_map_host m;
+	uint64_t dma[4];
+
+	UAPI_INIT(m);
+	m.addr = (uintptr_t)p->addr;
+	m.len = p->len;
+	m.dma_addrs = (uintptr_t)dma;
+	p->ret = ioctl(p->fd, GPUNVME_IOC_MAP_HOST, &m) ? -errno : 0;
+	return NULL;
+}
+
+/* In a child: `what` on a new file of the controller; exit 0 on success. */
+static pid_t other_file_does(int what)
+{
+	pid_t child = fork();
+
+	if (child)
+		return child;
+	int fd = gpunvme_open_bound();
+	struct qp q;
+	struct hostbuf hb;
+	if (fd < 0)
+		_exit(10);
+	if (what == 0)
+		_exit(qp_create(fd, 8, &q) ? 11 : qp_destroy(&q) ? 12 : 0);
+	_exit(hostbuf_map(fd, 4096, &hb) ? 13 : 0);
+}
+
+/* Wait up to `ms` for `child`; its exit status, or -1 if still running. */
+static int reap_within(pid_t child, int ms)
+{
+	int status;
+
+	for (int i = 0; i < ms / 10; i++) {
+		if (waitpid(child, &status, WNOHANG) == child)
+			return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+		usleep(10 * 1000);
+	}
+	return -1;
+}
+
+TEST(map_host_waiting_on_userfaultfd_holds_up_nobody)
+{
+	const size_t len = 4 * 4096;
+	struct uffdio_api api = { .api = UFFD_API };
+	struct pinner p = { 0 };
+	pthread_t t;
+
+	int uffd = syscall(__NR_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (uffd < 0)
+		SKIP(return, "userfaultfd: %s", strerror(errno));
+	ASSERT_EQ(0, ioctl(uffd, UFFDIO_API, &api));
+	void *region = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, region);
+	struct uffdio_register reg = {
+		.range = { .start = (uintptr_t)region, .len = len },
+		.mode = UFFDIO_REGISTER_MODE_MISSING,
+	};
+	ASSERT_EQ(0, ioctl(uffd, UFFDIO_REGISTER, &reg));
+
+	p.fd = gpunvme_open_bound();
+	ASSERT_LE(0, p.fd);
+	p.addr = region;
+	p.len = len;
+	ASSERT_EQ(0, pthread_create(&t, NULL, do_map_host, &p));
+	/* The pin reached the first page and waits for this test to answer. */
+	struct pollfd pf = { .fd = uffd, .events = POLLIN };
+	ASSERT_EQ(1, poll(&pf, 1, 5000)) TH_LOG("MAP_HOST never faulted on the userfaultfd range");
+
+	/* Another file creates a queue pair and maps a buffer meanwhile. */
+	pid_t a = other_file_does(0);
+	EXPECT_EQ(0, reap_within(a, 5000)) TH_LOG("CREATE_QPAIR waited for the stalled MAP_HOST");
+	pid_t b = other_file_does(1);
+	EXPECT_EQ(0, reap_within(b, 5000)) TH_LOG("MAP_HOST of another file waited for the stalled one");
+
+	/* Answer every fault with zero pages: the stalled MAP_HOST completes. */
+	for (int answered = 0; answered < 4;) {
+		struct uffd_msg msg;
+		if (poll(&pf, 1, 5000) != 1)
+			break;
+		if (read(uffd, &msg, sizeof(msg)) != sizeof(msg))
+			continue;
+		if (msg.event != UFFD_EVENT_PAGEFAULT)
+			continue;
+		struct uffdio_zeropage zp = {
+			.range = { .start = msg.arg.pagefault.address & ~4095ull, .len = 4096 },
+		};
+		ioctl(uffd, UFFDIO_ZEROPAGE, &zp);
+		answered++;
+	}
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	EXPECT_EQ(0, p.ret);
+	if (a > 0 && reap_within(a, 10) == -1) {
+		kill(a, SIGKILL);
+		waitpid(a, NULL, 0);
+	}
+	if (b > 0 && reap_within(b, 10) == -1) {
+		kill(b, SIGKILL);
+		waitpid(b, NULL, 0);
+	}
+	close(p.fd);
+	close(uffd);
+	munmap(region, len);
 }
 
 TEST_HARNESS_MAIN
