@@ -283,9 +283,13 @@ struct gpunvme_qpair_destroy {
  *             4 KiB page, ready for PRP entries.
  * @handle:    out: names the mapping for GPUNVME_IOC_UNMAP.
  * @reserved:  in: zero.
+ * The pinned pages are charged to the caller's RLIMIT_MEMLOCK (as VFIO and
+ * RDMA do; CAP_IPC_LOCK lifts the limit) until UNMAP or close. No lock of
+ * the module is held while pinning, so a range whose faults wait (e.g.
+ * userfaultfd) holds up only this call.
  * Errors: EINVAL (alignment, size), EFAULT (not mapped, or dma_addrs bad),
- * ENOMEM, EIO (DMA mapping failed), EBUSY (another file owns the
- * controller), ENODEV.
+ * ENOMEM (also: RLIMIT_MEMLOCK would be exceeded), EIO (DMA mapping
+ * failed), EBUSY (another file owns the controller), ENODEV.
  */
 struct gpunvme_map_host {
 	__u32 size;
