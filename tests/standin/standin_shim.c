@@ -42,11 +42,24 @@ struct standin_imp {
 	u32 nents;
 };
 
+/*
+ * Test knob: a misbehaving importer that ignores invalidate_mappings and
+ * keeps its mapping (and keeps DMAing) until IOC_RELEASE or close. The
+ * exporter must then keep the memory, not free it.
+ */
+static bool hold_mappings;
+module_param(hold_mappings, bool, 0644);
+MODULE_PARM_DESC(hold_mappings, "test only: ignore exporters' invalidate_mappings and keep mapping");
+
 static void standin_invalidate(struct dma_buf_attachment *attach)
 {
 	struct standin_imp *imp = attach->importer_priv;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
+	if (READ_ONCE(hold_mappings)) {
+		dev_info(imp->dev, "import of dma-buf %p: invalidate ignored (hold_mappings)\n", imp->dmabuf);
+		return;
+	}
 	/* Waits for a transfer in flight; none starts after this. */
 	mutex_lock(&imp->lock);
 	imp->revoked = true;
