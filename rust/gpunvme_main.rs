@@ -156,7 +156,7 @@ impl pci::Driver for GpunvmeDriver {
                 slot.name().to_str().unwrap_or("?")
             );
             Ok(try_pin_init!(Bound {
-                debug: shim::DebugDir::new(dev, &shared.mmap_delay_ms),
+                debug: shim::DebugDir::new(dev, &shared.mmap_delay_ms, &shared.drop_admin_doorbells),
                 node <- chardev::Node::new(shared.clone(), slot),
                 shared,
             }))

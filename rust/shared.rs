@@ -82,6 +82,10 @@ pub(crate) struct Shared {
     /// Test knob (debugfs `gpunvme-<bdf>/mmap_delay_ms`): mmap sleeps this
     /// long after its checks, so a test can unbind in that window.
     pub(crate) mmap_delay_ms: Atomic<u32>,
+    /// Fault injection (debugfs `gpunvme-<bdf>/drop_admin_doorbells`): the
+    /// next N admin SQ doorbell writes are not made, so those commands get
+    /// no completion, as on a hung controller.
+    pub(crate) drop_admin_doorbells: Atomic<u32>,
 }
 
 impl Shared {
@@ -105,6 +109,7 @@ impl Shared {
                 next_file: Atomic::new(1),
                 gone: Atomic::new(false),
                 mmap_delay_ms: Atomic::new(0),
+                drop_admin_doorbells: Atomic::new(0),
             }),
             GFP_KERNEL,
         )
@@ -131,10 +136,28 @@ impl Shared {
         // clear, so the device stays bound for the whole of `f`.
         let dev = unsafe { self.dev.as_bound() };
         let ring = |offset: usize, value: u32| -> Result {
+            if offset == self.cap.sq_doorbell(0) && self.drop_admin_doorbell() {
+                return Ok(());
+            }
             let bar = self.bar.try_access().ok_or(ENODEV)?;
             bar.try_write32(value, offset)
         };
         f(dev, admin, &ring)
+    }
+
+    /// Fault injection: consume one of the admin doorbell writes to drop.
+    fn drop_admin_doorbell(&self) -> bool {
+        let mut n = self.drop_admin_doorbells.load(Relaxed);
+        while n != 0 {
+            match self.drop_admin_doorbells.cmpxchg(n, n - 1, Relaxed) {
+                Ok(_) => {
+                    dev_warn!(self.dev, "fault injection: admin doorbell write dropped\n");
+                    return true;
+                }
+                Err(now) => n = now,
+            }
+        }
+        false
     }
 
     /// A free I/O queue ID for `file`; EBUSY while another file owns the

@@ -281,7 +281,8 @@ void gpunvme_shim_taint_no_iommu(void)
 }
 
 /* The controller's debugfs directory, gpunvme-<bdf>/, with its test knobs. */
-struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms)
+struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms,
+					 u32 *drop_admin_doorbells)
 {
 	char name[64];
 	struct dentry *d;
@@ -289,6 +290,7 @@ struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms)
 	snprintf(name, sizeof(name), "gpunvme-%s", dev_name(dev));
 	d = debugfs_create_dir(name, NULL);
 	debugfs_create_u32("mmap_delay_ms", 0600, d, mmap_delay_ms);
+	debugfs_create_u32("drop_admin_doorbells", 0600, d, drop_admin_doorbells);
 	return d;
 }
 

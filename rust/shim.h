@@ -39,6 +39,7 @@ u32 gpunvme_shim_iommu_mode(struct device *dev);
 int gpunvme_shim_pci_locked_down(void);
 void gpunvme_shim_taint_no_iommu(void);
 struct dentry;
-struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms);
+struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms,
+					 u32 *drop_admin_doorbells);
 void gpunvme_shim_debugfs_remove(struct dentry *d);
 #endif

@@ -4,7 +4,15 @@
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
-use kernel::{bindings, device::Device, fs::File, mm::virt::VmaNew, pci, prelude::*, sync::Arc};
+use kernel::{
+    bindings,
+    device::Device,
+    fs::File,
+    mm::virt::VmaNew,
+    pci,
+    prelude::*,
+    sync::{atomic::Atomic, Arc},
+};
 
 use crate::buffers::Buffers;
 
@@ -306,7 +314,7 @@ pub(crate) fn taint_no_iommu() {
 }
 
 extern "C" {
-    fn gpunvme_shim_debugfs_ctrl(dev: *mut c_void, mmap_delay_ms: *mut u32) -> *mut c_void;
+    fn gpunvme_shim_debugfs_ctrl(dev: *mut c_void, mmap_delay_ms: *mut u32, drop_admin_doorbells: *mut u32) -> *mut c_void;
     fn gpunvme_shim_debugfs_remove(d: *mut c_void);
 }
 
@@ -319,12 +327,12 @@ unsafe impl Send for DebugDir {}
 unsafe impl Sync for DebugDir {}
 
 impl DebugDir {
-    /// `mmap_delay_ms` must outlive the returned value (it is read and
+    /// The knobs must outlive the returned value (they are read and
     /// written through debugfs until the directory is removed).
-    pub(crate) fn new(dev: &Device, mmap_delay_ms: &kernel::sync::atomic::Atomic<u32>) -> Self {
+    pub(crate) fn new(dev: &Device, mmap_delay_ms: &Atomic<u32>, drop_admin_doorbells: &Atomic<u32>) -> Self {
         // SAFETY: `Atomic<u32>` has the layout of a `u32`; debugfs reads and
-        // writes it whole; the caller keeps it alive until drop.
-        Self(unsafe { gpunvme_shim_debugfs_ctrl(raw(dev), mmap_delay_ms.as_ptr()) })
+        // writes them whole; the caller keeps them alive until drop.
+        Self(unsafe { gpunvme_shim_debugfs_ctrl(raw(dev), mmap_delay_ms.as_ptr(), drop_admin_doorbells.as_ptr()) })
     }
 }
 
