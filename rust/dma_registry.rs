@@ -30,8 +30,9 @@ pub(crate) enum QueueState {
     Retired,
 }
 
-/// Fields drop in order: the exports are revoked and the bridge thread
-/// stopped before the memory goes.
+/// Torn down by [`QueueEntry::let_go`]: the exports are revoked and the
+/// pair taken off the relay pool before the memory goes (fields also drop
+/// in that order).
 pub(crate) struct QueueEntry {
     pub(crate) file: FileId,
     pub(crate) state: QueueState,
