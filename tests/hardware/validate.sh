@@ -23,10 +23,22 @@
 #   --skip-build        use the binaries already built (their freshness is
 #                       still checked)
 #   --skip-gpu          validate the module and the CPU paths only
-#   --gpu-mode M        auto (default), direct or bridged: the mode of the
-#                       main GPU runs; with auto, direct and bridged are each
-#                       tried once more on their own (direct may be refused
-#                       on this machine: recorded, not a failure)
+#   --owner-mode M      every step runs in shared mode (the default queue
+#                       pairs, each command checked by the module's relay);
+#                       M decides owner mode (--owner: raw queue pairs,
+#                       controller-wide DMA authority bounded only by the
+#                       IOMMU):
+#                       auto (default): where GET_INFO offers it with a
+#                         translating IOMMU, the CPU steps run again with
+#                         --owner and must pass, and the GPU's --owner run is
+#                         tried (refused on many GPUs: recorded, not a
+#                         failure); where it is not offered, the claim must
+#                         be refused (EPERM) and the reason is recorded
+#                       require: owner mode must be offered and every owner
+#                         step must pass, GPU included; with the module's
+#                         allow_unsafe_no_iommu=1 and no translating IOMMU
+#                         this claims anyway, which TAINTS THE KERNEL
+#                       skip: no owner step
 #   --queues N --depth D --blocks B   GPU run shape (default 4 queues of
 #                       depth 64; B = 4096 / LBA size blocks per command)
 #   --results DIR       where to write (default /var/tmp/gpunvme-validate-<bdf>-<time>)
@@ -48,7 +60,7 @@ usage() { sed -n '4,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "validate: $*" >&2; exit 2; }
 
 BDF='' YES='' NSID=1 LBA=0 COUNT=2048 SEED=42 KDIR=/lib/modules/$(uname -r)/build
-SKIP_BUILD='' SKIP_GPU='' GPU_MODE=auto QUEUES=4 DEPTH=64 BLOCKS='' RESULTS='' KEEP_BOUND=''
+SKIP_BUILD='' SKIP_GPU='' OWNER_MODE=auto QUEUES=4 DEPTH=64 BLOCKS='' RESULTS='' KEEP_BOUND=''
 while [ $# -gt 0 ]; do
     case $1 in
         --yes-destroy-data) YES=1 ;;
@@ -59,7 +71,8 @@ while [ $# -gt 0 ]; do
         --kdir) KDIR=${2:?}; shift ;;
         --skip-build) SKIP_BUILD=1 ;;
         --skip-gpu) SKIP_GPU=1 ;;
-        --gpu-mode) GPU_MODE=${2:?}; shift ;;
+        --owner-mode) OWNER_MODE=${2:?}; shift ;;
+        --gpu-mode) die "--gpu-mode is gone with UAPI version 2 (no direct/bridged pairs): GPU runs use shared pairs, and --owner-mode auto|require|skip decides the raw (owner mode) runs" ;;
         --queues) QUEUES=${2:?}; shift ;;
         --depth) DEPTH=${2:?}; shift ;;
         --blocks) BLOCKS=${2:?}; shift ;;
@@ -81,7 +94,7 @@ for v in NSID LBA COUNT SEED QUEUES DEPTH; do
     [[ ${!v} =~ ^[0-9]+$ ]] || die "--${v,,} must be a number, not '${!v}'"
 done
 [ -z "$BLOCKS" ] || [[ $BLOCKS =~ ^[1-9][0-9]*$ ]] || die "--blocks must be a positive number"
-case $GPU_MODE in auto|direct|bridged) ;; *) die "--gpu-mode is auto, direct or bridged" ;; esac
+case $OWNER_MODE in auto|require|skip) ;; *) die "--owner-mode is auto, require or skip" ;; esac
 [ "$(id -u)" = 0 ] || die "run as root: loading the module, binding the controller and opening /dev/gpunvme* need it"
 
 RESULTS=${RESULTS:-/var/tmp/gpunvme-validate-$BDF-$(date +%Y%m%d-%H%M%S)}
@@ -148,8 +161,10 @@ DMESG_START=$(dmesg 2>/dev/null | wc -l)
 LAST_LOG=
 {
     echo "date: $(date -Is)"; echo "host: $(uname -a)"; echo "bdf: $BDF nsid: $NSID lba: $LBA count: $COUNT seed: $SEED"
-    echo "kdir: $KDIR"; echo "gpu mode: $GPU_MODE, queues $QUEUES, depth $DEPTH"
+    echo "kdir: $KDIR"; echo "owner mode: $OWNER_MODE; gpu queues $QUEUES, depth $DEPTH"
     echo "cmdline: $(cat /proc/cmdline)"
+    echo "lockdown: $(cat /sys/kernel/security/lockdown 2>/dev/null || echo 'unknown (no /sys/kernel/security/lockdown)')"
+    echo "iommu groups: $(find /sys/kernel/iommu_groups -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)"
     git -C "$ROOT" log -1 --format='commit: %H %s' 2>/dev/null
     git -C "$ROOT" status --short 2>/dev/null | sed 's/^/dirty: /'
 } > "$RESULTS/environment.txt"
@@ -276,20 +291,32 @@ step "gpunvme bind" "see the log: 'in use by the kernel nvme driver' (unmount fi
     "$GPUNVME" bind "$BDF"
 step "gpunvme list (bound)" "the CLI cannot read sysfs" "$GPUNVME" list
 check "listed as bound to gpunvme" "gpunvme list does not show $BDF on gpunvme with a /dev/gpunvme node" grep -Eq "^$BDF .*gpunvme .*/dev/gpunvme[0-9]" "$LAST_LOG"
-step "gpunvme info" "GET_INFO failed: EPERM means not root (CAP_SYS_RAWIO); ENODEV means the controller was unbound meanwhile" "$GPUNVME" info "$BDF"
+step "gpunvme info" "GET_INFO failed: 'Permission denied' means the node's file mode keeps you out (root-only unless a udev rule); EINVAL means a CLI built for UAPI version 1 (make userspace); ENODEV means the controller was unbound meanwhile" "$GPUNVME" info "$BDF"
 "$GPUNVME" info "$BDF" --json > "$RESULTS/info.json" 2>&1
-read -r LBA_SIZE CAPACITY < <(python3 -c '
+read -r LBA_SIZE CAPACITY IOMMU OWNER_OK SHARED_OK NODE < <(python3 -c '
 import json, sys
-ns = [n for n in json.load(open(sys.argv[1]))["namespaces"] if n["nsid"] == int(sys.argv[2])]
-print(ns[0]["lba_size"], ns[0]["capacity_lbas"]) if ns else print(0, 0)' "$RESULTS/info.json" "$NSID" 2>/dev/null || echo "0 0")
+i = json.load(open(sys.argv[1]))
+ns = [n for n in i["namespaces"] if n["nsid"] == int(sys.argv[2])]
+m = i.get("modes") or {}
+print(ns[0]["lba_size"] if ns else 0, ns[0]["capacity_lbas"] if ns else 0, i.get("iommu_mode") or "unknown",
+      int(bool(m.get("owner"))), int(bool(m.get("shared"))), i.get("node") or "-")' "$RESULTS/info.json" "$NSID" 2>/dev/null || echo "0 0 unknown 0 0 -")
 check "namespace $NSID exists with a usable format" "GET_INFO lists no namespace $NSID (see $RESULTS/info.json): pick another --nsid" test "${LBA_SIZE:-0}" -gt 0
 check "the scratch range fits the namespace" "LBAs $LBA..$((LBA + COUNT - 1)) are beyond namespace $NSID's $CAPACITY blocks" test $((LBA + COUNT)) -le "${CAPACITY:-0}"
-log "# namespace $NSID: $CAPACITY blocks of $LBA_SIZE bytes"
+check "shared mode is offered (no other file owns the controller)" "GET_INFO lacks the shared mode: another process owns the controller (owner mode); close it first" test "$SHARED_OK" = 1
+log "# namespace $NSID: $CAPACITY blocks of $LBA_SIZE bytes; IOMMU: $IOMMU; owner mode offered: $([ "$OWNER_OK" = 1 ] && echo yes || echo no)"
+LOCKDOWN=$(sed -n 's/.*\[\([a-z]*\)\].*/\1/p' /sys/kernel/security/lockdown 2>/dev/null)
+LOCKDOWN=${LOCKDOWN:-unknown}
+case $IOMMU in strict|lazy) TRANSLATING=1 ;; *) TRANSLATING='' ;; esac
 
-# ---- 5. the CPU paths: write, verify, and prove verify can fail ----------------
+# ---- 5. the CPU path in shared mode: write, verify, and prove verify can fail ----
 R=("$BDF" --nsid "$NSID" --lba "$LBA" --count "$COUNT")
-step "write pattern (direct pair)" "a write through gpunvme's queue pair failed: the NVMe status is in the log" "$GPUNVME" write "${R[@]}" --pattern "$SEED"
-step "verify pattern (direct pair)" "the data read back differs from what was written (first mismatch in the log), or the read failed" "$GPUNVME" verify "${R[@]}" --pattern "$SEED"
+used_pair() { # KIND LOG: the summary in LOG names a KIND (shared or raw) pair
+    grep -q " on $1 qid [0-9]" "$2" || { echo "no 'on $1 qid N' in $2" >&2; return 1; }
+}
+step "write pattern (shared pair)" "a write through a shared queue pair failed: the NVMe status is in the log (with DNR: the module's checks refused it; see README 'A command completes with Invalid Field ...'); a timeout: the relay did not hand it on (rust/bridge.md)" \
+    "$GPUNVME" write "${R[@]}" --pattern "$SEED"
+check "the default queue pair is a shared one" "the write's summary does not say 'on shared qid N': this CLI is not UAPI version 2's" used_pair shared "$LAST_LOG"
+step "verify pattern (shared pair)" "the data read back differs from what was written (first mismatch in the log), or the read failed" "$GPUNVME" verify "${R[@]}" --pattern "$SEED"
 verify_must_fail() {
     if "$GPUNVME" verify "$@"; then
         echo "verify with the wrong seed passed: it cannot tell data apart" >&2
@@ -298,14 +325,89 @@ verify_must_fail() {
     return 0
 }
 step "verify with a wrong seed fails (negative control)" "verify accepted the wrong pattern: no later 'verified' can be trusted" verify_must_fail "${R[@]}" --pattern $((SEED + 1))
-step "write pattern (bridged pair)" "a write through a bridged pair failed: the bridge thread did not relay (see rust/bridge.md)" "$GPUNVME" write "${R[@]}" --pattern $((SEED + 2)) --bridged
-step "verify pattern (bridged pair)" "data through the bridged pair differs or the read timed out" "$GPUNVME" verify "${R[@]}" --pattern $((SEED + 2)) --bridged
-step "gpunvme bench (direct and bridged)" "the polled benchmark failed: see the log" \
-    "$GPUNVME" bench "$BDF" --nsid "$NSID" --qd 1,8,32 --qpairs 1,4 --bridged --duration-ms 1000 --json "$RESULTS/bench.json"
+must_fail_with() { # PATTERN CMD...: CMD fails, and its output matches PATTERN
+    local pat=$1 out rc; shift
+    out=$("$@" 2>&1); rc=$?
+    echo "$out"
+    if [ $rc -eq 0 ]; then
+        echo "validate: this had to fail (with '$pat') but succeeded" >&2
+        return 1
+    fi
+    grep -Eq "$pat" <<<"$out" || { echo "validate: it failed, but not with '$pat'" >&2; return 1; }
+}
+step "a shared pair refuses a read past the namespace's end (LBA Out of Range)" "the read of LBA $CAPACITY (one past the end) did not fail with LBA Out of Range: shared mode's range check (rust/validate.rs) is broken, or the relay hung" \
+    must_fail_with 'LBA Out of Range' "$GPUNVME" read "$BDF" --nsid "$NSID" --lba "$CAPACITY" --count 1 --no-range-check
+NSNODE=''
+if [ "$NODE" != - ] && [ "$NSID" -ge 1 ] && [ "$NSID" -le 4 ]; then
+    NSNODE=${NODE}n$NSID
+    check "namespace node $NSNODE exists" "namespace $NSID should have a node of its own ($NSNODE): see dmesg" test -c "$NSNODE"
+    step "verify through the namespace node $NSNODE" "a file of the namespace node could not read its own namespace: see the log" \
+        "$GPUNVME" verify --node "$NSNODE" --nsid "$NSID" --lba "$LBA" --count "$COUNT" --pattern "$SEED"
+    step "the namespace node refuses owner mode" "CLAIM_OWNER on a namespace node must fail with EPERM ('a namespace node gives shared mode only'): a namespace-limited file could otherwise take the whole controller" \
+        must_fail_with 'CLAIM_OWNER.*Operation not permitted' "$GPUNVME" read --node "$NSNODE" --nsid "$NSID" --lba "$LBA" --count 1 --owner
+fi
+
+# ---- 5b. owner mode (raw pairs) where the IOMMU bounds it, else proof it is refused --
+klog_since_start() { dmesg 2>/dev/null | tail -n +"$((DMESG_START + 1))"; }
+klog_has() { # (not a pipe into grep -q: with pipefail, its early exit would fail the pipe)
+    grep -Eq "$1" <<<"$(klog_since_start)" || { echo "no kernel log line matching '$1' since the start" >&2; return 1; }
+}
+OWNER_RUN=''
+if [ "$OWNER_MODE" != skip ]; then
+    if [ "$OWNER_OK" = 1 ] && [ -n "$TRANSLATING" ]; then
+        OWNER_RUN=1
+    elif [ "$OWNER_OK" = 1 ]; then
+        log "# owner mode is offered although the IOMMU is '$IOMMU': the module was loaded with allow_unsafe_no_iommu=1; a claim TAINTS THE KERNEL and the owner could make the controller DMA anywhere in memory"
+        check "the bind log says the IOMMU check is waived" "GET_INFO offers owner mode with IOMMU '$IOMMU', but the kernel log has no 'allowed by allow_unsafe_no_iommu' line: the module's owner policy is broken" \
+            klog_has 'owner mode \(raw access\) allowed by allow_unsafe_no_iommu'
+        if [ "$OWNER_MODE" = require ]; then
+            OWNER_RUN=1
+        else
+            log "# owner steps skipped: reload gpunvme without allow_unsafe_no_iommu, or rerun with --owner-mode require to claim anyway (taints)"
+        fi
+    else
+        # Not offered: the claim itself must be refused, and the log says why.
+        KLOG_MARK=$(klog_since_start | wc -l)
+        step "owner claim refused (EPERM), as GET_INFO says" "GET_INFO does not offer owner mode, yet CLAIM_OWNER did not fail with EPERM: the module's owner policy is broken" \
+            must_fail_with 'CLAIM_OWNER.*Operation not permitted' "$GPUNVME" read "$BDF" --nsid "$NSID" --lba "$LBA" --count 1 --owner
+        WHY=$(klog_since_start | tail -n +"$((KLOG_MARK + 1))" | grep -o 'CLAIM_OWNER: .*' | tail -n 1)
+        log "# owner mode refused here (IOMMU '$IOMMU', lockdown '$LOCKDOWN'): ${WHY:-no CLAIM_OWNER line in the kernel log}"
+        if [ -z "$TRANSLATING" ] || [ "$LOCKDOWN" = integrity ] || [ "$LOCKDOWN" = confidentiality ]; then
+            check "the kernel log says why the claim was refused" "the kernel log has no 'CLAIM_OWNER: IOMMU mode is ...' (or lockdown) line: see $RESULTS/dmesg.txt" \
+                klog_has 'CLAIM_OWNER: (IOMMU mode is|refused under kernel lockdown)'
+        elif [ "$LOCKDOWN" = none ]; then
+            check "owner mode is offered to root with a translating IOMMU and no lockdown" "IOMMU '$IOMMU', lockdown none, running as root, yet GET_INFO does not offer owner mode (${WHY:-no CLAIM_OWNER line}): file an issue with the results" false
+        fi
+        if [ "$OWNER_MODE" = require ]; then
+            check "owner mode is available (--owner-mode require)" "owner mode is refused here: ${WHY:-see dmesg}. It needs CAP_SYS_RAWIO, no kernel lockdown (now: $LOCKDOWN) and a translating IOMMU (now: $IOMMU; boot with intel_iommu=on iommu.strict=1 or iommu.strict=1 on AMD)" false
+        fi
+    fi
+fi
+OWNER_FAIL="the claim failed or the raw pair's I/O did: 'Operation not permitted' (dmesg 'CLAIM_OWNER: ...' says which check), 'Device or resource busy' (another process has queue pairs or buffers on the controller: close it), an NVMe status or a timeout (IOMMU faults in dmesg?)"
+if [ -n "$OWNER_RUN" ]; then
+    step "write pattern (raw pair, owner mode)" "$OWNER_FAIL" "$GPUNVME" write "${R[@]}" --pattern $((SEED + 2)) --owner
+    check "the --owner write used a raw pair" "the write's summary does not say 'on raw qid N'" used_pair raw "$LAST_LOG"
+    if [ "$IOMMU" = lazy ]; then
+        check "the claim warned about the lazy IOMMU" "a claim in a lazy (DMA-FQ) domain must log 'CLAIM_OWNER: lazy IOMMU ...': see dmesg" klog_has 'CLAIM_OWNER: lazy IOMMU'
+        log "# lazy IOMMU: an unmapped buffer stays reachable by the controller until the next IOTLB flush; boot with iommu.strict=1 to close that window"
+    fi
+    step "verify pattern (raw pair, owner mode)" "data through the raw pair differs, or the read failed: $OWNER_FAIL" "$GPUNVME" verify "${R[@]}" --pattern $((SEED + 2)) --owner
+    step "a shared pair reads what the owner wrote" "after the owner's file closed, a shared pair could not be created (ownership outlived the file) or read other data: see the log" \
+        "$GPUNVME" verify "${R[@]}" --pattern $((SEED + 2))
+    step "gpunvme bench (shared and raw pairs)" "the polled benchmark failed: see the log ($OWNER_FAIL)" \
+        "$GPUNVME" bench "$BDF" --nsid "$NSID" --qd 1,8,32 --qpairs 1,4 --owner --duration-ms 1000 --json "$RESULTS/bench.json"
+    has_owner_ratios() {
+        python3 -c 'import json, sys; r = json.load(open(sys.argv[1])).get("owner_ratios"); sys.exit(0 if r else 1)' "$RESULTS/bench.json"
+    }
+    check "bench.json has shared/raw ratios" "bench --owner wrote no owner_ratios to $RESULTS/bench.json" has_owner_ratios
+else
+    step "gpunvme bench (shared pairs)" "the polled benchmark failed: see the log" \
+        "$GPUNVME" bench "$BDF" --nsid "$NSID" --qd 1,8,32 --qpairs 1,4 --duration-ms 1000 --json "$RESULTS/bench.json"
+fi
 
 # ---- 6. the GPU path ----------------------------------------------------------------
-sample_counters() { # copy the bridge's debugfs counters until told to stop
-    local out=$RESULTS/bridge-counters.txt d f
+sample_counters() { # copy the relay's debugfs counters until told to stop
+    local out=$RESULTS/relay-counters.txt d f
     while [ ! -e "$RESULTS/.stop-sampling" ]; do
         for d in /sys/kernel/debug/gpunvme-"$BDF"-q*; do
             [ -d "$d" ] || continue
@@ -314,6 +416,14 @@ sample_counters() { # copy the bridge's debugfs counters until told to stop
         sleep 0.2
     done
     rm -f "$out.tmp"
+}
+relay_counters_clean() { # no sample shows a rejected SQE or a bad doorbell value
+    local f=$RESULTS/relay-counters.txt
+    if [ ! -s "$f" ]; then
+        log "# no relay counters were sampled (is debugfs mounted on /sys/kernel/debug?)"
+        return 0
+    fi
+    awk '($1 == "sqes_rejected" || $1 == "bad_doorbell_values") && $2 != 0 { print "validate: " $0; bad = 1 } END { exit bad }' "$f" >&2
 }
 gpu_run() { # gpu-run ARGS...; fails on a non-zero exit or a non-zero mismatch count
     local out rc
@@ -325,12 +435,18 @@ gpu_run() { # gpu-run ARGS...; fails on a non-zero exit or a non-zero mismatch c
         return 1
     fi
 }
-gpu_run_must_fail() {
-    if gpu_run "$@"; then
+gpu_run_must_fail() { # the wrong seed: the run fails, and it is the data check that failed
+    local out
+    if out=$(gpu_run "$@"); then
+        echo "$out"
         echo "read-verify with the wrong seed reported no mismatch: it cannot tell data apart" >&2
         return 1
     fi
-    return 0
+    echo "$out"
+    grep -Eq '(^|[^0-9])[1-9][0-9]* mismatches' <<<"$out" || { echo "validate: the run failed, but not with mismatches" >&2; return 1; }
+}
+routes_are() { # KIND: the last log has route lines, each for a KIND (shared or raw) pair
+    awk -v k="$1:" '/^route q[0-9]+ / { n++; if ($3 != k) bad++ } END { exit !(n > 0 && bad == 0) }' "$LAST_LOG"
 }
 if [ -z "$SKIP_GPU" ]; then
     step "gpunvme probe" "the probe itself failed: see the log" "$GPUNVME" probe
@@ -342,29 +458,48 @@ if [ -z "$SKIP_GPU" ]; then
     check "the GPU run fits the scratch range" "--count $COUNT is too small for $QUEUES queues x $BLOCKS blocks per command" test "$CMDS" -ge 1
     check "one GPU command moves at most 8 KiB" "--blocks $BLOCKS x $LBA_SIZE bytes: the device library builds PRP1+PRP2 only (kernels/include/gpunvme/nvme.h)" \
         test $((BLOCKS * LBA_SIZE)) -le 8192
-    G=("$BDF" --queues "$QUEUES" --depth "$DEPTH" --cmds "$CMDS" --blocks "$BLOCKS" --slba "$LBA" --code-objects "$CODE_OBJECTS")
+    G=("$BDF" --nsid "$NSID" --queues "$QUEUES" --depth "$DEPTH" --cmds "$CMDS" --blocks "$BLOCKS" --slba "$LBA" --code-objects "$CODE_OBJECTS")
     rm -f "$RESULTS/.stop-sampling"
     sample_counters & SAMPLER=$!
-    step "gpu-run write ($GPU_MODE)" "the GPU could not write: the log says which import route failed and why, and the status (< 0: errno, e.g. -110 no completion before the deadline; > 0: NVMe status); see README Troubleshooting" \
-        gpu_run "${G[@]}" --kernel write --seed "$SEED" --mode "$GPU_MODE"
-    step "gpu-run read-verify ($GPU_MODE), same seed: 0 mismatches" "the SSD DMAed other data into VRAM than the GPU wrote, or commands failed: see the log" \
-        gpu_run "${G[@]}" --kernel read-verify --seed "$SEED" --mode "$GPU_MODE"
-    step "gpu-run read-verify with a wrong seed reports mismatches (negative control)" "read-verify cannot fail: no GPU verification can be trusted" \
-        gpu_run_must_fail "${G[@]}" --kernel read-verify --seed $((SEED + 1)) --mode "$GPU_MODE"
-    step "gpu-run sweep ($GPU_MODE)" "the read sweep failed: see the log (latency per batch is printed when it works)" \
-        gpu_run "${G[@]}" --kernel sweep --seed "$SEED" --mode "$GPU_MODE"
-    if [ "$GPU_MODE" = auto ]; then
-        step "gpu-run read-verify (bridged)" "the bridged path failed where auto worked: see the log and $RESULTS/bridge-counters.txt" \
-            gpu_run "${G[@]}" --kernel read-verify --seed "$SEED" --mode bridged
-        n=$((n + 1))
-        logf=$RESULTS/$(printf '%02d' "$n")-gpu-run-direct-attempt.log
-        if gpu_run "${G[@]}" --kernel read-verify --seed "$SEED" --mode direct > "$logf" 2>&1; then
-            pass "gpu-run read-verify (direct): this machine has the direct doorbell path"
+    step "gpu-run write (shared pairs)" "the GPU could not write: the log says which import route failed and why, and the status (< 0: errno, e.g. -110 no completion before the deadline; > 0: NVMe status, with DNR from shared mode's checks); see README Troubleshooting and $RESULTS/relay-counters.txt" \
+        gpu_run "${G[@]}" --kernel write --seed "$SEED"
+    check "the GPU drove shared pairs" "gpu-run's 'route qN ...' lines do not all say shared: this CLI is not UAPI version 2's" routes_are shared
+    step "gpu-run read-verify (shared pairs), same seed: 0 mismatches" "the SSD DMAed other data into VRAM than the GPU wrote, or commands failed: see the log" \
+        gpu_run "${G[@]}" --kernel read-verify --seed "$SEED"
+    step "gpu-run read-verify with a wrong seed reports mismatches (negative control)" "read-verify did not report mismatches for the wrong seed: no GPU verification can be trusted" \
+        gpu_run_must_fail "${G[@]}" --kernel read-verify --seed $((SEED + 1))
+    step "gpu-run sweep (shared pairs)" "the read sweep failed: see the log (latency per batch is printed when it works)" \
+        gpu_run "${G[@]}" --kernel sweep --seed "$SEED"
+    stop_sampler
+    check "relay counters: no SQE rejected, no bad doorbell value" "the relay refused commands of the example kernels or saw out-of-range doorbell cells (lines above, $RESULTS/relay-counters.txt): see rust/bridge.md" relay_counters_clean
+    SAMPLES=$(grep -c '^== ' "$RESULTS/relay-counters.txt" 2>/dev/null)
+    log "# relay counters: ${SAMPLES:-0} samples in $RESULTS/relay-counters.txt"
+    if [ -n "$OWNER_RUN" ]; then
+        OWNER_GPU_WHY="raw pairs on the GPU need it to map the controller's BAR0 doorbell page (a peer-to-peer route and a runtime that maps peer MMIO): the log says which import route failed and why"
+        if [ "$OWNER_MODE" = require ]; then
+            step "gpu-run read-verify (raw pairs, owner mode)" "$OWNER_GPU_WHY" gpu_run "${G[@]}" --kernel read-verify --seed "$SEED" --owner
+            OWNER_GPU=1
         else
-            pass "gpu-run read-verify (direct) refused here, as it may be (why: $logf); the bridged path is the one to use"
+            n=$((n + 1))
+            logf=$RESULTS/$(printf '%02d' "$n")-gpu-run-owner-attempt.log
+            if gpu_run "${G[@]}" --kernel read-verify --seed "$SEED" --owner > "$logf" 2>&1; then
+                pass "gpu-run read-verify (raw pairs, owner mode): the GPU rings the controller's doorbell itself on this machine"
+                OWNER_GPU=1
+            elif grep -Eq '(^|[^0-9])[1-9][0-9]* mismatches' "$logf"; then
+                # It ran, and read other data: corruption, not a refusal.
+                fail_now "gpu-run read-verify (raw pairs, owner mode)" "$logf" "the raw pairs ran but read other data than the shared write put there: keep the results, check dmesg for IOMMU faults"
+            else
+                pass "gpu-run read-verify (raw pairs, owner mode) refused here, as it may be (why: $logf); shared pairs are the path to use"
+                OWNER_GPU=''
+            fi
+            LAST_LOG=$logf
+        fi
+        if [ -n "$OWNER_GPU" ]; then
+            check "the GPU drove raw pairs" "gpu-run --owner's 'route qN ...' lines do not all say raw" routes_are raw
+            step "gpu-run sweep (raw pairs, owner mode)" "the raw read-verify worked but the sweep did not: see the log" \
+                gpu_run "${G[@]}" --kernel sweep --seed "$SEED" --owner
         fi
     fi
-    stop_sampler
 fi
 
 # ---- 7. give it back, and read the data through the kernel's driver ---------------
