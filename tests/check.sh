@@ -2,6 +2,7 @@
 # make check: every suite, each result counted once, one closing line.
 #   host   cargo test of the userspace crates
 #   gpu    the device library as host C++ (kernels/ host-test)
+#   relay  the H200 bench's port of the shared-mode relay and checks, as host C++
 #   isa    fences present in the disassembly of every AMD target
 #   runner the VM runner itself: passing, failing and hung tests are counted right
 #   vm     kselftests + KUnit in the QEMU VM, against the emulated NVMe
@@ -59,6 +60,7 @@ suite() {
 
 suite host count_cargo make -s -C "$ROOT" host-test
 suite gpu count_plain make -s -C "$ROOT"/kernels host-test
+suite relay count_plain make -s -C "$ROOT"/kernels bench-host-test
 suite isa count_plain_all make -s -C "$ROOT" isa-check
 suite runner count_plain bash "$ROOT"/tests/vm/selftest.sh
 suite vm count_plain make -s -C "$ROOT" vm-test
