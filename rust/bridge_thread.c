@@ -5,11 +5,12 @@
  * the whole of the C side.
  *
  * A small pool serves every shared pair of every controller: at most one
- * thread per online CPU (module parameter relay_threads lowers it), started
- * with the first pair and stopped with the last, so a machine with no
- * shared pair runs no relay thread. A pair is served by one thread for its
- * whole life (its relay state is never handed between threads); a new pair
- * goes to the thread serving the fewest.
+ * thread per online CPU (module parameter relay_threads lowers it). Threads
+ * start as pairs come (a new pair gets a thread of its own while the cap
+ * allows, else the thread serving the fewest) and all stop with the last
+ * pair, so a machine with no shared pair runs no relay thread, and a thread
+ * left with no pair sleeps until it gets one. A pair is served by one
+ * thread for its whole life (its relay state is never handed over).
  *
  * CPU use is bounded: a thread spins only for a short window after the
  * last progress on any of its pairs (an I/O in flight usually completes
@@ -26,6 +27,7 @@
 #include <linux/math64.h>
 #include <linux/mutex.h>
 #include <linux/slab.h>
+#include <linux/wait.h>
 #include "shim.h"
 
 bool gpunvme_bridge_step(void *ctx);
@@ -43,6 +45,7 @@ struct gpunvme_relay_thread {
 	struct mutex lock;		/* the list, and every step on it */
 	struct list_head pairs;
 	unsigned int npairs;
+	wait_queue_head_t wake;		/* a thread with no pair waits here */
 };
 
 struct gpunvme_bridge {
@@ -54,8 +57,8 @@ struct gpunvme_bridge {
 };
 
 static DEFINE_MUTEX(pool_lock);
-static struct gpunvme_relay_thread *pool;
-static unsigned int pool_size, pool_users;
+static struct gpunvme_relay_thread *pool;	/* room for pool_cap threads */
+static unsigned int pool_cap, pool_size, pool_users;	/* pool_size started */
 
 /* How long a thread keeps spinning after it last moved something. */
 #define GPUNVME_BRIDGE_SPIN_NS (200 * NSEC_PER_USEC)
@@ -69,6 +72,11 @@ static int gpunvme_relay_fn(void *data)
 	while (!kthread_should_stop()) {
 		struct gpunvme_bridge *b;
 		bool progress = false;
+
+		if (!READ_ONCE(t->npairs)) {
+			wait_event_interruptible(t->wake, READ_ONCE(t->npairs) || kthread_should_stop());
+			continue;
+		}
 
 		mutex_lock(&t->lock);
 		list_for_each_entry(b, &t->pairs, node) {
@@ -100,49 +108,47 @@ static void pool_stop(void)
 	unsigned int i;
 
 	for (i = 0; i < pool_size; i++)
-		if (pool[i].task)
-			kthread_stop(pool[i].task);
+		kthread_stop(pool[i].task);
 	kfree(pool);
 	pool = NULL;
-	pool_size = 0;
+	pool_cap = pool_size = 0;
 }
 
-/* Under pool_lock: make sure the pool runs; returns 0 or -errno. */
-static int pool_get(unsigned int want)
+/* Under pool_lock: the thread for a new pair, started if need be. */
+static struct gpunvme_relay_thread *pool_pick(unsigned int want, int *err)
 {
-	unsigned int i, n = num_online_cpus();
+	struct gpunvme_relay_thread *t = NULL;
+	unsigned int i;
 
-	if (pool_users++)
-		return 0;
-	if (want && want < n)
-		n = want;
-	pool = kcalloc(n, sizeof(*pool), GFP_KERNEL);
-	if (!pool)
-		goto fail;
-	pool_size = n;
-	for (i = 0; i < n; i++) {
-		mutex_init(&pool[i].lock);
-		INIT_LIST_HEAD(&pool[i].pairs);
-		pool[i].task = kthread_run(gpunvme_relay_fn, &pool[i], "gpunvme-relay%u", i);
-		if (IS_ERR(pool[i].task)) {
-			int err = PTR_ERR(pool[i].task);
-
-			pool[i].task = NULL;
-			pool_stop();
-			pool_users--;
-			return err;
+	if (!pool) {
+		pool_cap = num_online_cpus();
+		if (want && want < pool_cap)
+			pool_cap = want;
+		pool = kcalloc(pool_cap, sizeof(*pool), GFP_KERNEL);
+		if (!pool) {
+			*err = -ENOMEM;
+			return NULL;
 		}
 	}
-	return 0;
-fail:
-	pool_users--;
-	return -ENOMEM;
-}
-
-static void pool_put(void)
-{
-	if (--pool_users == 0)
-		pool_stop();
+	for (i = 0; i < pool_size; i++)
+		if (!t || pool[i].npairs < t->npairs)
+			t = &pool[i];
+	if (t && (!t->npairs || pool_size == pool_cap))
+		return t;
+	/* Every running thread has pairs and the cap allows one more. */
+	t = &pool[pool_size];
+	mutex_init(&t->lock);
+	INIT_LIST_HEAD(&t->pairs);
+	init_waitqueue_head(&t->wake);
+	t->task = kthread_run(gpunvme_relay_fn, t, "gpunvme-relay%u", pool_size);
+	if (IS_ERR(t->task)) {
+		*err = PTR_ERR(t->task);
+		if (!pool_size)
+			pool_stop();
+		return NULL;
+	}
+	pool_size++;
+	return t;
 }
 
 static int cpu_per_mcmd_get(void *data, u64 *val)
@@ -178,23 +184,21 @@ struct gpunvme_bridge *gpunvme_shim_bridge_start(void *ctx, u64 *counters, struc
 				   &cpu_per_mcmd_fops);
 
 	mutex_lock(&pool_lock);
-	ret = pool_get(threads);
-	if (ret) {
+	t = pool_pick(threads, &ret);
+	if (!t) {
 		mutex_unlock(&pool_lock);
 		debugfs_remove_recursive(b->dir);
 		kfree(b);
 		*err = ret;
 		return NULL;
 	}
-	t = &pool[0];
-	for (i = 1; i < pool_size; i++)
-		if (pool[i].npairs < t->npairs)
-			t = &pool[i];
+	pool_users++;
 	b->t = t;
 	mutex_lock(&t->lock);
 	list_add_tail(&b->node, &t->pairs);
-	t->npairs++;
+	WRITE_ONCE(t->npairs, t->npairs + 1);
 	mutex_unlock(&t->lock);
+	wake_up(&t->wake);
 	mutex_unlock(&pool_lock);
 	return b;
 }
@@ -207,9 +211,10 @@ void gpunvme_shim_bridge_stop(struct gpunvme_bridge *b)
 	mutex_lock(&pool_lock);
 	mutex_lock(&t->lock);
 	list_del(&b->node);
-	t->npairs--;
+	WRITE_ONCE(t->npairs, t->npairs - 1);
 	mutex_unlock(&t->lock);
-	pool_put();
+	if (--pool_users == 0)
+		pool_stop();
 	mutex_unlock(&pool_lock);
 	debugfs_remove_recursive(b->dir);
 	kfree(b);

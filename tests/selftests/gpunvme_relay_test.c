@@ -9,6 +9,8 @@
  * rejected SQE completes in the mirror and never reaches the controller).
  * The pairs here are always shared, whatever mode the run tests.
  */
+#include <dirent.h>
+
 #include "kselftest_harness.h"
 #include "vmenv.h"
 #include "nvme_io.h"
@@ -293,6 +295,54 @@ TEST_F(relay, exports_are_the_shadows)
 	EXPECT_EQ(q.c.prp_size, e.length);
 	close(e.fd);
 	EXPECT_EQ(0, qp_destroy(&q));
+}
+
+/* Kernel threads named gpunvme-relay<n>. */
+static int relay_threads(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		char path[300], comm[64] = "";
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "gpunvme-relay", 13))
+			n++;
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+/*
+ * The relay pool: no thread while no shared pair exists; a thread per pair
+ * up to one per online CPU, then pairs share; all gone with the last pair.
+ */
+TEST(relay_threads_follow_the_pairs)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	struct qp q[4];
+	int fd = gpunvme_open_bound();
+
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(0, relay_threads()) TH_LOG("relay threads before any shared pair");
+	for (int i = 0; i < 4; i++) {
+		ASSERT_EQ(0, qp_create_flags(fd, 8, 0, &q[i]));
+		long want = i + 1 < cpus ? i + 1 : cpus;
+		EXPECT_EQ(want, relay_threads()) TH_LOG("with %d shared pairs and %ld CPUs", i + 1, cpus);
+	}
+	for (int i = 0; i < 4; i++)
+		EXPECT_EQ(0, qp_destroy(&q[i]));
+	EXPECT_EQ(0, relay_threads()) TH_LOG("relay threads after the last shared pair");
+	close(fd);
 }
 
 TEST_HARNESS_MAIN
