@@ -256,7 +256,10 @@ impl Shared {
             return;
         }
         // Disabled: nothing kept for the controller's sake is reachable now,
-        // and no queue exists on it any more.
+        // and no queue exists on it any more. No user mapping reaches a
+        // quarantined queue either: one whose delete failed keeps its queue
+        // ID on its open file (which blocks this) until the file is
+        // released, and a file is released only once its mappings are gone.
         let freed = self.dma.lock().release_after_disable();
         drop(freed);
         for f in self.tenancy.lock().qids.iter_mut().filter(|f| **f == ORPHAN) {

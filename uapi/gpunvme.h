@@ -321,7 +321,9 @@ struct gpunvme_map_host {
  * When the exporter revokes or moves the buffer, its pages leave the file's
  * own pages first (a shared-mode command naming them is refused with
  * Invalid Field from then on), and then the mapping is removed: a raw
- * command aimed at them fails in the IOMMU.
+ * command aimed at them fails in the IOMMU. Commands the relay accepted
+ * before the revoke are not waited for: keep no I/O in flight on a buffer
+ * whose exporter may revoke it.
  * Errors: EBADF, EINVAL (size not 4 KiB multiple, more pages than
  * max_pages, max_pages out of range, unaligned segments), EOPNOTSUPP,
  * ETIMEDOUT (exporter fences), EINTR/ERESTARTSYS (a signal during that
