@@ -4,6 +4,7 @@
 #   gpu    the device library as host C++ (kernels/ host-test)
 #   relay  the H200 bench's port of the shared-mode relay and checks, as host C++
 #   isa    fences present in the disassembly of every AMD target
+#   kcache two builds of one test kernel at once: one waits, the kernel is built once
 #   runner the VM runner itself: passing, failing and hung tests are counted right
 #   vm     kselftests + KUnit in the QEMU VM, against the emulated NVMe
 #   dkms   the module built through DKMS, then loaded and smoke-tested in the VM
@@ -62,6 +63,7 @@ suite host count_cargo make -s -C "$ROOT" host-test
 suite gpu count_plain make -s -C "$ROOT"/kernels host-test
 suite relay count_plain make -s -C "$ROOT"/kernels bench-host-test
 suite isa count_plain_all make -s -C "$ROOT" isa-check
+suite kcache count_plain bash "$ROOT"/tests/kernel/build_lock_test.sh
 suite runner count_plain bash "$ROOT"/tests/vm/selftest.sh
 suite vm count_plain make -s -C "$ROOT" vm-test
 suite dkms count_plain make -s -C "$ROOT" dkms-check

@@ -6,6 +6,9 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 CACHE=${GPUNVME_CACHE:-/var/cache/gpunvme}
 mkdir -p "$CACHE"
+# Two `make` runs at once (make demo beside make check) take turns here.
+exec 9>"$CACHE/.deps.lock"
+flock -w 1800 9 || { echo "deps: another 'make deps' has held $CACHE/.deps.lock for 30 minutes" >&2; exit 1; }
 log() { printf 'deps: %s\n' "$*"; }
 
 # ---- Debian packages -------------------------------------------------------

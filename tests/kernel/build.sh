@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Build (or reuse) the test kernel. Prints the build directory (KDIR) on stdout.
-# The cache key covers the source version, the config fragments, this script and
-# the toolchain, so a kernel is rebuilt only when one of those changes.
+# The cache key covers the source version, the config fragments, RECIPE below
+# and the toolchain, so a kernel is rebuilt only when one of those changes.
+# Builds of one variant are serialised by a lock in the cache: a second run
+# (another terminal, `make demo` beside `make check`) waits for the first and
+# then reuses its kernel instead of deleting a half-built tree.
 #   KERNEL_VARIANT=debug  adds tests/kernel/debug.config (KASAN, lockdep, KFENCE)
+#   GPUNVME_KERNEL_LOCK_TIMEOUT  seconds to wait for another build (default 5400)
+#   build.sh --dir        print the directory the kernel is (or would be) in; build nothing
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 CACHE=${GPUNVME_CACHE:-/var/cache/gpunvme}
@@ -17,13 +22,30 @@ case "$VARIANT" in
     *) echo "kernel: unknown KERNEL_VARIANT '$VARIANT' (default|debug)" >&2; exit 2 ;;
 esac
 
+# Bump when the build steps below change what is built; comments and messages
+# do not need a rebuild.
+RECIPE=2
+
 export LIBCLANG_PATH=/usr/lib/llvm-19/lib
 MAKEFLAGS_K=(LLVM=-19)
 srcver=$(make -s -C "$SRC" kernelversion)
-key=$( { echo "$srcver"; cat "${frags[@]}" "$here/build.sh"; rustc --version;
+key=$( { echo "$srcver"; cat "${frags[@]}"; echo "recipe $RECIPE"; rustc --version;
          clang-19 --version | head -1; bindgen --version; } | sha256sum | cut -c1-16)
 OUT="$CACHE/kernel/$VARIANT-$srcver-$key"
+[ "${1:-}" != --dir ] || { echo "$OUT"; exit 0; }
 
+if [ -f "$OUT/.gpunvme-built" ]; then
+    echo "$OUT"; exit 0
+fi
+
+# One builder per variant; whoever gets the lock second finds the kernel built.
+mkdir -p "$CACHE/kernel"
+exec 9>"$CACHE/kernel/.$VARIANT.lock"
+wait_s=${GPUNVME_KERNEL_LOCK_TIMEOUT:-5400}
+if ! flock -n 9; then
+    echo "kernel: another build of the $VARIANT kernel is running; waiting (up to ${wait_s}s)" >&2
+    flock -w "$wait_s" 9 || { echo "kernel: gave up after ${wait_s}s waiting for $CACHE/kernel/.$VARIANT.lock" >&2; exit 1; }
+fi
 if [ -f "$OUT/.gpunvme-built" ]; then
     echo "$OUT"; exit 0
 fi
