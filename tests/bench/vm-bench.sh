@@ -1,12 +1,13 @@
 #!/bin/sh
 # Inside the VM: gpunvme's polled path on one emulated controller (shared
 # queue pairs: the module's checking relay; then raw ones in owner mode) and
-# the kernel nvme driver (io_uring, O_DIRECT) on the other, same controller
+# the kernel nvme driver (io_uring, O_DIRECT; interrupt and polled) on the other, same controller
 # model, one run. The JSON goes to the console between markers.
 set -e
 insmod "$GPUNVME_DIR/gpunvme.ko"
 gpunvme bind "$GPUNVME_BDF"
-modprobe nvme
+# poll_queues: the kernel side is measured polled (IOPOLL) as well as by interrupt.
+modprobe nvme poll_queues=1
 echo nvme > "/sys/bus/pci/devices/$KERNEL_NVME_BDF/driver_override"
 echo "$KERNEL_NVME_BDF" > /sys/bus/pci/drivers_probe
 i=0

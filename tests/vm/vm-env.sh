@@ -36,8 +36,9 @@ check "iommu_translated" iommu_ok
 
 check "gpunvme_override_preset" [ "$(sysfs "$GPUNVME_BDF" driver_override)" = gpunvme ]
 
+# A poll queue lets gpunvme bench measure the kernel driver polled, too.
 bind_kernel_nvme() {
-    modprobe nvme || return 1
+    modprobe nvme poll_queues=1 || return 1
     echo nvme >"/sys/bus/pci/devices/$KERNEL_NVME_BDF/driver_override"
     echo "$KERNEL_NVME_BDF" >/sys/bus/pci/drivers_probe
     [ "$(driver_of "$KERNEL_NVME_BDF")" = nvme ]

@@ -1,13 +1,16 @@
 //! `gpunvme bench`: 4 KiB random reads, QD 1/8/32 x 1/4 queue pairs, on a
 //! gpunvme controller (queue pairs polled from this process) and/or on a
-//! kernel nvme block device with O_DIRECT: io_uring (raw syscalls, one
-//! ring of QD reads per "queue pair" thread, completions by interrupt),
-//! or with --pread (or when io_uring is unavailable) synchronous pread
-//! from QD x queue-pairs threads. The gpunvme matrix runs on shared queue
-//! pairs (shadow SQ and doorbells, mirrored CQ: a module thread per pair
-//! checks each command and relays it). With --owner it is measured again
-//! on raw queue pairs (the file claims owner mode: the real queues and
-//! doorbells, nothing checked) and the two are compared.
+//! kernel nvme block device with O_DIRECT io_uring, one ring of QD reads per
+//! "queue pair" thread, measured twice: with interrupt completions, and
+//! polled (IORING_SETUP_IOPOLL on the driver's poll queues: nvme.ko's
+//! `poll_queues`), which is what gpunvme does and so the fair baseline.
+//! With --pread (or when io_uring is unavailable) synchronous pread from
+//! QD x queue-pairs threads instead. The gpunvme matrix runs on shared
+//! queue pairs (shadow SQ and doorbells, mirrored CQ: a module thread per
+//! pair checks each command and relays it). With --owner it is measured
+//! again on raw queue pairs (the file claims owner mode: the real queues
+//! and doorbells, nothing checked) and the two are compared. Latencies go
+//! into HDR histograms (1 ns to 60 s, 3 significant digits).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::OpenOptionsExt;
@@ -15,13 +18,14 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use gpunvme::{Controller, DmaBuffer, Mode, Prp, QueuePair, Sqe};
+use hdrhistogram::Histogram;
+use io_uring::{opcode, types, IoUring};
 use serde::Serialize;
 use serde_json::json;
 
 use crate::blockio::Target;
-use crate::uring::Uring;
 use crate::Res;
 
 const BS: usize = 4096;
@@ -32,9 +36,15 @@ pub struct BenchArgs {
     pub target: Target,
     /// Also (or, without BDF/--dev/--node, only) measure this kernel nvme block
     /// device, e.g. /dev/nvme0n1: O_DIRECT io_uring, one ring of QD reads
-    /// per queue-pair thread.
+    /// per queue-pair thread, in each --kernel-mode.
     #[arg(long, value_name = "DEV")]
     pub block_device: Option<PathBuf>,
+    /// How the kernel side completes: irq (interrupts), poll
+    /// (IORING_SETUP_IOPOLL; needs nvme.ko loaded with poll_queues=N, else
+    /// its cells are skipped with the reason). Ratios are published against
+    /// poll, which busy-polls as gpunvme does.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [KernelMode::Irq, KernelMode::Poll])]
+    pub kernel_mode: Vec<KernelMode>,
     /// On the block device use synchronous O_DIRECT pread from QD x
     /// queue-pairs threads instead of io_uring.
     #[arg(long)]
@@ -78,6 +88,15 @@ pub struct BenchArgs {
     pub json: Option<PathBuf>,
 }
 
+/// Completion mode of the kernel-side io_uring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KernelMode {
+    /// Interrupt completions (a plain ring, io_uring_enter waits).
+    Irq,
+    /// Polled completions (IORING_SETUP_IOPOLL, the driver's poll queues).
+    Poll,
+}
+
 #[derive(Debug, Clone, Serialize)]
 struct Cell {
     qpairs: u32,
@@ -88,6 +107,8 @@ struct Cell {
     mib_per_s: f64,
     lat_us_p50: f64,
     lat_us_p99: f64,
+    lat_us_p999: f64,
+    lat_us_max: f64,
     lat_us_mean: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     skipped: Option<String>,
@@ -124,22 +145,32 @@ impl Rng {
     }
 }
 
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
+/// Per-worker latencies in ns: an HDR histogram, 1 ns to 60 s at three
+/// significant digits (a fixed ~200 KiB, whatever the run length).
+struct Lat(Histogram<u64>);
+
+impl Lat {
+    fn new() -> Self {
+        Lat(Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds"))
     }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i] as f64 / 1000.0
+    fn record(&mut self, d: Duration) {
+        self.0.saturating_record((d.as_nanos() as u64).max(1));
+    }
+    fn merge(&mut self, other: &Lat) {
+        self.0.add(&other.0).expect("histograms of one shape");
+    }
+    fn us_at(&self, q: f64) -> f64 {
+        if self.0.is_empty() {
+            0.0
+        } else {
+            self.0.value_at_quantile(q) as f64 / 1000.0
+        }
+    }
 }
 
-fn cell(qpairs: u32, qd: u32, mut lat_ns: Vec<u64>, secs: f64) -> Cell {
-    lat_ns.sort_unstable();
-    let ops = lat_ns.len() as u64;
-    let mean = if ops == 0 {
-        0.0
-    } else {
-        lat_ns.iter().sum::<u64>() as f64 / ops as f64 / 1000.0
-    };
+fn cell(qpairs: u32, qd: u32, lat: &Lat, secs: f64) -> Cell {
+    let ops = lat.0.len();
+    let h = &lat.0;
     Cell {
         qpairs,
         qd,
@@ -147,22 +178,28 @@ fn cell(qpairs: u32, qd: u32, mut lat_ns: Vec<u64>, secs: f64) -> Cell {
         seconds: secs,
         iops: ops as f64 / secs.max(1e-9),
         mib_per_s: ops as f64 * BS as f64 / secs.max(1e-9) / (1 << 20) as f64,
-        lat_us_p50: percentile(&lat_ns, 0.50),
-        lat_us_p99: percentile(&lat_ns, 0.99),
-        lat_us_mean: mean,
+        lat_us_p50: lat.us_at(0.50),
+        lat_us_p99: lat.us_at(0.99),
+        lat_us_p999: lat.us_at(0.999),
+        lat_us_max: if ops == 0 {
+            0.0
+        } else {
+            h.max() as f64 / 1000.0
+        },
+        lat_us_mean: if ops == 0 { 0.0 } else { h.mean() / 1000.0 },
         skipped: None,
     }
 }
 
 fn skipped(qpairs: u32, qd: u32, why: String) -> Cell {
-    let mut c = cell(qpairs, qd, Vec::new(), 0.0);
+    let mut c = cell(qpairs, qd, &Lat::new(), 0.0);
     c.iops = 0.0;
     c.skipped = Some(why);
     c
 }
 
 /// One queue pair's worker: keeps `qd` reads in flight over random 4 KiB
-/// blocks until `stop`; returns per-read latencies in ns.
+/// blocks until `stop`; returns its latency histogram.
 #[allow(clippy::too_many_arguments)]
 fn gpunvme_worker(
     ctrl: &Controller,
@@ -174,12 +211,12 @@ fn gpunvme_worker(
     stop: Stop,
     seed: u64,
     mode: Mode,
-) -> gpunvme::Result<Vec<u64>> {
+) -> gpunvme::Result<Lat> {
     let mut qp = QueuePair::create_with(ctrl, qd + 1, mode)?;
     let per = (BS as u64 / lba_size).max(1) as u32;
     let mut rng = Rng(seed | 1);
     let mut slot_of: BTreeMap<u16, (usize, Instant)> = BTreeMap::new();
-    let mut lat = Vec::with_capacity(1 << 16);
+    let mut lat = Lat::new();
     let mut issued = 0u64;
     let mk = |slot: usize, rng: &mut Rng| {
         let lba = (rng.next() % blocks4k) * BS as u64 / lba_size;
@@ -206,7 +243,7 @@ fn gpunvme_worker(
         let c = qp.wait_any()?;
         let now = Instant::now();
         let (slot, t0) = slot_of.remove(&c.cid).expect("known cid");
-        lat.push((now - t0).as_nanos() as u64);
+        lat.record(now - t0);
         if !stop.done(issued) {
             let cid = qp.submit(mk(slot, &mut rng))?;
             slot_of.insert(cid, (slot, Instant::now()));
@@ -225,15 +262,15 @@ fn worker_seed(a: &BenchArgs, i: u64) -> u64 {
 }
 
 /// One cell of the matrix: `workers` threads run `work(i)` at once; their
-/// latencies merged into the cell, or the first worker's error.
+/// histograms merged into the cell, or the first worker's error.
 fn run_cell<E: Send>(
     qpairs: u32,
     qd: u32,
     workers: usize,
-    work: impl Fn(usize) -> Result<Vec<u64>, E> + Sync,
+    work: impl Fn(usize) -> Result<Lat, E> + Sync,
 ) -> Result<Cell, E> {
     let t = Instant::now();
-    let lats: Vec<Result<Vec<u64>, E>> = std::thread::scope(|s| {
+    let lats: Vec<Result<Lat, E>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..workers)
             .map(|i| {
                 let work = &work;
@@ -245,11 +282,11 @@ fn run_cell<E: Send>(
             .collect()
     });
     let secs = t.elapsed().as_secs_f64();
-    let mut all = Vec::new();
+    let mut all = Lat::new();
     for l in lats {
-        all.extend(l?);
+        all.merge(&l?);
     }
-    Ok(cell(qpairs, qd, all, secs))
+    Ok(cell(qpairs, qd, &all, secs))
 }
 
 fn stop_for(a: &BenchArgs, qpairs: u32) -> Stop {
@@ -269,7 +306,9 @@ fn range_bytes(a: &BenchArgs, capacity: u64) -> u64 {
 
 const TARGET_SHARED: &str = "gpunvme";
 const TARGET_RAW: &str = "gpunvme-raw";
-const TARGET_KERNEL: &str = "kernel";
+const TARGET_KERNEL_IRQ: &str = "kernel-irq";
+const TARGET_KERNEL_POLL: &str = "kernel-poll";
+const TARGET_KERNEL_PREAD: &str = "kernel-pread";
 
 fn gpunvme_run(
     sysfs: &gpunvme::sysfs::Sysfs,
@@ -380,60 +419,170 @@ impl Drop for Aligned {
     }
 }
 
-/// One io_uring "queue pair": `qd` O_DIRECT reads in flight.
+/// A ring of `entries` for one worker, polled (IOPOLL) or not.
+fn ring(entries: u32, mode: KernelMode) -> std::io::Result<IoUring> {
+    let mut b = IoUring::builder();
+    if mode == KernelMode::Poll {
+        b.setup_iopoll();
+    }
+    b.build(entries)
+}
+
+/// Queue one 4 KiB read of `buf`'s block `slot` at byte `off`, tagged `slot`.
+fn push_read(
+    ring: &mut IoUring,
+    fd: i32,
+    buf: &Aligned,
+    slot: usize,
+    off: u64,
+) -> Result<(), String> {
+    let e = opcode::Read::new(types::Fd(fd), buf.block(slot), BS as u32)
+        .offset(off)
+        .build()
+        .user_data(slot as u64);
+    // SAFETY: the read targets block `slot` of `buf`, which the worker
+    // unmaps only after every read it queued has completed (on an early
+    // return it leaks `buf`); each slot has at most one read in flight.
+    unsafe { ring.submission().push(&e) }.map_err(|_| "io_uring submission queue full".to_string())
+}
+
 #[allow(clippy::needless_range_loop)]
+/// One io_uring "queue pair": `qd` O_DIRECT reads in flight. In poll mode
+/// `submit_and_wait` polls the driver's poll queue instead of sleeping.
 fn uring_worker(
     fd: i32,
     blocks4k: u64,
     qd: u32,
     stop: Stop,
     seed: u64,
-) -> Result<Vec<u64>, String> {
-    let mut ring = Uring::new(qd).map_err(|e| format!("io_uring_setup({qd}): {e}"))?;
-    let buf = Aligned::new(qd as usize).map_err(|e| e.to_string())?;
+    mode: KernelMode,
+) -> Result<Lat, String> {
+    // Dropped only once no read is in flight: an early return leaks it
+    // rather than unmap memory the device may still write.
+    let buf = std::mem::ManuallyDrop::new(Aligned::new(qd as usize).map_err(|e| e.to_string())?);
+    let mut ring = ring(qd, mode).map_err(|e| format!("io_uring_setup({qd}): {e}"))?;
     let mut rng = Rng(seed | 1);
     let mut t0 = vec![Instant::now(); qd as usize];
-    let mut lat = Vec::with_capacity(1 << 14);
+    let mut lat = Lat::new();
     let (mut issued, mut outstanding) = (0u64, 0u32);
+    let mut failure = None;
     for slot in 0..qd as usize {
         if stop.done(issued) {
             break;
         }
         let off = (rng.next() % blocks4k) * BS as u64;
         t0[slot] = Instant::now();
-        ring.push_read(fd, buf.block(slot), BS as u32, off, slot as u64);
+        push_read(&mut ring, fd, &buf, slot, off)?;
         issued += 1;
         outstanding += 1;
     }
     let mut done = Vec::with_capacity(qd as usize);
     while outstanding > 0 {
-        ring.enter(1).map_err(|e| format!("io_uring_enter: {e}"))?;
+        if let Err(e) = ring.submit_and_wait(1) {
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(format!("io_uring_enter: {e}"));
+        }
         done.clear();
-        ring.reap(&mut done);
+        done.extend(
+            ring.completion()
+                .map(|c| (c.user_data() as usize, c.result())),
+        );
         let now = Instant::now();
         for &(slot, res) in &done {
-            let slot = slot as usize;
             outstanding -= 1;
             if res != BS as i32 {
-                return Err(format!(
-                    "io_uring read returned {res} ({})",
-                    std::io::Error::from_raw_os_error(-res)
-                ));
+                failure.get_or_insert_with(|| match res {
+                    r if r == -libc::EOPNOTSUPP && mode == KernelMode::Poll => {
+                        "polled reads refused (EOPNOTSUPP): the nvme driver has no poll queues; load it with poll_queues=N".to_string()
+                    }
+                    r if r < 0 => format!("io_uring read: {}", std::io::Error::from_raw_os_error(-r)),
+                    r => format!("io_uring read returned {r} bytes"),
+                });
+                continue;
             }
-            lat.push((now - t0[slot]).as_nanos() as u64);
-            if !stop.done(issued) {
+            lat.record(now - t0[slot]);
+            if failure.is_none() && !stop.done(issued) {
                 let off = (rng.next() % blocks4k) * BS as u64;
                 t0[slot] = Instant::now();
-                ring.push_read(fd, buf.block(slot), BS as u32, off, slot as u64);
+                push_read(&mut ring, fd, &buf, slot, off)?;
                 issued += 1;
                 outstanding += 1;
             }
         }
     }
-    Ok(lat)
+    drop(ring);
+    drop(std::mem::ManuallyDrop::into_inner(buf));
+    failure.map_or(Ok(lat), Err)
 }
 
-fn kernel_run(a: &BenchArgs, dev: &PathBuf) -> Result<Run, Box<dyn std::error::Error>> {
+/// The pread fallback: qd x qpairs synchronous threads.
+fn pread_cell(a: &BenchArgs, fd: i32, blocks4k: u64, qpairs: u32, qd: u32) -> Result<Cell, String> {
+    let threads = qpairs * qd;
+    let stop = Stop {
+        deadline: a
+            .ops
+            .is_none()
+            .then(|| Instant::now() + Duration::from_millis(a.duration_ms)),
+        ops: a.ops.map(|o| o.div_ceil(threads as u64)),
+    };
+    let failed = AtomicBool::new(false);
+    run_cell(qpairs, qd, threads as usize, |i| -> Result<Lat, String> {
+        let buf = Aligned::new(1).map_err(|e| e.to_string())?;
+        let mut rng = Rng(worker_seed(a, i as u64) | 1);
+        let mut lat = Lat::new();
+        let mut n = 0u64;
+        while !stop.done(n) && !failed.load(Ordering::Relaxed) {
+            let off = (rng.next() % blocks4k) * BS as u64;
+            let t0 = Instant::now();
+            // SAFETY: buf is BS bytes, ours; fd is open; pread is synchronous.
+            let r = unsafe { libc::pread(fd, buf.block(0).cast(), BS, off as libc::off_t) };
+            if r != BS as isize {
+                failed.store(true, Ordering::Relaxed);
+                return Err(format!(
+                    "pread at {off}: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            lat.record(t0.elapsed());
+            n += 1;
+        }
+        Ok(lat)
+    })
+}
+
+/// Why `dev` cannot do polled I/O, from its queue's `io_poll` attribute
+/// (1 only when the driver has poll queues); None when it can.
+fn poll_queues_missing(dev: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    use std::os::unix::fs::MetadataExt;
+    let md = match std::fs::metadata(dev) {
+        Ok(md) if md.file_type().is_block_device() => md,
+        _ => return Some(format!("{} is not a block device", dev.display())),
+    };
+    let (maj, min) = (libc::major(md.rdev()), libc::minor(md.rdev()));
+    // A partition's queue is its disk's: /sys/dev/block/M:m/queue or ../queue.
+    let base = PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
+    let attr = [base.join("queue/io_poll"), base.join("../queue/io_poll")]
+        .into_iter()
+        .find_map(|p| std::fs::read_to_string(p).ok());
+    match attr.as_deref().map(str::trim) {
+        Some("1") => None,
+        Some(_) => Some(format!(
+            "{} has no poll queues (queue/io_poll is 0): load nvme with poll_queues=N",
+            dev.display()
+        )),
+        None => Some(format!("cannot read queue/io_poll for {}", dev.display())),
+    }
+}
+
+/// The kernel driver's matrix in one completion mode (None: pread).
+fn kernel_run(
+    a: &BenchArgs,
+    dev: &PathBuf,
+    mode: Option<KernelMode>,
+) -> Result<Run, Box<dyn std::error::Error>> {
     use std::os::fd::AsRawFd;
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -448,71 +597,48 @@ fn kernel_run(a: &BenchArgs, dev: &PathBuf) -> Result<Run, Box<dyn std::error::E
     }
     let range = range_bytes(a, size as u64);
     let blocks4k = range / BS as u64;
-    let uring = if a.pread {
-        Err("--pread".to_string())
-    } else {
-        Uring::new(1)
-            .map(drop)
-            .map_err(|e| format!("io_uring unavailable: {e}"))
-    };
-    let method = match &uring {
-        Ok(()) => "kernel block device: O_DIRECT io_uring (raw syscalls), one ring of qd reads per queue-pair thread, interrupt completions".to_string(),
-        Err(why) => format!("kernel block device: O_DIRECT pread, qd x qpairs synchronous threads ({why})"),
+    // Without poll queues IOPOLL reads would complete by interrupt: say so
+    // and skip instead of publishing an interrupt figure as a polled one.
+    let no_poll = (mode == Some(KernelMode::Poll))
+        .then(|| poll_queues_missing(dev))
+        .flatten();
+    let (target, method) = match mode {
+        Some(KernelMode::Irq) => (TARGET_KERNEL_IRQ, "kernel block device: O_DIRECT io_uring (io-uring crate), one ring of qd reads per queue-pair thread, interrupt completions"),
+        Some(KernelMode::Poll) => (TARGET_KERNEL_POLL, "kernel block device: O_DIRECT io_uring with IORING_SETUP_IOPOLL (io-uring crate), one ring of qd reads per queue-pair thread, completions polled on the driver's poll queues"),
+        None => (TARGET_KERNEL_PREAD, "kernel block device: O_DIRECT pread, qd x qpairs synchronous threads"),
     };
     let mut results = Vec::new();
     for &qpairs in &a.qpairs {
         for &qd in &a.qd {
-            if uring.is_ok() {
-                let stop = stop_for(a, qpairs);
-                results.push(run_cell(qpairs, qd, qpairs as usize, |i| {
-                    uring_worker(fd, blocks4k, qd, stop, worker_seed(a, i as u64))
-                })?);
+            if let Some(why) = &no_poll {
+                results.push(skipped(qpairs, qd, why.clone()));
                 continue;
             }
-            let threads = qpairs * qd;
-            let stop = Stop {
-                deadline: a
-                    .ops
-                    .is_none()
-                    .then(|| Instant::now() + Duration::from_millis(a.duration_ms)),
-                ops: a.ops.map(|o| o.div_ceil(threads as u64)),
+            let r = match mode {
+                Some(m) => {
+                    let stop = stop_for(a, qpairs);
+                    run_cell(qpairs, qd, qpairs as usize, |i| {
+                        uring_worker(fd, blocks4k, qd, stop, worker_seed(a, i as u64), m)
+                    })
+                }
+                None => pread_cell(a, fd, blocks4k, qpairs, qd),
             };
-            let failed = AtomicBool::new(false);
-            results.push(run_cell(
-                qpairs,
-                qd,
-                threads as usize,
-                |i| -> Result<Vec<u64>, String> {
-                    let buf = Aligned::new(1).map_err(|e| e.to_string())?;
-                    let mut rng = Rng(worker_seed(a, i as u64) | 1);
-                    let mut lat = Vec::with_capacity(1 << 14);
-                    let mut n = 0u64;
-                    while !stop.done(n) && !failed.load(Ordering::Relaxed) {
-                        let off = (rng.next() % blocks4k) * BS as u64;
-                        let t0 = Instant::now();
-                        // SAFETY: buf is BS bytes, ours; fd is open.
-                        let r =
-                            unsafe { libc::pread(fd, buf.block(0).cast(), BS, off as libc::off_t) };
-                        if r != BS as isize {
-                            failed.store(true, Ordering::Relaxed);
-                            return Err(format!(
-                                "pread at {off}: {}",
-                                std::io::Error::last_os_error()
-                            ));
-                        }
-                        lat.push(t0.elapsed().as_nanos() as u64);
-                        n += 1;
-                    }
-                    Ok(lat)
-                },
-            )?);
+            // A mode the driver cannot do is a skipped cell with its reason,
+            // not a failed bench: the other modes still run.
+            results.push(r.or_else(|why| {
+                if why.contains("EOPNOTSUPP") || why.contains("io_uring_setup") {
+                    Ok(skipped(qpairs, qd, why))
+                } else {
+                    Err(why)
+                }
+            })?);
         }
     }
     drop(f);
     Ok(Run {
-        target: TARGET_KERNEL,
+        target,
         device: dev.display().to_string(),
-        method,
+        method: method.into(),
         range_bytes: range,
         results,
     })
@@ -527,15 +653,23 @@ fn print_run(r: &Run) {
         r.range_bytes >> 20
     );
     println!(
-        "{:>7} {:>4} {:>10} {:>10} {:>9} {:>10} {:>10}",
-        "QPAIRS", "QD", "OPS", "IOPS", "MiB/s", "P50_US", "P99_US"
+        "{:>7} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "QPAIRS", "QD", "OPS", "IOPS", "MiB/s", "P50_US", "P99_US", "P99.9_US", "MAX_US"
     );
     for c in &r.results {
         match &c.skipped {
             Some(w) => println!("{:>7} {:>4} skipped: {w}", c.qpairs, c.qd),
             None => println!(
-                "{:>7} {:>4} {:>10} {:>10.0} {:>9.1} {:>10.1} {:>10.1}",
-                c.qpairs, c.qd, c.ops, c.iops, c.mib_per_s, c.lat_us_p50, c.lat_us_p99
+                "{:>7} {:>4} {:>10} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                c.qpairs,
+                c.qd,
+                c.ops,
+                c.iops,
+                c.mib_per_s,
+                c.lat_us_p50,
+                c.lat_us_p99,
+                c.lat_us_p999,
+                c.lat_us_max
             ),
         }
     }
@@ -566,12 +700,14 @@ fn fmt_ratio(r: Option<f64>) -> String {
     r.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
 }
 
-/// gpunvme (shared) vs kernel: IOPS gpunvme/kernel, p50 kernel/gpunvme.
+/// gpunvme (shared) vs one kernel run: IOPS gpunvme/kernel, p50 and p99
+/// kernel/gpunvme (above 1: gpunvme is ahead).
 fn kernel_ratios(g: &Run, k: &Run) -> Vec<serde_json::Value> {
     println!();
+    println!("gpunvme against {} ({})", k.target, k.method);
     println!(
-        "{:>7} {:>4} {:>22} {:>22}",
-        "QPAIRS", "QD", "IOPS gpunvme/kernel", "P50 kernel/gpunvme"
+        "{:>7} {:>4} {:>22} {:>22} {:>22}",
+        "QPAIRS", "QD", "IOPS gpunvme/kernel", "P50 kernel/gpunvme", "P99 kernel/gpunvme"
     );
     let mut out = Vec::new();
     for (cg, ck) in matched(g, k) {
@@ -580,11 +716,20 @@ fn kernel_ratios(g: &Run, k: &Run) -> Vec<serde_json::Value> {
         }
         let ri = cg.iops / ck.iops;
         let rl = ck.lat_us_p50 / cg.lat_us_p50;
-        println!("{:>7} {:>4} {:>22.2} {:>22.2}", cg.qpairs, cg.qd, ri, rl);
+        let r99 = ratio(ck.lat_us_p99, cg.lat_us_p99);
+        println!(
+            "{:>7} {:>4} {:>22.2} {:>22.2} {:>22}",
+            cg.qpairs,
+            cg.qd,
+            ri,
+            rl,
+            fmt_ratio(r99)
+        );
         out.push(json!({
             "qpairs": cg.qpairs, "qd": cg.qd,
             "iops_gpunvme_over_kernel": ri,
             "p50_latency_kernel_over_gpunvme": rl,
+            "p99_latency_kernel_over_gpunvme": r99,
         }));
     }
     out
@@ -633,23 +778,35 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
         || a.target.node.is_some()
         || a.block_device.is_none()
         || a.owner;
-    // JSON order: gpunvme (shared), kernel, then gpunvme-raw.
+    // JSON order: gpunvme (shared), kernel modes, then gpunvme-raw.
     let mut runs = Vec::new();
     if want_gpunvme {
         runs.push(gpunvme_run(sysfs, a, Mode::Shared)?);
         print_run(runs.last().unwrap());
     }
     if let Some(dev) = &a.block_device {
-        if !runs.is_empty() {
-            println!();
+        let modes: Vec<Option<KernelMode>> = if a.pread {
+            vec![None]
+        } else {
+            a.kernel_mode.iter().copied().map(Some).collect()
+        };
+        for m in modes {
+            if !runs.is_empty() {
+                println!();
+            }
+            runs.push(kernel_run(a, dev, m)?);
+            print_run(runs.last().unwrap());
         }
-        runs.push(kernel_run(a, dev)?);
-        print_run(runs.last().unwrap());
     }
-    let mut ratios = Vec::new();
-    if let (Some(g), Some(k)) = (find(&runs, TARGET_SHARED), find(&runs, TARGET_KERNEL)) {
-        ratios = kernel_ratios(g, k);
-    }
+    // Published ratios are against the polled kernel (both sides busy-poll);
+    // the interrupt-mode ones are reported beside them.
+    let ratio_vs = |target| match (find(&runs, TARGET_SHARED), find(&runs, target)) {
+        (Some(g), Some(k)) => Some(kernel_ratios(g, k)),
+        _ => None,
+    };
+    let ratios = ratio_vs(TARGET_KERNEL_POLL);
+    let ratios_irq = ratio_vs(TARGET_KERNEL_IRQ);
+    let ratios_pread = ratio_vs(TARGET_KERNEL_PREAD);
     let mut owner = Vec::new();
     if a.owner {
         println!();
@@ -669,8 +826,15 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
             "ops": a.ops,
             "seed": a.seed,
             "runs": runs,
-            "ratios": ratios,
+            "ratios_against": "kernel-poll",
+            "ratios": ratios.unwrap_or_default(),
         });
+        if let Some(r) = ratios_irq {
+            v["ratios_kernel_irq"] = json!(r);
+        }
+        if let Some(r) = ratios_pread {
+            v["ratios_kernel_pread"] = json!(r);
+        }
         if a.owner {
             v["owner_ratios"] = json!(owner);
         }

@@ -3,7 +3,6 @@
 mod bench;
 mod blockio;
 mod gpu_run;
-mod uring;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -126,11 +125,12 @@ enum Cmd {
         #[arg(long, default_value_t = 512)]
         lba_size: usize,
     },
-    /// 4 KiB random-read benchmark: IOPS and latency p50/p99 at each queue
-    /// depth (default 1, 8, 32) with each number of queue pairs (default 1,
-    /// 4) on shared queue pairs (with --owner also on raw ones); with
-    /// --block-device, the same matrix on a kernel nvme device (O_DIRECT
-    /// io_uring, or pread threads with --pread). Table on stdout.
+    /// 4 KiB random-read benchmark: IOPS and latency p50/p99/p99.9/max at
+    /// each queue depth (default 1, 8, 32) with each number of queue pairs
+    /// (default 1, 4) on shared queue pairs (with --owner also on raw ones);
+    /// with --block-device, the same matrix on a kernel nvme device (O_DIRECT
+    /// io_uring with interrupt completions and, polled like gpunvme, with
+    /// IORING_SETUP_IOPOLL; or pread threads with --pread). Table on stdout.
     Bench(bench::BenchArgs),
     /// Run an example GPU kernel (write, read-verify, sweep) against a
     /// controller bound to gpunvme: VRAM exported to the controller, queue
