@@ -73,6 +73,11 @@ impl pci::Driver for GpunvmeDriver {
                 dev_err!(pdev, "not an NVMe controller (class {:#08x}); refusing to bind\n", class);
                 return Err(ENODEV);
             }
+            // The device node first: a controller we could not expose is never
+            // enabled, so this failure leaves nothing running or allocated.
+            let slot = chardev::Slot::claim().inspect_err(|_| {
+                dev_err!(pdev, "no free /dev/gpunvme node; refusing to bind (controller left untouched)\n");
+            })?;
             pdev.enable_device_mem()?;
             pdev.set_master();
             // SAFETY: nothing has been allocated for DMA on this device yet.
@@ -140,13 +145,6 @@ impl pci::Driver for GpunvmeDriver {
                           _ if allow_unsafe_no_iommu() => "allowed by allow_unsafe_no_iommu (taints on claim)",
                           _ => "refused (shared mode only)",
                       });
-            let slot = match chardev::Slot::claim() {
-                Ok(slot) => slot,
-                Err(e) => {
-                    let _ = controller::disable(dev, bar, cap);
-                    return Err(e);
-                }
-            };
             let shared = shared::Shared::new(ARef::from(dev), info, cap, devres_bar, admin)?;
             dev_info!(
                 pdev,

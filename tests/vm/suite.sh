@@ -103,5 +103,18 @@ bash "$ROOT/tests/vm/run.sh" --append "iommu=pt" --file "$ROOT/gpunvme.ko" "$@" 
     2>&1 | tee "$work/boot5.log"
 add "$work/boot5.log"
 
+# Eight device nodes, nine controllers: the ninth probe must fail before it
+# touches its controller, and bind once a node is free.
+echo "=== boot 6: nine controllers for gpunvme's eight device nodes"
+extra=""
+for i in 0 1 2 3 4 5 6 7; do
+    truncate -s 16M "$work/extra$i.img"
+    extra="$extra -drive file=$work/extra$i.img,if=none,id=extra$i,format=raw -device nvme,serial=extra$i,drive=extra$i,bus=pcie.0,addr=0x1$i.0"
+done
+QEMU_EXTRA="${QEMU_EXTRA:-} $extra" \
+bash "$ROOT/tests/vm/run.sh" --file "$ROOT/gpunvme.ko" --file "$cli" "$@" -- \
+    "$B/boot/gpunvme_ninth_controller_test.sh" 2>&1 | tee "$work/boot6.log"
+add "$work/boot6.log"
+
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
 [ "$fail" = 0 ]
