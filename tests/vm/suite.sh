@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The VM suite: the module, the CLI, the GPU stand-in, the device library run
-# as host C++ (kernels/hostrun) and every selftest, in five boots.
+# as host C++ (kernels/hostrun) and every selftest, in six boots.
 #  1. the default bench: one namespace of 512-byte blocks per controller,
 #     IOMMU translating (strict); queue pairs are shared (validated) ones,
 #     the trust-model tests run, and owner mode is claimable;
