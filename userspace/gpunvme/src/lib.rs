@@ -34,6 +34,8 @@ mod dmabuf;
 mod error;
 mod io;
 mod map;
+#[cfg(test)]
+mod model;
 pub mod pattern;
 mod qpair;
 mod regs;
@@ -49,7 +51,7 @@ pub use dma::{DmaBuffer, PAGE_SIZE};
 pub use dmabuf::{contiguous_base, DmabufMapping};
 pub use error::{Error, Result};
 pub use gpunvme_sys as sys;
-pub use io::{Io, RangeCheck, NO_MDTS_CAP};
+pub use io::{Io, RangeCheck, TransferError, TransferResult, NO_MDTS_CAP};
 pub use qpair::{Completion, ExportKind, Mode, PrpPool, QueueMemory, QueuePair, DEFAULT_TIMEOUT};
 pub use regs::{Cap, Version};
 pub use status::Status;
