@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use gpunvme::{Controller, DmaBuffer, Mode, Prp, QueuePair, Sqe};
-use std::sync::Arc;
 use serde::Serialize;
 use serde_json::json;
+use std::sync::Arc;
 
 use crate::blockio::Target;
 use crate::uring::Uring;

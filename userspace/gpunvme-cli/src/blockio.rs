@@ -124,7 +124,10 @@ impl Session {
     /// Moves `n` blocks at `lba` through the buffer's first bytes; the
     /// buffer comes back unless the controller may still use it.
     fn transfer(&mut self, op: u8, lba: u64, n: u64) -> Res {
-        let buf = self.buf.take().ok_or("the data buffer was kept by a timed-out queue pair")?;
+        let buf = self
+            .buf
+            .take()
+            .ok_or("the data buffer was kept by a timed-out queue pair")?;
         match self.io.transfer(op, lba, n, buf, 0, self.check) {
             Ok(b) => {
                 self.buf = Some(b);
@@ -138,11 +141,15 @@ impl Session {
     }
 
     fn buf(&self) -> &DmaBuffer {
-        self.buf.as_ref().expect("the buffer is back between transfers")
+        self.buf
+            .as_ref()
+            .expect("the buffer is back between transfers")
     }
 
     fn buf_mut(&mut self) -> &mut DmaBuffer {
-        self.buf.as_mut().expect("the buffer is back between transfers")
+        self.buf
+            .as_mut()
+            .expect("the buffer is back between transfers")
     }
 }
 

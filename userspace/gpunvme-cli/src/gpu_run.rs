@@ -139,10 +139,7 @@ pub fn plan(
         }
     }
     let blocks = a.queues as u64 * a.cmds as u64 * a.blocks as u64;
-    if a.slba
-        .checked_add(blocks)
-        .map_or(true, |end| end > capacity)
-    {
+    if a.slba.checked_add(blocks).is_none_or(|end| end > capacity) {
         return Err(format!(
             "LBAs {}..{} do not fit namespace {} ({capacity} blocks)",
             a.slba,

@@ -266,7 +266,9 @@ impl Gpu {
             .iter_mut()
             .map(|v| v as *mut u64 as *mut c_void)
             .collect();
-        let stream = self.backend.launch(func, cfg.grid, cfg.block, &mut params)?;
+        let stream = self
+            .backend
+            .launch(func, cfg.grid, cfg.block, &mut params)?;
         Ok(Launch {
             gpu: self,
             stream,
@@ -342,7 +344,7 @@ impl DeviceMemory<'_> {
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<()> {
-        if offset.checked_add(len).map_or(true, |e| e > self.len) {
+        if offset.checked_add(len).is_none_or(|e| e > self.len) {
             return Err(GpuError(format!(
                 "{len} bytes at offset {offset} do not fit {} bytes of device memory",
                 self.len

@@ -469,9 +469,10 @@ impl Controller {
             // SAFETY: as for the kernel: the caller guarantees `arg`.
             return match unsafe { m.ioctl(request, arg) } {
                 Ok(r) => Ok(r),
+                #[allow(clippy::useless_conversion)]
                 Err(errno) => Err(Error::Ioctl {
                     name,
-                    request: request as u64,
+                    request: u64::from(request),
                     path: self.path.clone(),
                     errno,
                 }),

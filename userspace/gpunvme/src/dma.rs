@@ -251,7 +251,7 @@ impl DmaBuffer {
     /// (for a raw pair's commands: a shared pair's lists must be in its
     /// [`crate::PrpPool`], the module rejects a PRP2 anywhere else).
     pub fn list_pages(&mut self, first: usize, n: usize) -> Result<PrpListMem<'_>> {
-        if first.checked_add(n).map_or(true, |end| end > self.pages()) {
+        if first.checked_add(n).is_none_or(|end| end > self.pages()) {
             return Err(Error::Invalid(format!(
                 "PRP list pages {first}..{} of a {}-page buffer",
                 first.saturating_add(n),
@@ -279,7 +279,7 @@ impl DmaBuffer {
     /// ([`DmaBuffer::list_pages`], raw pairs); it must stay untouched
     /// until the command completes.
     pub fn prp(&self, offset: usize, len: usize, lists: Option<PrpListMem<'_>>) -> Result<Prp> {
-        if offset.checked_add(len).map_or(true, |end| end > self.len()) {
+        if offset.checked_add(len).is_none_or(|end| end > self.len()) {
             return Err(Error::Invalid(format!(
                 "{len} bytes at offset {offset} do not fit a {}-byte DMA buffer",
                 self.len()

@@ -452,7 +452,9 @@ impl Io {
     ) -> Result<()> {
         let slot = *self.free_slots.last().expect("a free slot");
         let lists: PrpListMem<'_> = match (&mut self.lists, self.qp.prp_pool_mut()) {
-            (Some(b), _) => b.list_pages(slot * self.list_pages_per_cmd, self.list_pages_per_cmd)?,
+            (Some(b), _) => {
+                b.list_pages(slot * self.list_pages_per_cmd, self.list_pages_per_cmd)?
+            }
             (None, Some(pool)) => pool.list_slot(slot, self.list_entries_per_cmd)?,
             (None, None) => unreachable!("an Io has list pages or a pool"),
         };
@@ -554,7 +556,10 @@ mod tests {
             None
         );
         assert!(s[..off].iter().all(|&b| b == 0xa5), "read wrote before");
-        assert!(s[off + count * LBA..].iter().all(|&b| b == 0xa5), "and after");
+        assert!(
+            s[off + count * LBA..].iter().all(|&b| b == 0xa5),
+            "and after"
+        );
     }
 
     #[test]
@@ -593,10 +598,19 @@ mod tests {
         let (ctrl, _model, mut io) = io(4, Mode::Shared, 64 << 10);
         let buf = DmaBuffer::new(&ctrl, 1).unwrap();
         let e = io
-            .transfer(opcode::READ, BLOCKS as u64, 1, buf, 0, RangeCheck::Unchecked)
+            .transfer(
+                opcode::READ,
+                BLOCKS as u64,
+                1,
+                buf,
+                0,
+                RangeCheck::Unchecked,
+            )
             .unwrap_err();
         assert!(e.to_string().contains("LBA Out of Range"), "{e}");
-        let buf = e.buffer.expect("every command completed: the buffer is back");
+        let buf = e
+            .buffer
+            .expect("every command completed: the buffer is back");
         assert!(!io.qpair().is_poisoned());
         // Refused client side: the buffer comes back too.
         let e = io.read(BLOCKS as u64, 1, buf, 0).unwrap_err();
@@ -632,7 +646,10 @@ mod tests {
         let e = io.read(0, 8, buf, 0).unwrap_err();
         assert!(t.elapsed() >= Duration::from_millis(100));
         assert!(matches!(e.error, Error::Timeout { .. }), "{e}");
-        assert!(e.buffer.is_none(), "a timed-out read must not hand the buffer back");
+        assert!(
+            e.buffer.is_none(),
+            "a timed-out read must not hand the buffer back"
+        );
         assert!(io.qpair().is_poisoned());
         assert!(io.qpair().poison_reason().unwrap().contains("timeout"));
         assert_eq!(io.qpair().kept_buffers(), 1);
@@ -683,7 +700,9 @@ mod tests {
         model.knobs.fail_destroy.store(true, Ordering::Release);
         drop(io);
         let log = model.log();
-        assert!(log.iter().any(|e| matches!(e, Event::Destroy(_, Err(libc::EIO)))));
+        assert!(log
+            .iter()
+            .any(|e| matches!(e, Event::Destroy(_, Err(libc::EIO)))));
         assert!(
             !log.iter().any(|e| matches!(e, Event::Unmap(..))),
             "nothing UNMAPped: {log:?}"
@@ -741,7 +760,9 @@ mod tests {
         // Wrong namespace: the status comes back as an error.
         let e = o.qp.execute_no_data(Sqe::flush(1)).map(|_| ());
         assert!(e.is_ok());
-        let e = o.qp.execute_no_data(Sqe::write_zeroes(2, 0, 1)).unwrap_err();
+        let e =
+            o.qp.execute_no_data(Sqe::write_zeroes(2, 0, 1))
+                .unwrap_err();
         assert_eq!(e.nvme_status().map(|s| s.sc), Some(0x0b), "{e}");
         drop(o);
         assert!(model.mapped().is_empty());

@@ -326,7 +326,7 @@ impl QueueCtx {
         let nlb = (dw[12] & 0xffff) as u64 + 1;
         let mut disk = self.disk.lock().unwrap();
         let blocks = (disk.len() / self.lba_size) as u64;
-        if slba.checked_add(nlb).map_or(true, |e| e > blocks) {
+        if slba.checked_add(nlb).is_none_or(|e| e > blocks) {
             return SC_LBA_RANGE;
         }
         let start = slba as usize * self.lba_size;

@@ -570,6 +570,7 @@ impl QueuePair {
     /// Test fixture: a pair over memory the in-process controller model
     /// drives (see `crate::model`).
     #[cfg(test)]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn from_model_memory(
         ctrl: Arc<Controller>,
         qid: u16,
@@ -1024,7 +1025,8 @@ impl Drop for QueuePair {
             // The controller may still run this pair's commands (EIO,
             // ETIMEDOUT, ENODEV): nothing they can reach is unmapped or
             // UNMAPped while the file is open.
-            st.until_close.extend(maps.into_iter().flatten().chain(pool));
+            st.until_close
+                .extend(maps.into_iter().flatten().chain(pool));
             drop(st);
             for b in held {
                 b.keep_until_close();
