@@ -82,6 +82,8 @@ pub struct Gpu {
     runtime: RuntimeInfo,
     /// Launches dropped while their kernel may still run.
     leaked: AtomicUsize,
+    /// [`DROP_DEADLINE`] (shorter in the unit tests).
+    drop_deadline: Duration,
 }
 
 impl Drop for Gpu {
@@ -152,6 +154,7 @@ impl Gpu {
             device,
             runtime,
             leaked: AtomicUsize::new(0),
+            drop_deadline: DROP_DEADLINE,
         })
     }
 
@@ -593,7 +596,7 @@ impl<K> Drop for Launch<'_, K> {
         if !self.finished {
             self.stop();
             let t0 = Instant::now();
-            while !matches!(self.is_done(), Ok(true)) && t0.elapsed() < DROP_DEADLINE {
+            while !matches!(self.is_done(), Ok(true)) && t0.elapsed() < self.gpu.drop_deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
@@ -613,6 +616,9 @@ impl<K> Drop for Launch<'_, K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::{DoorbellMode, RuntimeKind};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
 
     #[test]
     fn without_a_runtime_open_says_what_was_tried() {
@@ -625,6 +631,216 @@ mod tests {
         assert!(
             e.0.contains("libc.so.6: loaded, but it has no `hipGetDeviceCount`"),
             "{e}"
+        );
+    }
+
+    /// A runtime whose one "kernel" runs until its stop flag is raised
+    /// (or forever, if it ignores the flag); every call is logged.
+    #[derive(Default)]
+    struct Fake {
+        log: Arc<Mutex<Vec<String>>>,
+        stop_flag: Mutex<Option<usize>>,
+        ignores_stop: bool,
+        finished: AtomicBool,
+    }
+
+    impl Fake {
+        fn note(&self, s: impl Into<String>) {
+            self.log.lock().unwrap().push(s.into());
+        }
+    }
+
+    impl Backend for Fake {
+        fn tick_hz(&self) -> Result<u64> {
+            Ok(100_000_000)
+        }
+        fn alloc_device(&self, _: usize) -> Result<u64> {
+            Ok(0x1000)
+        }
+        fn free_device(&self, p: u64) {
+            self.note(format!("free_device {p:#x}"));
+        }
+        fn export_dmabuf(&self, _: u64, _: usize) -> Result<OwnedFd> {
+            Err(GpuError("no".into()))
+        }
+        fn alloc_host_mapped(&self, _: usize) -> Result<(*mut u8, u64)> {
+            Err(GpuError("no".into()))
+        }
+        fn free_host_mapped(&self, _: *mut u8) {}
+        fn copy_to_device(&self, _: u64, _: &[u8]) -> Result<()> {
+            Ok(())
+        }
+        fn copy_from_device(&self, _: &mut [u8], _: u64) -> Result<()> {
+            Ok(())
+        }
+        fn load_module(&self, _: &[u8]) -> Result<usize> {
+            Ok(7)
+        }
+        fn unload_module(&self, m: usize) {
+            self.note(format!("unload_module {m}"));
+        }
+        fn function(&self, _: usize, _: &str) -> Result<usize> {
+            Ok(1)
+        }
+        fn launch(&self, _: usize, _: u32, _: u32, p: &mut [*mut c_void]) -> Result<usize> {
+            // The "kernel" polls the flag its first argument points to.
+            // SAFETY: the test passes the flag's address as argument 0.
+            let flag = unsafe { *(p[0] as *const u64) } as usize;
+            *self.stop_flag.lock().unwrap() = Some(flag);
+            self.note("launch");
+            Ok(42)
+        }
+        fn stream_done(&self, _: usize) -> Result<bool> {
+            let flag = self.stop_flag.lock().unwrap().expect("launched");
+            // SAFETY: the flag lives in the launch's keep while it can run.
+            let raised = unsafe { std::ptr::read_volatile(flag as *const u32) } != 0;
+            Ok(self.finished.load(Ordering::Acquire) || (raised && !self.ignores_stop))
+        }
+        fn destroy_stream(&self, s: usize) {
+            self.note(format!("destroy_stream {s}"));
+        }
+        fn import_routes<'a>(&'a self, _: &Region<'a>) -> Vec<Route<'a>> {
+            Vec::new()
+        }
+        fn release_import(&self, _: Undo) {}
+    }
+
+    impl Drop for Fake {
+        fn drop(&mut self) {
+            self.note("runtime unloaded");
+        }
+    }
+
+    fn gpu(ignores_stop: bool) -> (Gpu, Arc<Mutex<Vec<String>>>) {
+        let mut fake = Fake::default();
+        fake.ignores_stop = ignores_stop;
+        let log = fake.log.clone();
+        let gpu = Gpu {
+            backend: ManuallyDrop::new(Box::new(fake)),
+            device: GpuDevice {
+                index: 0,
+                name: "fake".into(),
+                arch: "gfx1101".into(),
+                pci_bus_id: None,
+                doorbell: DoorbellMode::None,
+                reason: String::new(),
+            },
+            runtime: RuntimeInfo {
+                kind: RuntimeKind::Hip,
+                library: "fake".into(),
+                version: None,
+            },
+            leaked: AtomicUsize::new(0),
+            drop_deadline: Duration::from_millis(50),
+        };
+        (gpu, log)
+    }
+
+    /// What a kernel uses: counts its drops; holds the stop flag.
+    #[derive(Debug)]
+    struct Buffers {
+        flag: Box<u32>,
+        dropped: Arc<AtomicUsize>,
+    }
+
+    impl Drop for Buffers {
+        fn drop(&mut self) {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn launch<'g>(gpu: &'g Gpu, m: &Module<'g>, dropped: &Arc<AtomicUsize>) -> Launch<'g, Buffers> {
+        let mut keep = Buffers {
+            flag: Box::new(0),
+            dropped: dropped.clone(),
+        };
+        let flag: *mut u32 = &mut *keep.flag;
+        let cfg = LaunchConfig {
+            grid: 1,
+            block: 1,
+            args: &[flag as u64],
+            stop_flag: Some(flag),
+        };
+        // SAFETY: the fake kernel reads only the flag, which `keep` owns.
+        unsafe { gpu.launch(m, "k", cfg, keep) }.unwrap()
+    }
+
+    #[test]
+    fn finish_hands_back_what_the_kernel_used_only_once_it_finished() {
+        let (gpu, log) = gpu(false);
+        let m = gpu.load_module(b"").unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let mut l = launch(&gpu, &m, &dropped);
+        assert!(!l.is_done().unwrap());
+        let Err(l) = l.finish() else {
+            panic!("still running: no buffers back")
+        };
+        l.stop();
+        let keep = l.finish().map_err(|_| ()).expect("stopped: finished");
+        assert_eq!(dropped.load(Ordering::SeqCst), 0);
+        assert_eq!(*keep.flag, 1, "the stop flag was raised");
+        drop(keep);
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        drop(m);
+        drop(gpu);
+        let log = log.lock().unwrap().clone();
+        assert_eq!(
+            log,
+            [
+                "launch",
+                "destroy_stream 42",
+                "unload_module 7",
+                "runtime unloaded"
+            ]
+        );
+    }
+
+    #[test]
+    fn dropping_a_running_launch_stops_the_kernel_then_frees() {
+        let (gpu, log) = gpu(false);
+        let m = gpu.load_module(b"").unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        drop(launch(&gpu, &m, &dropped));
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        assert_eq!(gpu.leaked.load(Ordering::SeqCst), 0);
+        drop(m);
+        drop(gpu);
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "launch",
+                "destroy_stream 42",
+                "unload_module 7",
+                "runtime unloaded"
+            ]
+        );
+    }
+
+    /// A kernel that ignores its stop flag keeps everything it can reach:
+    /// buffers, stream, module, runtime.
+    #[test]
+    fn a_kernel_that_ignores_the_stop_flag_leaks_instead_of_freeing() {
+        let (gpu, log) = gpu(true);
+        let m = gpu.load_module(b"").unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let t = Instant::now();
+        drop(launch(&gpu, &m, &dropped));
+        assert!(
+            t.elapsed() >= Duration::from_millis(50),
+            "waited its deadline"
+        );
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            0,
+            "buffers leaked, not freed"
+        );
+        assert_eq!(gpu.leaked.load(Ordering::SeqCst), 1);
+        drop(m);
+        drop(gpu);
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["launch"],
+            "no stream, module or runtime freed"
         );
     }
 }
