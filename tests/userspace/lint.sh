@@ -56,6 +56,7 @@ docs() {
         echo "target/doc/gpunvme/index.html is not the library's page"; return 1; }
 }
 
+echo "1..7"
 step "rustfmt" "$CARGO" fmt --check
 step "clippy -D warnings" "$CARGO" clippy --locked --workspace --all-targets -- -D warnings
 step "clippy gpunvme-sys --features regenerate" \
