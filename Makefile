@@ -42,7 +42,7 @@ selftests:
 	$(MAKE) -C $(ROOT)/tests/selftests
 
 userspace:
-	cd $(ROOT)/userspace && $(CARGO) build --release
+	cd $(ROOT)/userspace && $(CARGO) build --release --locked
 
 kernels:
 	$(MAKE) -C $(ROOT)/kernels
@@ -51,7 +51,7 @@ isa-check:
 	$(MAKE) -C $(ROOT)/kernels isa-check
 
 host-test:
-	cd $(ROOT)/userspace && $(CARGO) test
+	cd $(ROOT)/userspace && $(CARGO) test --locked
 
 # The test-only GPU stand-in: a module driving QEMU's edu device as a peer.
 standin: module

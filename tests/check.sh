@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # make check: every suite, each result counted once, one closing line.
-#   host   cargo test of the userspace crates
+#   host   cargo test of the userspace crates (--locked)
+#   lint   userspace hygiene: rustfmt, clippy -D warnings, bindings regenerate
+#          to the committed ones, rust-version, cargo doc, examples
 #   gpu    the device library as host C++ (kernels/ host-test)
 #   relay  the H200 bench's port of the shared-mode relay and checks, as host C++
 #   isa    fences present in the disassembly of every AMD target
@@ -60,6 +62,7 @@ suite() {
 }
 
 suite host count_cargo make -s -C "$ROOT" host-test
+suite lint count_plain bash "$ROOT"/tests/userspace/lint.sh
 suite gpu count_plain make -s -C "$ROOT"/kernels host-test
 suite relay count_plain make -s -C "$ROOT"/kernels bench-host-test
 suite isa count_plain_all make -s -C "$ROOT" isa-check

@@ -24,6 +24,7 @@ use hdrhistogram::Histogram;
 use io_uring::{opcode, types, IoUring};
 use serde::Serialize;
 use serde_json::json;
+use std::sync::Arc;
 
 use crate::blockio::Target;
 use crate::Res;
@@ -202,8 +203,7 @@ fn skipped(qpairs: u32, qd: u32, why: String) -> Cell {
 /// blocks until `stop`; returns its latency histogram.
 #[allow(clippy::too_many_arguments)]
 fn gpunvme_worker(
-    ctrl: &Controller,
-    buf: &DmaBuffer<'_>,
+    ctrl: &Arc<Controller>,
     nsid: u32,
     lba_size: u64,
     blocks4k: u64,
@@ -212,7 +212,12 @@ fn gpunvme_worker(
     seed: u64,
     mode: Mode,
 ) -> gpunvme::Result<Lat> {
+    let buf = DmaBuffer::new(ctrl, qd as usize)?;
     let mut qp = QueuePair::create_with(ctrl, qd + 1, mode)?;
+    // One 4 KiB page per slot. The pair keeps the buffer from now on, and
+    // releases it only once it is destroyed: nothing else can reach it.
+    let pages = buf.dma_addrs().to_vec();
+    qp.keep_until_destroyed(buf);
     let per = (BS as u64 / lba_size).max(1) as u32;
     let mut rng = Rng(seed | 1);
     let mut slot_of: BTreeMap<u16, (usize, Instant)> = BTreeMap::new();
@@ -225,7 +230,7 @@ fn gpunvme_worker(
             lba,
             per,
             Prp {
-                prp1: buf.dma_addrs()[slot],
+                prp1: pages[slot],
                 prp2: 0,
             },
         )
@@ -234,7 +239,9 @@ fn gpunvme_worker(
         if stop.done(issued) {
             break;
         }
-        let cid = qp.push(mk(slot, &mut rng))?;
+        // SAFETY: a read of one 4 KiB page (BS) of the buffer the pair
+        // keeps until it is destroyed (above); no Rust code reaches it.
+        let cid = unsafe { qp.push(mk(slot, &mut rng))? };
         slot_of.insert(cid, (slot, Instant::now()));
         issued += 1;
     }
@@ -245,7 +252,8 @@ fn gpunvme_worker(
         let (slot, t0) = slot_of.remove(&c.cid).expect("known cid");
         lat.record(now - t0);
         if !stop.done(issued) {
-            let cid = qp.submit(mk(slot, &mut rng))?;
+            // SAFETY: as for the push above; the slot's read completed.
+            let cid = unsafe { qp.submit(mk(slot, &mut rng))? };
             slot_of.insert(cid, (slot, Instant::now()));
             issued += 1;
         }
@@ -315,7 +323,7 @@ fn gpunvme_run(
     a: &BenchArgs,
     mode: Mode,
 ) -> Result<Run, Box<dyn std::error::Error>> {
-    let ctrl = crate::blockio::open(sysfs, &a.target)?;
+    let ctrl = Arc::new(crate::blockio::open(sysfs, &a.target)?);
     let mode = crate::blockio::mode_for(&ctrl, mode == Mode::Raw, "bench")?;
     let info = ctrl.info()?;
     let ns = *info
@@ -351,16 +359,10 @@ fn gpunvme_run(
                 ));
                 continue;
             }
-            // Buffers outlive every queue pair of the cell (no deferred UNMAP).
-            let bufs = (0..qpairs)
-                .map(|_| DmaBuffer::new(&ctrl, qd as usize))
-                .collect::<gpunvme::Result<Vec<_>>>()?;
             let stop = stop_for(a, qpairs);
-            results.push(run_cell(qpairs, qd, bufs.len(), |i| {
+            results.push(run_cell(qpairs, qd, qpairs as usize, |i| {
                 let seed = worker_seed(a, i as u64);
-                gpunvme_worker(
-                    &ctrl, &bufs[i], a.nsid, lba_size, blocks4k, qd, stop, seed, mode,
-                )
+                gpunvme_worker(&ctrl, a.nsid, lba_size, blocks4k, qd, stop, seed, mode)
             })?);
         }
     }

@@ -3,6 +3,7 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
@@ -110,24 +111,58 @@ pub fn open(
     })
 }
 
-struct Session<'c> {
-    io: Io<'c>,
-    buf: DmaBuffer<'c>,
+struct Session {
+    io: Io,
+    /// The data buffer: `None` only while a transfer has it, or after one
+    /// timed out (the poisoned queue pair keeps it; the session ends).
+    buf: Option<DmaBuffer>,
     lba_size: usize,
     check: RangeCheck,
 }
 
-fn session<'c>(
-    ctrl: &'c Controller,
+impl Session {
+    /// Moves `n` blocks at `lba` through the buffer's first bytes; the
+    /// buffer comes back unless the controller may still use it.
+    fn transfer(&mut self, op: u8, lba: u64, n: u64) -> Res {
+        let buf = self
+            .buf
+            .take()
+            .ok_or("the data buffer was kept by a timed-out queue pair")?;
+        match self.io.transfer(op, lba, n, buf, 0, self.check) {
+            Ok(b) => {
+                self.buf = Some(b);
+                Ok(())
+            }
+            Err(e) => {
+                self.buf = e.buffer;
+                Err(e.error.into())
+            }
+        }
+    }
+
+    fn buf(&self) -> &DmaBuffer {
+        self.buf
+            .as_ref()
+            .expect("the buffer is back between transfers")
+    }
+
+    fn buf_mut(&mut self) -> &mut DmaBuffer {
+        self.buf
+            .as_mut()
+            .expect("the buffer is back between transfers")
+    }
+}
+
+fn session(
+    ctrl: &Arc<Controller>,
     info: &Info,
     r: &Range,
-) -> Result<Session<'c>, Box<dyn std::error::Error>> {
+) -> Result<Session, Box<dyn std::error::Error>> {
     // Session's field order drops the Io (its queue pair) before the data
     // buffer: no deferred UNMAP.
     let mode = mode_for(ctrl, r.owner, "gpunvme")?;
     let mut io = Io::new_with(ctrl, info, r.nsid, r.depth, mode)?;
-    io.qpair()
-        .set_timeout(std::time::Duration::from_millis(r.timeout_ms));
+    io.set_timeout(std::time::Duration::from_millis(r.timeout_ms));
     if let Some(b) = r.max_blocks {
         io.limit_transfer_blocks(b);
     }
@@ -137,7 +172,7 @@ fn session<'c>(
     let buf = DmaBuffer::with_len(ctrl, want)?;
     Ok(Session {
         io,
-        buf,
+        buf: Some(buf),
         lba_size,
         check: if r.no_range_check {
             RangeCheck::Unchecked
@@ -148,12 +183,8 @@ fn session<'c>(
 }
 
 /// Runs `f(first_lba, blocks, session)` over the range in buffer-sized chunks.
-fn chunks(
-    s: &mut Session<'_>,
-    r: &Range,
-    mut f: impl FnMut(u64, u64, &mut Session<'_>) -> Res,
-) -> Res {
-    let per = (s.buf.len() / s.lba_size) as u64;
+fn chunks(s: &mut Session, r: &Range, mut f: impl FnMut(u64, u64, &mut Session) -> Res) -> Res {
+    let per = (s.buf().len() / s.lba_size) as u64;
     let mut done = 0;
     while done < r.count {
         let n = (r.count - done).min(per);
@@ -163,7 +194,7 @@ fn chunks(
     Ok(())
 }
 
-fn summary(what: &str, info: &Info, r: &Range, s: &mut Session<'_>, t: Instant) {
+fn summary(what: &str, info: &Info, r: &Range, s: &mut Session, t: Instant) {
     let lba_size = s.lba_size;
     let bytes = r.count * lba_size as u64;
     let (cmds, qid, depth, mode) = (
@@ -186,7 +217,7 @@ fn summary(what: &str, info: &Info, r: &Range, s: &mut Session<'_>, t: Instant) 
 }
 
 pub fn read(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, out: Option<PathBuf>) -> Res {
-    let ctrl = open(sysfs, &r.target)?;
+    let ctrl = Arc::new(open(sysfs, &r.target)?);
     let info = ctrl.info()?;
     let mut s = session(&ctrl, &info, r)?;
     let mut sink: Box<dyn std::io::Write> = match &out {
@@ -198,8 +229,8 @@ pub fn read(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, out: Option<PathBuf>) -> R
     let t = Instant::now();
     let mut pos = 0u64;
     chunks(&mut s, r, |lba, n, s| {
-        s.io.transfer(opcode::READ, lba, n, &s.buf, 0, s.check)?;
-        let data = &s.buf.as_slice()[..n as usize * s.lba_size];
+        s.transfer(opcode::READ, lba, n)?;
+        let data = &s.buf().as_slice()[..n as usize * s.lba_size];
         if out.is_some() {
             sink.write_all(data)?;
         } else {
@@ -234,14 +265,15 @@ fn hexdump(w: &mut dyn std::io::Write, base: u64, data: &[u8]) -> std::io::Resul
 }
 
 pub fn write(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64) -> Res {
-    let ctrl = open(sysfs, &r.target)?;
+    let ctrl = Arc::new(open(sysfs, &r.target)?);
     let info = ctrl.info()?;
     let mut s = session(&ctrl, &info, r)?;
     let t = Instant::now();
     chunks(&mut s, r, |lba, n, s| {
         let len = n as usize * s.lba_size;
-        pattern::fill(seed, lba, s.lba_size, &mut s.buf.as_mut_slice()[..len]);
-        s.io.transfer(opcode::WRITE, lba, n, &s.buf, 0, s.check)?;
+        let lba_size = s.lba_size;
+        pattern::fill(seed, lba, lba_size, &mut s.buf_mut().as_mut_slice()[..len]);
+        s.transfer(opcode::WRITE, lba, n)?;
         Ok(())
     })?;
     s.io.flush()?;
@@ -250,16 +282,16 @@ pub fn write(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64) -> Res {
 }
 
 pub fn verify(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64) -> Res {
-    let ctrl = open(sysfs, &r.target)?;
+    let ctrl = Arc::new(open(sysfs, &r.target)?);
     let info = ctrl.info()?;
     let mut s = session(&ctrl, &info, r)?;
     let t = Instant::now();
     chunks(&mut s, r, |lba, n, s| {
         let len = n as usize * s.lba_size;
         // Poison first so a transfer that moved nothing can't pass.
-        s.buf.as_mut_slice()[..len].fill(0xa5);
-        s.io.transfer(opcode::READ, lba, n, &s.buf, 0, s.check)?;
-        match pattern::first_mismatch(seed, lba, s.lba_size, &s.buf.as_slice()[..len]) {
+        s.buf_mut().as_mut_slice()[..len].fill(0xa5);
+        s.transfer(opcode::READ, lba, n)?;
+        match pattern::first_mismatch(seed, lba, s.lba_size, &s.buf().as_slice()[..len]) {
             Some(m) => Err(format!("verify failed (seed {seed}): first mismatch at {m}").into()),
             None => Ok(()),
         }

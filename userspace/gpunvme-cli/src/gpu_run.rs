@@ -19,13 +19,14 @@
 //! which needs a GPU that can map peer MMIO (`gpunvme probe`: direct).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use gpunvme::{Controller, DmabufMapping, ExportKind, Mode, QueuePair};
+use gpunvme::{DmabufMapping, ExportKind, Mode, QueuePair};
 use gpunvme_gpu::import::{ImportReport, Imported, Region};
 use gpunvme_gpu::kernel_abi::{status_name, IoArgs, IoResult, QPair};
-use gpunvme_gpu::{code_object, fine_grain, Gpu, HostMapped};
+use gpunvme_gpu::{code_object, fine_grain, Gpu, LaunchConfig};
 use serde_json::json;
 
 use crate::blockio::Target;
@@ -138,10 +139,7 @@ pub fn plan(
         }
     }
     let blocks = a.queues as u64 * a.cmds as u64 * a.blocks as u64;
-    if a.slba
-        .checked_add(blocks)
-        .map_or(true, |end| end > capacity)
-    {
+    if a.slba.checked_add(blocks).is_none_or(|end| end > capacity) {
         return Err(format!(
             "LBAs {}..{} do not fit namespace {} ({capacity} blocks)",
             a.slba,
@@ -160,20 +158,17 @@ pub fn plan(
 }
 
 /// One queue pair as the GPU sees it.
-struct GpuQueue<'c, 'g> {
+struct GpuQueue<'g> {
     // Field order is drop order: the GPU's mappings go before the pair.
     imports: Vec<Imported<'g>>,
     reports: Vec<ImportReport>,
-    qp: QueuePair<'c>,
+    qp: QueuePair,
 }
 
 /// A pair whose memory the GPU could not map, handed back with the reports.
-type ImportFailure<'c> = Box<(QueuePair<'c>, Vec<ImportReport>, String)>;
+type ImportFailure = Box<(QueuePair, Vec<ImportReport>, String)>;
 
-fn import_pair<'c, 'g>(
-    gpu: &'g Gpu,
-    qp: QueuePair<'c>,
-) -> Result<GpuQueue<'c, 'g>, ImportFailure<'c>> {
+fn import_pair(gpu: &Gpu, qp: QueuePair) -> Result<GpuQueue<'_>, ImportFailure> {
     let mem = qp.memory();
     let raw = qp.mode() == Mode::Raw;
     let parts = [
@@ -229,7 +224,12 @@ fn import_pair<'c, 'g>(
             len,
             mmio,
         };
-        let (imp, rep) = gpu.import(&region);
+        // SAFETY: `cpu` is this pair's mapping of its queue memory (len
+        // bytes), alive as long as `qp`; the import goes into the same
+        // GpuQueue, which drops it before the pair. Rust code never
+        // references that memory (the pair reaches it through raw
+        // pointers, and gpu-run does not drive the pair from the CPU).
+        let (imp, rep) = unsafe { gpu.import(&region) };
         reports.push(rep);
         match imp {
             Some(i) => imports.push(i),
@@ -251,12 +251,14 @@ fn import_pair<'c, 'g>(
 }
 
 pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
-    // Before anything loads HIP (and before any thread exists).
-    let fg = fine_grain::prepare();
+    // Before anything loads HIP.
+    // SAFETY: the CLI has started no thread yet (main parsed the arguments
+    // and called this), so nothing reads the environment meanwhile.
+    let fg = unsafe { fine_grain::prepare() };
     if let fine_grain::Decision::Conflict { .. } = fg {
         return Err(format!("gpu-run: {}", fg.describe()).into());
     }
-    let ctrl: Controller = crate::blockio::open(sysfs, &a.target)?;
+    let ctrl = Arc::new(crate::blockio::open(sysfs, &a.target)?);
     let info = ctrl.info()?;
     let ns = info
         .namespaces
@@ -333,7 +335,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let res = gpu.alloc_host_mapped(a.queues as usize * std::mem::size_of::<IoResult>())?;
     let stop = gpu.alloc_host_mapped(4096)?;
 
-    let mut queues: Vec<GpuQueue> = Vec::new();
+    let mut queues: Vec<GpuQueue<'_>> = Vec::new();
     let mut all_reports: Vec<ImportReport> = Vec::new();
     for _ in 0..a.queues {
         let qp = QueuePair::create_with(&ctrl, a.depth, mode)?;
@@ -397,14 +399,26 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     };
 
     let entry = code_object::entry_point(a.kernel.name()).expect("known kernel");
+    let cfg = LaunchConfig {
+        grid: a.queues,
+        block: lanes,
+        args: &[qps.dev(), args_mem.dev(), res.dev()],
+        stop_flag: Some(stop.at::<u32>(0)),
+    };
     let t0 = Instant::now();
-    let launch = gpu.launch(
-        &module,
-        entry,
-        a.queues,
-        lanes,
-        &[qps.dev(), args_mem.dev(), res.dev()],
-    )?;
+    // The launch owns everything the kernel (and, through its commands,
+    // the controller) can reach; tuple order is teardown order: the GPU's
+    // mappings and the queue pairs (the controller stops), the module's
+    // VRAM mapping, the dma-buf, VRAM, then the host memory.
+    let keep = (queues, vmap, dmabuf, vram, qps, args_mem, res, stop);
+    // SAFETY: the arguments are the example kernels' (qpairs, args,
+    // results), all in host memory of `keep`, and so is everything they
+    // lead to: the imported doorbell/SQ/CQ of the pairs in `keep.0`, the
+    // stop flag in `keep.7`, the VRAM buffer `keep.3` (by GPU address and,
+    // for the controller, by the DMA address of its mapping `keep.1`).
+    // Rust touches none of it while the kernel runs (results are read
+    // after `finish`). The example kernels poll the stop flag.
+    let mut launch = unsafe { gpu.launch(&module, entry, cfg, keep)? };
     let batches = a.cmds.div_ceil(lanes) as u64
         * if a.kernel == Kernel::Sweep {
             a.rounds as u64
@@ -415,7 +429,9 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         Duration::from_millis(a.timeout_ms.min(2000) * (batches + 2) * 2) + Duration::from_secs(5);
     let waited = launch.wait(deadline);
     let stuck = if waited.is_err() {
-        stop_flag(&stop, 1);
+        launch.stop();
+        // On failure the launch is dropped: it waits once more, and then
+        // leaks everything the kernel can reach rather than free it.
         launch.wait(Duration::from_secs(5)).map_err(|e| {
             format!("gpu-run: {e}, even after the stop flag: the GPU may need a reset")
         })?;
@@ -424,6 +440,9 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         false
     };
     let wall = t0.elapsed();
+    let (queues, vmap, dmabuf, vram, qps, args_mem, res, stop) = launch
+        .finish()
+        .map_err(|_| "gpu-run: the kernel finished, but its stream says otherwise")?;
     let results: Vec<IoResult> = (0..a.queues as usize)
         // SAFETY: the kernel finished; res holds `queues` IoResults.
         .map(|q| unsafe {
@@ -449,11 +468,11 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
 
     // Teardown: GPU mappings, then queue pairs (the controller stops), then
     // the module's VRAM mapping, then VRAM.
-    drop(launch);
     drop(queues);
     drop(vmap);
     drop(dmabuf);
     drop(vram);
+    drop((qps, args_mem, res, stop));
 
     // Sweep: each round is one batch of min(lanes, cmds) reads.
     let expect = if a.kernel == Kernel::Sweep {
@@ -508,11 +527,6 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         return Err("gpu-run: the kernel reported errors or mismatches (see above)".into());
     }
     Ok(())
-}
-
-fn stop_flag(stop: &HostMapped<'_>, v: u32) {
-    // SAFETY: the stop page is ours and at least 4 bytes.
-    unsafe { std::ptr::write_volatile(stop.at::<u32>(0), v) };
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@
 //! environment when the runtime initializes; without it the GPU faults on
 //! (or caches) the host memory the queues live in. The runtime reads the
 //! variable once, at load, so it must be decided before HIP is loaded:
-//! from the KFD topology in sysfs, which needs no runtime.
+//! from the KFD topology in sysfs, which needs no runtime. Setting it
+//! ([`prepare`]) writes the environment, so it is `unsafe`: do it before
+//! the process has threads.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -110,15 +112,26 @@ pub fn decide(targets: &[String], current: Option<&str>) -> Decision {
     }
 }
 
-/// Decides from the live KFD topology and applies it: sets the variable
-/// when needed. Call it before anything loads HIP and before the process
-/// starts threads (the environment is process-wide and not thread-safe).
-/// A [`Decision::Conflict`] is returned, not applied: callers refuse to run.
-pub fn prepare() -> Decision {
-    let d = decide(
+/// Decides from the live KFD topology, without changing anything.
+pub fn decide_now() -> Decision {
+    decide(
         &kfd_targets(Path::new(KFD_TOPOLOGY)),
         std::env::var(VAR).ok().as_deref(),
-    );
+    )
+}
+
+/// [`decide_now`], and applies it: sets the variable when needed. Call it
+/// before anything loads HIP. A [`Decision::Conflict`] is returned, not
+/// applied: callers refuse to run.
+///
+/// # Safety
+///
+/// It writes the process environment (`setenv`), which is not thread-safe:
+/// no other thread may read or write the environment meanwhile (C code
+/// included: `getenv` in a library). Call it before the process starts
+/// threads.
+pub unsafe fn prepare() -> Decision {
+    let d = decide_now();
     if let Decision::Set { .. } = d {
         std::env::set_var(VAR, "1");
     }

@@ -1,7 +1,11 @@
 //! One opened GPU, behind the runtime it was found with (HIP or CUDA).
 
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
 use std::os::fd::OwnedFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::driver::Driver;
@@ -63,11 +67,33 @@ pub(crate) fn poll_until(
     Ok(())
 }
 
+/// How long dropping an unfinished [`Launch`] waits for the kernel after
+/// raising its stop flag, before it gives up and leaks what the kernel uses.
+pub const DROP_DEADLINE: Duration = Duration::from_secs(10);
+
 /// A GPU opened for use: allocation, export, import, launch.
+///
+/// If a kernel was still running when its [`Launch`] was dropped, the
+/// runtime is never unloaded (dropping the `Gpu` leaves it loaded), so the
+/// kernel's context, code and memory stay.
 pub struct Gpu {
-    backend: Box<dyn Backend>,
+    backend: ManuallyDrop<Box<dyn Backend>>,
     device: GpuDevice,
     runtime: RuntimeInfo,
+    /// Launches dropped while their kernel may still run.
+    leaked: AtomicUsize,
+    /// [`DROP_DEADLINE`] (shorter in the unit tests).
+    drop_deadline: Duration,
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        if *self.leaked.get_mut() == 0 {
+            // SAFETY: dropped once, here; no Launch is left (they borrow
+            // self) and none leaked a running kernel.
+            unsafe { ManuallyDrop::drop(&mut self.backend) };
+        }
+    }
 }
 
 impl std::fmt::Debug for Gpu {
@@ -124,9 +150,11 @@ impl Gpu {
             RuntimeKind::Hip => Box::new(Driver::new(crate::hip::Hip::open(rt, index, &device)?)?),
         };
         Ok(Gpu {
-            backend,
+            backend: ManuallyDrop::new(backend),
             device,
             runtime,
+            leaked: AtomicUsize::new(0),
+            drop_deadline: DROP_DEADLINE,
         })
     }
 
@@ -178,8 +206,16 @@ impl Gpu {
 
     /// Copies host bytes to a device address; returns once they are in
     /// device memory. Copies run on a stream of their own that never waits
-    /// for a running kernel, and each has a 10 s deadline.
-    pub fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
+    /// for a running kernel, and each has a 10 s deadline. For memory of
+    /// [`alloc`](Self::alloc), [`DeviceMemory::write_at`] is the safe way.
+    ///
+    /// # Safety
+    ///
+    /// `dst .. dst + src.len()` names memory of this GPU's address space
+    /// that the caller may overwrite: not memory that a Rust reference
+    /// covers meanwhile (the CPU side of [`HostMapped`] memory, or a host
+    /// range an [`import`](Self::import) registered, is the same memory).
+    pub unsafe fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
         self.backend.copy_to_device(dst, src)
     }
 
@@ -191,37 +227,74 @@ impl Gpu {
     /// Loads a code object (AMD ELF, or NUL-terminated PTX for CUDA).
     pub fn load_module(&self, image: &[u8]) -> Result<Module<'_>> {
         let handle = self.backend.load_module(image)?;
-        Ok(Module { gpu: self, handle })
+        Ok(Module {
+            loaded: Arc::new(Loaded { gpu: self, handle }),
+        })
     }
 
-    /// Launches `name` from `module` on `grid` workgroups of `block` lanes,
-    /// with pointer-sized arguments `args`, on its own stream.
-    pub fn launch(
-        &self,
-        module: &Module<'_>,
+    /// Launches `name` from `module` on its own stream, as `cfg` says, and
+    /// returns the running kernel, which owns `keep`: the memory the kernel
+    /// uses (its buffers, queue pairs, mappings), handed back by
+    /// [`Launch::finish`] once the kernel has finished. Dropping the
+    /// [`Launch`] earlier raises the stop flag and waits (up to
+    /// [`DROP_DEADLINE`]); if the kernel still runs, `keep`, the stream and
+    /// the module are leaked, never freed.
+    ///
+    /// # Safety
+    ///
+    /// The kernel reads and writes whatever its arguments point to, as raw
+    /// device addresses. The caller guarantees that:
+    ///
+    /// - `cfg.args` match the kernel's parameters, and every address the
+    ///   kernel reaches through them names memory that stays allocated and
+    ///   mapped while it may run: memory owned by `keep`, or memory that
+    ///   outlives the `Gpu`;
+    /// - no Rust reference covers memory the kernel writes (or memory it
+    ///   reads that Rust writes) while it may run: such memory is reached
+    ///   from Rust only through raw pointers, with volatile or atomic
+    ///   accesses;
+    /// - `cfg.stop_flag`, if set, points to a `u32` in memory owned by
+    ///   `keep` (host memory the kernel polls, e.g. [`HostMapped`]), and the
+    ///   kernel ends soon after it reads a non-zero value there.
+    pub unsafe fn launch<'g, K>(
+        &'g self,
+        module: &Module<'g>,
         name: &str,
-        grid: u32,
-        block: u32,
-        args: &[u64],
-    ) -> Result<Launch<'_>> {
-        let func = self.backend.function(module.handle, name)?;
-        let mut values: Vec<u64> = args.to_vec();
+        cfg: LaunchConfig<'_>,
+        keep: K,
+    ) -> Result<Launch<'g, K>> {
+        let func = self.backend.function(module.loaded.handle, name)?;
+        let mut values: Vec<u64> = cfg.args.to_vec();
         let mut params: Vec<*mut c_void> = values
             .iter_mut()
             .map(|v| v as *mut u64 as *mut c_void)
             .collect();
-        let stream = self.backend.launch(func, grid, block, &mut params)?;
+        let stream = self
+            .backend
+            .launch(func, cfg.grid, cfg.block, &mut params)?;
         Ok(Launch {
             gpu: self,
             stream,
             name: name.to_string(),
+            module: Some(module.loaded.clone()),
+            stop: cfg.stop_flag.and_then(NonNull::new),
+            keep: Some(keep),
+            finished: false,
         })
     }
 
     /// Maps `region` into the GPU's address space, trying every route.
     /// Returns the mapping (if a route worked) and the report of every
     /// attempt.
-    pub fn import(&self, region: &Region<'_>) -> (Option<Imported<'_>>, ImportReport) {
+    ///
+    /// # Safety
+    ///
+    /// `region.cpu`, if set, points to `region.len` bytes mapped in this
+    /// process that stay mapped while the returned [`Imported`] lives
+    /// (drop it first). A kernel given the import's address may read and
+    /// write them, so the [`launch`](Self::launch) contract covers them:
+    /// no Rust reference to them while a kernel may run.
+    pub unsafe fn import(&self, region: &Region<'_>) -> (Option<Imported<'_>>, ImportReport) {
         let (got, attempts) = try_routes(self.backend.import_routes(region));
         let report = ImportReport {
             what: region.what.to_string(),
@@ -256,6 +329,33 @@ impl DeviceMemory<'_> {
         self.ptr
     }
 
+    /// Copies `src` to byte `offset` of this memory (see
+    /// [`Gpu::copy_to_device`]); fails if it does not fit.
+    pub fn write_at(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check(offset, src.len())?;
+        // SAFETY: inside this allocation (checked), which is device memory
+        // no Rust reference covers; `&mut self` orders it after earlier
+        // uses of this value.
+        unsafe { self.gpu.copy_to_device(self.ptr + offset as u64, src) }
+    }
+
+    /// Copies bytes at `offset` of this memory into `dst`; fails if they do
+    /// not fit.
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check(offset, dst.len())?;
+        self.gpu.copy_from_device(dst, self.ptr + offset as u64)
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        if offset.checked_add(len).is_none_or(|e| e > self.len) {
+            return Err(GpuError(format!(
+                "{len} bytes at offset {offset} do not fit {} bytes of device memory",
+                self.len
+            )));
+        }
+        Ok(())
+    }
+
     /// Bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -273,7 +373,9 @@ impl Drop for DeviceMemory<'_> {
     }
 }
 
-/// Host memory mapped for the GPU; freed on drop.
+/// Host memory mapped for the GPU; freed on drop. It hands out raw
+/// pointers only (the GPU may write it at any time), hence `Send` and
+/// `Sync`.
 #[derive(Debug)]
 pub struct HostMapped<'g> {
     gpu: &'g Gpu,
@@ -329,58 +431,194 @@ impl Drop for HostMapped<'_> {
     }
 }
 
-/// A loaded code object; unloaded on drop.
+/// A loaded code object; unloaded when it and every [`Launch`] of it are
+/// gone (never, if a launch leaked a kernel that was still running).
 #[derive(Debug)]
 pub struct Module<'g> {
+    loaded: Arc<Loaded<'g>>,
+}
+
+#[derive(Debug)]
+struct Loaded<'g> {
     gpu: &'g Gpu,
     handle: usize,
 }
 
-impl Drop for Module<'_> {
+impl Drop for Loaded<'_> {
     fn drop(&mut self) {
         self.gpu.backend.unload_module(self.handle);
     }
 }
 
-/// A running kernel. Dropping it before it finished leaks its stream
-/// rather than block: wait for it first.
+/// How to launch a kernel ([`Gpu::launch`]).
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchConfig<'a> {
+    /// Workgroups (blocks).
+    pub grid: u32,
+    /// Lanes (threads) per workgroup.
+    pub block: u32,
+    /// Pointer-sized arguments.
+    pub args: &'a [u64],
+    /// The `u32` the kernel polls and ends on when non-zero, in host memory
+    /// the `keep` of the launch owns; raised by [`Launch::stop`] and by
+    /// dropping an unfinished launch.
+    pub stop_flag: Option<*mut u32>,
+}
+
+/// A running kernel, owning what it uses (`K`, handed back by
+/// [`finish`](Self::finish)). It cannot go away while the kernel may run:
+/// dropping it unfinished raises the stop flag and waits up to
+/// [`DROP_DEADLINE`]; a kernel still running then keeps its stream, its
+/// module and everything in `K` forever (leaked, never freed).
+///
+/// A launch names raw device addresses, so it is `unsafe`:
+///
+/// ```compile_fail,E0133
+/// # use gpunvme_gpu::{Gpu, LaunchConfig, Module};
+/// fn go(gpu: &Gpu, m: &Module<'_>, addr: u64) {
+///     let cfg = LaunchConfig { grid: 1, block: 1, args: &[addr], stop_flag: None };
+///     // error[E0133]: call to unsafe function requires an unsafe block
+///     let _ = gpu.launch(m, "k", cfg, ());
+/// }
+/// ```
+///
+/// And what the kernel uses is moved into the launch: it cannot be freed
+/// (or read) while the kernel runs, only after [`finish`](Self::finish).
+///
+/// ```compile_fail,E0382
+/// # use gpunvme_gpu::{Gpu, LaunchConfig, Module};
+/// fn go(gpu: &Gpu, m: &Module<'_>) -> gpunvme_gpu::Result<()> {
+///     let buf = gpu.alloc(4096)?;
+///     let cfg = LaunchConfig { grid: 1, block: 1, args: &[buf.ptr()], stop_flag: None };
+///     // SAFETY: (the kernel writes `buf`, which the launch owns)
+///     let launch = unsafe { gpu.launch(m, "k", cfg, buf)? };
+///     drop(buf); // error[E0382]: use of moved value
+///     Ok(())
+/// }
+/// ```
+///
+/// Writing a bare device address, or importing a raw pointer, is `unsafe`
+/// too:
+///
+/// ```compile_fail,E0133
+/// # use gpunvme_gpu::Gpu;
+/// fn poke(gpu: &Gpu, addr: u64) {
+///     let _ = gpu.copy_to_device(addr, &[0u8; 64]); // error[E0133]
+/// }
+/// ```
+///
+/// ```compile_fail,E0133
+/// # use gpunvme_gpu::{import::Region, Gpu};
+/// fn expose(gpu: &Gpu, cpu: *mut u8) {
+///     let r = Region { what: "x", dmabuf: None, cpu: Some(cpu), len: 4096, mmio: false };
+///     let _ = gpu.import(&r); // error[E0133]
+/// }
+/// ```
+///
+/// ```compile_fail,E0133
+/// // error[E0133]: setting the environment races other threads.
+/// let _ = gpunvme_gpu::fine_grain::prepare();
+/// ```
+///
+/// The safe way to fill device memory:
+///
+/// ```no_run
+/// # fn main() -> gpunvme_gpu::Result<()> {
+/// let gpu = gpunvme_gpu::Gpu::open(0)?;
+/// let mut mem = gpu.alloc(4096)?;
+/// mem.write_at(0, &[0xa5; 64])?;
+/// let mut back = [0u8; 64];
+/// mem.read_at(0, &mut back)?;
+/// assert_eq!(back, [0xa5; 64]);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
-pub struct Launch<'g> {
+pub struct Launch<'g, K = ()> {
     gpu: &'g Gpu,
     stream: usize,
     name: String,
+    module: Option<Arc<Loaded<'g>>>,
+    stop: Option<NonNull<u32>>,
+    keep: Option<K>,
+    finished: bool,
 }
 
-impl Launch<'_> {
+impl<K> Launch<'_, K> {
     /// Whether the kernel finished (an error if it faulted).
-    pub fn is_done(&self) -> Result<bool> {
-        self.gpu.backend.stream_done(self.stream)
+    pub fn is_done(&mut self) -> Result<bool> {
+        if !self.finished && self.gpu.backend.stream_done(self.stream)? {
+            self.finished = true;
+        }
+        Ok(self.finished)
     }
 
     /// Polls until the kernel finishes or `deadline` passes. The device
     /// library bounds each of its waits, so a kernel still running past a
-    /// generous deadline is stuck: raise its stop flag and wait again.
-    pub fn wait(&self, deadline: Duration) -> Result<()> {
-        poll_until(
-            &format!("kernel {}", self.name),
-            deadline,
-            Some(Duration::from_micros(200)),
-            || self.is_done(),
-        )
+    /// generous deadline is stuck: [`stop`](Self::stop) it and wait again.
+    pub fn wait(&mut self, deadline: Duration) -> Result<()> {
+        let what = format!("kernel {}", self.name);
+        poll_until(&what, deadline, Some(Duration::from_micros(200)), || {
+            self.is_done()
+        })
+    }
+
+    /// Raises the stop flag (if the launch has one): the kernel ends its
+    /// loops and returns.
+    pub fn stop(&self) {
+        if let Some(p) = self.stop {
+            // SAFETY: Gpu::launch's caller promised a u32 the kernel polls,
+            // in memory `keep` owns (alive while self is).
+            unsafe { std::ptr::write_volatile(p.as_ptr(), 1) };
+        }
+    }
+
+    /// What the kernel used, once it has finished (its stream is destroyed
+    /// then); the launch itself while it still runs.
+    pub fn finish(mut self) -> std::result::Result<K, Self> {
+        match self.is_done() {
+            Ok(true) => {
+                self.gpu.backend.destroy_stream(self.stream);
+                // `keep` taken: Drop has nothing left to do.
+                self.module = None;
+                Ok(self.keep.take().expect("kept until finished"))
+            }
+            _ => Err(self),
+        }
     }
 }
 
-impl Drop for Launch<'_> {
+impl<K> Drop for Launch<'_, K> {
     fn drop(&mut self) {
-        if matches!(self.is_done(), Ok(true)) {
-            self.gpu.backend.destroy_stream(self.stream);
+        let Some(keep) = self.keep.take() else {
+            return; // finished
+        };
+        if !self.finished {
+            self.stop();
+            let t0 = Instant::now();
+            while !matches!(self.is_done(), Ok(true)) && t0.elapsed() < self.gpu.drop_deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
+        if self.finished {
+            self.gpu.backend.destroy_stream(self.stream);
+            drop(keep);
+            return;
+        }
+        // Still running (or faulted, so unknown): nothing it can reach is
+        // freed, and the runtime stays loaded.
+        std::mem::forget(keep);
+        std::mem::forget(self.module.take());
+        self.gpu.leaked.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::{DoorbellMode, RuntimeKind};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
 
     #[test]
     fn without_a_runtime_open_says_what_was_tried() {
@@ -393,6 +631,216 @@ mod tests {
         assert!(
             e.0.contains("libc.so.6: loaded, but it has no `hipGetDeviceCount`"),
             "{e}"
+        );
+    }
+
+    /// A runtime whose one "kernel" runs until its stop flag is raised
+    /// (or forever, if it ignores the flag); every call is logged.
+    #[derive(Default)]
+    struct Fake {
+        log: Arc<Mutex<Vec<String>>>,
+        stop_flag: Mutex<Option<usize>>,
+        ignores_stop: bool,
+        finished: AtomicBool,
+    }
+
+    impl Fake {
+        fn note(&self, s: impl Into<String>) {
+            self.log.lock().unwrap().push(s.into());
+        }
+    }
+
+    impl Backend for Fake {
+        fn tick_hz(&self) -> Result<u64> {
+            Ok(100_000_000)
+        }
+        fn alloc_device(&self, _: usize) -> Result<u64> {
+            Ok(0x1000)
+        }
+        fn free_device(&self, p: u64) {
+            self.note(format!("free_device {p:#x}"));
+        }
+        fn export_dmabuf(&self, _: u64, _: usize) -> Result<OwnedFd> {
+            Err(GpuError("no".into()))
+        }
+        fn alloc_host_mapped(&self, _: usize) -> Result<(*mut u8, u64)> {
+            Err(GpuError("no".into()))
+        }
+        fn free_host_mapped(&self, _: *mut u8) {}
+        fn copy_to_device(&self, _: u64, _: &[u8]) -> Result<()> {
+            Ok(())
+        }
+        fn copy_from_device(&self, _: &mut [u8], _: u64) -> Result<()> {
+            Ok(())
+        }
+        fn load_module(&self, _: &[u8]) -> Result<usize> {
+            Ok(7)
+        }
+        fn unload_module(&self, m: usize) {
+            self.note(format!("unload_module {m}"));
+        }
+        fn function(&self, _: usize, _: &str) -> Result<usize> {
+            Ok(1)
+        }
+        fn launch(&self, _: usize, _: u32, _: u32, p: &mut [*mut c_void]) -> Result<usize> {
+            // The "kernel" polls the flag its first argument points to.
+            // SAFETY: the test passes the flag's address as argument 0.
+            let flag = unsafe { *(p[0] as *const u64) } as usize;
+            *self.stop_flag.lock().unwrap() = Some(flag);
+            self.note("launch");
+            Ok(42)
+        }
+        fn stream_done(&self, _: usize) -> Result<bool> {
+            let flag = self.stop_flag.lock().unwrap().expect("launched");
+            // SAFETY: the flag lives in the launch's keep while it can run.
+            let raised = unsafe { std::ptr::read_volatile(flag as *const u32) } != 0;
+            Ok(self.finished.load(Ordering::Acquire) || (raised && !self.ignores_stop))
+        }
+        fn destroy_stream(&self, s: usize) {
+            self.note(format!("destroy_stream {s}"));
+        }
+        fn import_routes<'a>(&'a self, _: &Region<'a>) -> Vec<Route<'a>> {
+            Vec::new()
+        }
+        fn release_import(&self, _: Undo) {}
+    }
+
+    impl Drop for Fake {
+        fn drop(&mut self) {
+            self.note("runtime unloaded");
+        }
+    }
+
+    fn gpu(ignores_stop: bool) -> (Gpu, Arc<Mutex<Vec<String>>>) {
+        let mut fake = Fake::default();
+        fake.ignores_stop = ignores_stop;
+        let log = fake.log.clone();
+        let gpu = Gpu {
+            backend: ManuallyDrop::new(Box::new(fake)),
+            device: GpuDevice {
+                index: 0,
+                name: "fake".into(),
+                arch: "gfx1101".into(),
+                pci_bus_id: None,
+                doorbell: DoorbellMode::None,
+                reason: String::new(),
+            },
+            runtime: RuntimeInfo {
+                kind: RuntimeKind::Hip,
+                library: "fake".into(),
+                version: None,
+            },
+            leaked: AtomicUsize::new(0),
+            drop_deadline: Duration::from_millis(50),
+        };
+        (gpu, log)
+    }
+
+    /// What a kernel uses: counts its drops; holds the stop flag.
+    #[derive(Debug)]
+    struct Buffers {
+        flag: Box<u32>,
+        dropped: Arc<AtomicUsize>,
+    }
+
+    impl Drop for Buffers {
+        fn drop(&mut self) {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn launch<'g>(gpu: &'g Gpu, m: &Module<'g>, dropped: &Arc<AtomicUsize>) -> Launch<'g, Buffers> {
+        let mut keep = Buffers {
+            flag: Box::new(0),
+            dropped: dropped.clone(),
+        };
+        let flag: *mut u32 = &mut *keep.flag;
+        let cfg = LaunchConfig {
+            grid: 1,
+            block: 1,
+            args: &[flag as u64],
+            stop_flag: Some(flag),
+        };
+        // SAFETY: the fake kernel reads only the flag, which `keep` owns.
+        unsafe { gpu.launch(m, "k", cfg, keep) }.unwrap()
+    }
+
+    #[test]
+    fn finish_hands_back_what_the_kernel_used_only_once_it_finished() {
+        let (gpu, log) = gpu(false);
+        let m = gpu.load_module(b"").unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let mut l = launch(&gpu, &m, &dropped);
+        assert!(!l.is_done().unwrap());
+        let Err(l) = l.finish() else {
+            panic!("still running: no buffers back")
+        };
+        l.stop();
+        let keep = l.finish().map_err(|_| ()).expect("stopped: finished");
+        assert_eq!(dropped.load(Ordering::SeqCst), 0);
+        assert_eq!(*keep.flag, 1, "the stop flag was raised");
+        drop(keep);
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        drop(m);
+        drop(gpu);
+        let log = log.lock().unwrap().clone();
+        assert_eq!(
+            log,
+            [
+                "launch",
+                "destroy_stream 42",
+                "unload_module 7",
+                "runtime unloaded"
+            ]
+        );
+    }
+
+    #[test]
+    fn dropping_a_running_launch_stops_the_kernel_then_frees() {
+        let (gpu, log) = gpu(false);
+        let m = gpu.load_module(b"").unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        drop(launch(&gpu, &m, &dropped));
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        assert_eq!(gpu.leaked.load(Ordering::SeqCst), 0);
+        drop(m);
+        drop(gpu);
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "launch",
+                "destroy_stream 42",
+                "unload_module 7",
+                "runtime unloaded"
+            ]
+        );
+    }
+
+    /// A kernel that ignores its stop flag keeps everything it can reach:
+    /// buffers, stream, module, runtime.
+    #[test]
+    fn a_kernel_that_ignores_the_stop_flag_leaks_instead_of_freeing() {
+        let (gpu, log) = gpu(true);
+        let m = gpu.load_module(b"").unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let t = Instant::now();
+        drop(launch(&gpu, &m, &dropped));
+        assert!(
+            t.elapsed() >= Duration::from_millis(50),
+            "waited its deadline"
+        );
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            0,
+            "buffers leaked, not freed"
+        );
+        assert_eq!(gpu.leaked.load(Ordering::SeqCst), 1);
+        drop(m);
+        drop(gpu);
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["launch"],
+            "no stream, module or runtime freed"
         );
     }
 }

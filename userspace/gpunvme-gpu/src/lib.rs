@@ -51,7 +51,7 @@ mod probe;
 mod runtime;
 
 pub use error::{GpuError, Result};
-pub use gpu::{DeviceMemory, Gpu, HostMapped, Launch, Module};
+pub use gpu::{DeviceMemory, Gpu, HostMapped, Launch, LaunchConfig, Module, DROP_DEADLINE};
 pub use probe::{
     classify, probe, probe_with, Attempt, DoorbellMode, GpuDevice, ProbeReport, RuntimeInfo,
     RuntimeKind, DEFAULT_LIBRARIES,

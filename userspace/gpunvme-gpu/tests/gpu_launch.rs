@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gpunvme_gpu::kernel_abi::{pattern, IoArgs, IoResult, QPair};
-use gpunvme_gpu::{code_object, Gpu, HostMapped, RuntimeKind};
+use gpunvme_gpu::{code_object, Gpu, HostMapped, LaunchConfig, RuntimeKind};
 
 const DEPTH: u32 = 8;
 const LBA: usize = 512;
@@ -135,7 +135,9 @@ impl Fixture {
             let r = if write {
                 gpu.copy_from_device(span, addr)
             } else {
-                gpu.copy_to_device(addr, span)
+                // SAFETY: a PRP of the kernel's command: an address in
+                // the VRAM buffer, which no Rust reference covers.
+                unsafe { gpu.copy_to_device(addr, span) }
             };
             if r.is_err() {
                 return 0x04; // Data Transfer Error
@@ -226,7 +228,9 @@ impl<'g> Run<'g> {
         // SAFETY: args holds the IoArgs written in new().
         let a = unsafe { self.args.at::<IoArgs>(0).read() };
         let zeros = vec![0u8; (QUEUES * CMDS * BLOCKS) as usize * LBA];
-        self.gpu.copy_to_device(a.buf, &zeros).unwrap();
+        // SAFETY: a.buf is the run's VRAM buffer (device memory, no Rust
+        // reference to it), and no kernel runs.
+        unsafe { self.gpu.copy_to_device(a.buf, &zeros) }.unwrap();
     }
 
     fn set_rounds(&self, rounds: u32) {
@@ -258,14 +262,30 @@ impl<'g> Run<'g> {
         let (path, image) = code_object::load(&build_dir(), kind, &dev.arch, kernel)?;
         eprintln!("# {kernel}: {}", path.display());
         let module = self.gpu.load_module(&image)?;
-        let l = self.gpu.launch(
-            &module,
-            code_object::entry_point(kernel).unwrap(),
-            QUEUES,
-            LANES,
-            &[self.qps.dev(), self.args.dev(), self.res.dev()],
-        )?;
-        l.wait(Duration::from_secs(20))
+        let cfg = LaunchConfig {
+            grid: QUEUES,
+            block: LANES,
+            args: &[self.qps.dev(), self.args.dev(), self.res.dev()],
+            stop_flag: None, // one per ring: set_stop raises them all
+        };
+        // SAFETY: the arguments and everything they lead to (rings, stop
+        // flags, VRAM buffer) are memory of `self`, reached from Rust only
+        // through raw pointers, and `self` outlives the kernel: it is
+        // waited for here, and if it ignores its stop flags the process
+        // aborts rather than free that memory under it.
+        let mut l = unsafe {
+            self.gpu
+                .launch(&module, code_object::entry_point(kernel).unwrap(), cfg, ())?
+        };
+        let r = l.wait(Duration::from_secs(20));
+        if r.is_err() {
+            self.set_stop(1);
+            if l.wait(Duration::from_secs(5)).is_err() {
+                eprintln!("# {kernel} ignores its stop flags: aborting");
+                std::process::abort();
+            }
+        }
+        r
     }
 }
 
@@ -463,7 +483,10 @@ fn import_reports_every_route() {
         len: 4096,
         mmio: false,
     };
-    let (imported, report) = gpu.import(&region);
+    // SAFETY: `cpu` is our mapping of 4096 bytes, unmapped only after the
+    // import is dropped; no kernel runs, and Rust reads it only after the
+    // copy below returned.
+    let (imported, report) = unsafe { gpu.import(&region) };
     eprintln!("# {}", report.describe());
     let routes = match gpu.runtime().kind {
         RuntimeKind::Cuda => 1 + exported.is_some() as usize,
@@ -484,7 +507,8 @@ fn import_reports_every_route() {
         *b = (k as u8).wrapping_mul(7).wrapping_add(3);
     }
     if i.route.contains("HostRegister") {
-        gpu.copy_to_device(i.device_ptr, &want).unwrap();
+        // SAFETY: the import of our page: no Rust reference to it now.
+        unsafe { gpu.copy_to_device(i.device_ptr, &want) }.unwrap();
         // SAFETY: our live mapping.
         let got = unsafe { std::slice::from_raw_parts(cpu, 256) };
         assert_eq!(got, &want[..]);

@@ -1,10 +1,13 @@
 //! Raw bindings to the gpunvme ioctl ABI.
 //!
-//! Everything here is generated at build time from `uapi/gpunvme.h`, the
-//! single source of truth: structs and `GPUNVME_*` constants by bindgen,
-//! ioctl request numbers by the build script from the header's
+//! Everything here is generated from `uapi/gpunvme.h`, the single source
+//! of truth, ahead of time (committed in `src/generated/`, so a build needs
+//! no libclang): structs and `GPUNVME_*` constants by bindgen, ioctl
+//! request numbers by the build script from the header's
 //! `#define GPUNVME_IOC_* _IO*()` lines, encoded by [`ioc`] (bindgen cannot
-//! expand `_IOWR`). `tests/layout.rs` checks both against a C compiler.
+//! expand `_IOWR`). `tests/layout.rs` checks both against a C compiler;
+//! `tests/generated.rs` (feature `regenerate`, run by `make check`) checks
+//! that regenerating gives the committed files.
 //!
 //! Use the `gpunvme` crate for a safe API.
 
@@ -19,7 +22,7 @@ mod bindings {
         dead_code
     )]
     #![allow(clippy::all, rustdoc::all)]
-    include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+    include!("generated/bindings.rs");
 }
 pub use bindings::*;
 
@@ -145,14 +148,14 @@ pub mod ioc {
 }
 
 mod ioctls {
-    include!(concat!(env!("OUT_DIR"), "/ioctls.rs"));
+    include!("generated/ioctls.rs");
 }
 pub use ioctls::*;
 
 pub mod layout {
     //! Layout facts of the bindings, for the layout test (see
     //! `tests/layout.rs`), which compares them with what a C compiler says.
-    include!(concat!(env!("OUT_DIR"), "/layout.rs"));
+    include!("generated/layout.rs");
 }
 
 #[cfg(test)]

@@ -132,6 +132,27 @@ impl Sqe {
         self.dw[9] = (p.prp2 >> 32) as u32;
     }
 
+    /// Whether the controller moves no data for this entry: a Flush or
+    /// Write Zeroes with no fuse or SGL bits, and PRP1, PRP2 and MPTR zero.
+    /// What [`crate::QueuePair::submit_no_data`] accepts.
+    ///
+    /// ```
+    /// use gpunvme::{Prp, Sqe};
+    ///
+    /// assert!(Sqe::flush(1).moves_no_data());
+    /// assert!(Sqe::write_zeroes(1, 0, 8).moves_no_data());
+    /// let read = Sqe::read(1, 0, 8, Prp { prp1: 0x1000, prp2: 0 });
+    /// assert!(!read.moves_no_data());
+    /// let mut flush = Sqe::flush(1);
+    /// flush.set_prp(Prp { prp1: 0x1000, prp2: 0 });
+    /// assert!(!flush.moves_no_data());
+    /// ```
+    pub fn moves_no_data(&self) -> bool {
+        matches!(self.opcode(), opcode::FLUSH | opcode::WRITE_ZEROES)
+            && self.dw[0] & 0xff00 == 0
+            && self.dw[4..10].iter().all(|&d| d == 0)
+    }
+
     /// PRP1 and PRP2.
     pub fn prp(&self) -> Prp {
         Prp {

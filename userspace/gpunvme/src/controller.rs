@@ -297,9 +297,16 @@ pub(crate) struct Lifecycle {
     /// Queue pairs created through this file and not yet destroyed.
     pub(crate) live_qpairs: usize,
     /// Mappings (host memory, or a dma-buf: no memory of ours) whose UNMAP
-    /// got EBUSY: unmapped when the last queue pair goes (or the file
-    /// closes), then their host memory, if any, is unmapped.
+    /// got EBUSY: UNMAPped again when the last queue pair goes; their host
+    /// memory, if any, is unmapped from this process only once an UNMAP
+    /// succeeded (else it waits for the file's close).
     pub(crate) deferred: Vec<(u32, Option<crate::map::Mapping>)>,
+    /// Memory the module may still use (a failed DESTROY_QPAIR or UNMAP):
+    /// never unmapped while the file is open. Closing the file hands it to
+    /// the module's release, which stops or quarantines whatever could
+    /// still reach it (and keeps such pages pinned), so only then is it
+    /// unmapped from this process.
+    pub(crate) until_close: Vec<crate::map::Mapping>,
     /// The IOMMU mode `GPUNVME_IOC_CLAIM_OWNER` reported, once this file
     /// owns the controller (it does until it is closed).
     pub(crate) owner: Option<IommuMode>,
@@ -311,15 +318,34 @@ pub(crate) struct Lifecycle {
 /// controller in shared mode; owner mode ([`Controller::claim_owner`])
 /// needs CAP_SYS_RAWIO and more.
 ///
-/// Queue pairs ([`crate::QueuePair`]) and DMA buffers
-/// ([`crate::DmaBuffer`]) borrow it: they belong to this file, and closing
-/// it (dropping the `Controller`) releases whatever is left on the kernel
-/// side, ownership included.
+/// Queue pairs ([`crate::QueuePair`]), DMA buffers ([`crate::DmaBuffer`])
+/// and dma-buf mappings ([`crate::DmabufMapping`]) hold an
+/// [`Arc`](std::sync::Arc) of it: they belong to this file, so a
+/// controller and its queues can live in one struct, and the file is
+/// closed (releasing whatever is left on the kernel side, ownership
+/// included) when the last of them and the caller's `Arc` are gone.
 #[derive(Debug)]
 pub struct Controller {
+    // Field order is drop order: the file is closed before the memory
+    // parked in `state` is unmapped (see `Lifecycle::until_close`).
     file: File,
     path: PathBuf,
     state: Mutex<Lifecycle>,
+    /// The in-process controller model of the unit tests, which answers
+    /// the ioctls instead of the kernel.
+    #[cfg(test)]
+    pub(crate) model: Option<std::sync::Arc<crate::model::Model>>,
+}
+
+/// Closing the file (dropping the fields) is the module's business; the
+/// unit tests' controller model stops its queues here, as a close would.
+#[cfg(test)]
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if let Some(m) = &self.model {
+            m.close();
+        }
+    }
 }
 
 impl Controller {
@@ -335,6 +361,8 @@ impl Controller {
             file,
             path,
             state: Mutex::new(Lifecycle::default()),
+            #[cfg(test)]
+            model: None,
         })
     }
 
@@ -421,6 +449,13 @@ impl Controller {
         self.lifecycle().deferred.len()
     }
 
+    /// Memory regions kept mapped until this file is closed, because the
+    /// module may still use them (a DESTROY_QPAIR or UNMAP failed): a
+    /// poisoned pair's buffers after a failed destroy, for instance.
+    pub fn kept_until_close(&self) -> usize {
+        self.lifecycle().until_close.len()
+    }
+
     /// # Safety
     /// `arg` must be valid for the access `request` encodes.
     pub(crate) unsafe fn ioctl(
@@ -429,6 +464,20 @@ impl Controller {
         request: sys::IoctlRequest,
         arg: *mut libc::c_void,
     ) -> Result<libc::c_int> {
+        #[cfg(test)]
+        if let Some(m) = &self.model {
+            // SAFETY: as for the kernel: the caller guarantees `arg`.
+            return match unsafe { m.ioctl(request, arg) } {
+                Ok(r) => Ok(r),
+                #[allow(clippy::useless_conversion)]
+                Err(errno) => Err(Error::Ioctl {
+                    name,
+                    request: u64::from(request),
+                    path: self.path.clone(),
+                    errno,
+                }),
+            };
+        }
         // SAFETY: the fd is owned by `self.file` and open; the caller
         // guarantees `arg` matches `request`.
         let ret = unsafe { libc::ioctl(self.file.as_raw_fd(), request as _, arg) };

@@ -10,6 +10,7 @@
 //! dma-buf until UNMAP (or close).
 
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::Arc;
 
 use gpunvme_sys as sys;
 
@@ -18,20 +19,22 @@ use crate::dma::{release, PAGE_SIZE};
 use crate::error::{Error, Result};
 
 /// A dma-buf imported by the module; the controller may DMA to
-/// [`dma_addrs`](Self::dma_addrs).
+/// [`dma_addrs`](Self::dma_addrs). No Rust reference to the memory comes
+/// from it (the exporter owns that memory; the module holds a reference to
+/// the dma-buf until UNMAP), so it is `Send` and `Sync`.
 #[derive(Debug)]
-pub struct DmabufMapping<'c> {
-    ctrl: &'c Controller,
+pub struct DmabufMapping {
+    ctrl: Arc<Controller>,
     handle: u32,
     len: u64,
     dma: Vec<u64>,
 }
 
-impl<'c> DmabufMapping<'c> {
+impl DmabufMapping {
     /// Imports the dma-buf `fd` (the module takes its own reference; `fd`
     /// may be closed afterwards). `max_bytes` bounds the address table: the
     /// call fails with EINVAL if the dma-buf is larger.
-    pub fn new(ctrl: &'c Controller, fd: BorrowedFd<'_>, max_bytes: usize) -> Result<Self> {
+    pub fn new(ctrl: &Arc<Controller>, fd: BorrowedFd<'_>, max_bytes: usize) -> Result<Self> {
         let max_pages = max_bytes.div_ceil(PAGE_SIZE).max(1);
         let mut dma = vec![0u64; max_pages];
         let mut m = sys::gpunvme_map_dmabuf {
@@ -53,7 +56,7 @@ impl<'c> DmabufMapping<'c> {
             )?
         };
         let mut me = DmabufMapping {
-            ctrl,
+            ctrl: ctrl.clone(),
             handle: m.handle,
             len: m.len,
             dma,
@@ -112,9 +115,9 @@ pub fn contiguous_base(pages: &[u64]) -> Option<u64> {
         .then_some(base)
 }
 
-impl Drop for DmabufMapping<'_> {
+impl Drop for DmabufMapping {
     fn drop(&mut self) {
-        release(self.ctrl, self.handle, None);
+        release(&self.ctrl, self.handle, None);
     }
 }
 

@@ -60,6 +60,16 @@ pub enum Error {
         /// What was outstanding, e.g. `Read of 8 block(s) at LBA 0 (nsid 1)`.
         command: String,
     },
+    /// The queue pair refuses new commands: a wait timed out (or the
+    /// controller answered a command that was not outstanding), so earlier
+    /// commands may still be in flight. It keeps the buffers they use until
+    /// it is destroyed; create a new pair.
+    Poisoned {
+        /// Queue pair.
+        qid: u16,
+        /// What poisoned it.
+        why: String,
+    },
     /// The queue pair already has depth - 1 commands outstanding.
     QueueFull {
         /// Queue pair.
@@ -197,6 +207,11 @@ impl fmt::Display for Error {
                 }
                 Ok(())
             }
+            Error::Poisoned { qid, why } => write!(
+                f,
+                "qid {qid} takes no new commands: earlier ones may still be in flight ({why}); \
+                 it keeps their buffers until it is destroyed"
+            ),
             Error::QueueFull { qid, outstanding } => write!(
                 f,
                 "queue pair {qid} is full: {outstanding} commands outstanding (depth - 1)"

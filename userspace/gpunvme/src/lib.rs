@@ -23,9 +23,38 @@
 //!
 //! The ABI comes from `uapi/gpunvme.h` through [`gpunvme_sys`].
 //!
-//! Lifetimes: queue pairs and buffers borrow their [`Controller`]. Drop
-//! queue pairs before the buffers they DMA into where possible; see
-//! [`DmaBuffer`] for what happens otherwise (it is handled).
+//! # Ownership, and what the controller may write
+//!
+//! Queue pairs, buffers and dma-buf mappings hold an
+//! [`Arc`](std::sync::Arc) of their [`Controller`] (the open file they
+//! belong to), so a controller and its queues can live in one struct.
+//!
+//! The safe API never lets the controller write memory Rust can read or
+//! free: [`Io`] transfers take their [`DmaBuffer`] by value and give it
+//! back only when every command on it completed; a wait that times out
+//! poisons the [`QueuePair`], which then keeps the buffer until it is
+//! destroyed (and, if the destroy fails, until the file is closed). Entry
+//! points that take raw device addresses ([`QueuePair::push`],
+//! [`QueuePair::submit`], [`QueuePair::execute`]) are `unsafe fn` with
+//! their contract written down. Memory is unmapped from this process only
+//! after the module said it no longer maps it (see [`DmaBuffer`]).
+//!
+//! Building a command needs no device:
+//!
+//! ```
+//! use gpunvme::command::{opcode, prp_plan};
+//! use gpunvme::Sqe;
+//!
+//! // 8 KiB at offset 0 of two pages: PRP1 and PRP2, no list.
+//! let plan = prp_plan(&[0x10_0000, 0x20_0000], 0, 8192, &[]).unwrap();
+//! let sqe = Sqe::read(1, 64, 16, plan.prp);
+//! assert_eq!(sqe.opcode(), opcode::READ);
+//! assert_eq!((sqe.prp().prp1, sqe.prp().prp2), (0x10_0000, 0x20_0000));
+//! assert_eq!(sqe.describe(), "Read of 16 block(s) at LBA 64 (nsid 1)");
+//! ```
+//!
+//! `examples/` has a device-free one (`prp_plan`) and one that writes and
+//! verifies blocks on a controller (`write_read`).
 
 pub mod command;
 mod controller;
@@ -34,6 +63,8 @@ mod dmabuf;
 mod error;
 mod io;
 mod map;
+#[cfg(test)]
+mod model;
 pub mod pattern;
 mod qpair;
 mod regs;
@@ -49,7 +80,7 @@ pub use dma::{DmaBuffer, PAGE_SIZE};
 pub use dmabuf::{contiguous_base, DmabufMapping};
 pub use error::{Error, Result};
 pub use gpunvme_sys as sys;
-pub use io::{Io, RangeCheck, NO_MDTS_CAP};
+pub use io::{Io, RangeCheck, TransferError, TransferResult, NO_MDTS_CAP};
 pub use qpair::{Completion, ExportKind, Mode, PrpPool, QueueMemory, QueuePair, DEFAULT_TIMEOUT};
 pub use regs::{Cap, Version};
 pub use status::Status;

@@ -3,6 +3,24 @@
 //! (`GPUNVME_IOC_CREATE_QPAIR` / `GPUNVME_IOC_DESTROY_QPAIR`), shared
 //! (validated, the default) or raw (owner mode): see [`Mode`].
 //!
+//! # Who may write what
+//!
+//! A command's PRPs are raw device addresses: the controller writes (or
+//! reads) whatever they name. So the entry points that take a ready-made
+//! [`Sqe`] ([`QueuePair::push`], [`submit`](QueuePair::submit),
+//! [`execute`](QueuePair::execute)) are `unsafe fn`, with the contract
+//! written on them; the safe ones take only commands that move no data
+//! ([`QueuePair::execute_no_data`]), and [`crate::Io`] builds data
+//! commands itself from buffers moved into it.
+//!
+//! A wait that times out **poisons** the pair: commands are still in
+//! flight, so it refuses new ones ([`Error::Poisoned`]) and keeps every
+//! buffer handed to it ([`QueuePair::keep_until_destroyed`]) until it is
+//! destroyed. Destroying it (drop) deletes the queues on the controller,
+//! which ends their commands; only a successful destroy releases the
+//! buffers. A failed one keeps them, and the queue memory, mapped until
+//! the file is closed ([`Controller::kept_until_close`]).
+//!
 //! Memory ordering: SQE stores are volatile, then a release fence (plus
 //! `dsb st` on aarch64, where a DMB does not order normal memory against
 //! device memory), then the volatile doorbell store. Completions are
@@ -13,13 +31,14 @@ use std::collections::VecDeque;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::ptr;
 use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpunvme_sys as sys;
 
 use crate::command::{Cqe, PrpListMem, Sqe, CQE_SIZE, PRP_ENTRIES_PER_PAGE, SQE_SIZE};
 use crate::controller::Controller;
-use crate::dma::unmap_handle;
+use crate::dma::{unmap_handle, unmap_outcome, DmaBuffer, Unmapped};
 use crate::error::{Error, Result};
 use crate::map::Mapping;
 use crate::status::Status;
@@ -264,7 +283,7 @@ pub struct PrpPool {
 }
 
 impl PrpPool {
-    fn new(map: Mapping, dma: u64) -> Result<Self> {
+    pub(crate) fn new(map: Mapping, dma: u64) -> Result<Self> {
         if dma % 8 != 0 || dma.checked_add(map.len() as u64).is_none() {
             return Err(Error::Invalid(format!(
                 "CREATE_QPAIR returned PRP pool address {dma:#x} (size {}), not 8-byte aligned",
@@ -376,12 +395,28 @@ pub struct QueueMemory {
     pub prp_dma: u64,
 }
 
-/// An I/O queue pair owned by this process. Dropping it unmaps the queue
-/// memory and destroys the pair on the controller (outstanding commands
-/// are aborted by the controller when the SQ is deleted).
+/// An I/O queue pair owned by this process. Dropping it destroys the pair
+/// on the controller (outstanding commands end when the SQ is deleted),
+/// then unmaps the queue memory and releases the buffers it kept; if the
+/// destroy fails, all of that stays mapped until the file is closed.
+///
+/// It holds an `Arc` of its [`Controller`], so both can live in one
+/// struct. It is `Send` (one thread at a time drives it: every queue
+/// operation takes `&mut self`) but not `Sync`.
+///
+/// Submitting a ready-made entry names raw device addresses, so it is
+/// `unsafe`:
+///
+/// ```compile_fail,E0133
+/// # use gpunvme::{Prp, QueuePair, Sqe};
+/// fn scribble(qp: &mut QueuePair, addr: u64) {
+///     // error[E0133]: call to unsafe function requires an unsafe block
+///     qp.submit(Sqe::read(1, 0, 8, Prp { prp1: addr, prp2: 0 }));
+/// }
+/// ```
 #[derive(Debug)]
-pub struct QueuePair<'c> {
-    ctrl: &'c Controller,
+pub struct QueuePair {
+    ctrl: Arc<Controller>,
     qid: u16,
     mode: Mode,
     ring: Ring,
@@ -395,21 +430,27 @@ pub struct QueuePair<'c> {
     cq_db_offset: u32,
     unrung: bool,
     timeout: Duration,
+    /// Why the pair refuses new commands (a wait timed out, or the
+    /// controller completed a command that was not outstanding).
+    poisoned: Option<String>,
+    /// Buffers its commands may still DMA into: released only after the
+    /// pair is destroyed.
+    held: Vec<DmaBuffer>,
 }
 
 // SAFETY: the raw pointers point into mappings owned by `self`; the
-// controller reference is Sync. One thread at a time drives a QueuePair
-// (`&mut self` on every queue operation).
-unsafe impl Send for QueuePair<'_> {}
+// controller is Sync. One thread at a time drives a QueuePair (`&mut
+// self` on every queue operation).
+unsafe impl Send for QueuePair {}
 
 fn map_err(ctrl: &Controller, what: &str, e: std::io::Error) -> Error {
     Error::io(format!("mmap the {what}"), ctrl.path(), e)
 }
 
-impl<'c> QueuePair<'c> {
+impl QueuePair {
     /// Creates a shared queue pair of `depth` entries (2 ..=
     /// max_queue_entries) and maps its SQ, CQ, doorbell page and PRP pool.
-    pub fn create(ctrl: &'c Controller, depth: u32) -> Result<Self> {
+    pub fn create(ctrl: &Arc<Controller>, depth: u32) -> Result<Self> {
         Self::create_with(ctrl, depth, Mode::Shared)
     }
 
@@ -419,7 +460,7 @@ impl<'c> QueuePair<'c> {
     /// differs but the PRP pool, which only a shared pair has. A raw pair
     /// needs [`Controller::claim_owner`] first (EPERM otherwise); while
     /// another file owns the controller a shared pair gets EBUSY.
-    pub fn create_with(ctrl: &'c Controller, depth: u32, mode: Mode) -> Result<Self> {
+    pub fn create_with(ctrl: &Arc<Controller>, depth: u32, mode: Mode) -> Result<Self> {
         if !(sys::GPUNVME_MIN_QUEUE_DEPTH..=65536).contains(&depth) {
             return Err(Error::Invalid(format!(
                 "queue depth {depth} is outside {}..=65536",
@@ -446,22 +487,7 @@ impl<'c> QueuePair<'c> {
         st.live_qpairs += 1;
         drop(st);
         // From here on, an early return drops `qp`, which destroys the pair.
-        let mut qp = QueuePair {
-            ctrl,
-            qid: c.qid,
-            mode,
-            ring: Ring::new(depth),
-            sq: None,
-            cq: None,
-            db: None,
-            pool: None,
-            sq_db: ptr::null_mut(),
-            cq_db: ptr::null_mut(),
-            sq_db_offset: c.sq_db,
-            cq_db_offset: c.cq_db,
-            unrung: false,
-            timeout: DEFAULT_TIMEOUT,
-        };
+        let mut qp = QueuePair::unmapped(ctrl.clone(), c.qid, mode, depth, c.sq_db, c.cq_db);
         let d = depth as u64;
         if c.sq_size < d * SQE_SIZE as u64 || c.cq_size < d * CQE_SIZE as u64 {
             return Err(Error::Invalid(format!(
@@ -486,12 +512,7 @@ impl<'c> QueuePair<'c> {
         );
         let db = Mapping::shared(fd, c.db_offset, 4096)
             .map_err(|e| map_err(ctrl, "doorbell page", e))?;
-        // SAFETY: both offsets were checked to be dwords inside the page.
-        unsafe {
-            qp.sq_db = db.ptr().add(c.sq_db as usize).cast();
-            qp.cq_db = db.ptr().add(c.cq_db as usize).cast();
-        }
-        qp.db = Some(db);
+        qp.set_doorbells(db);
         if mode == Mode::Shared {
             if c.prp_size == 0 {
                 return Err(Error::Invalid(
@@ -503,6 +524,104 @@ impl<'c> QueuePair<'c> {
             qp.pool = Some(PrpPool::new(map, c.prp_dma)?);
         }
         Ok(qp)
+    }
+
+    /// A pair the module created, before its memory is mapped.
+    pub(crate) fn unmapped(
+        ctrl: Arc<Controller>,
+        qid: u16,
+        mode: Mode,
+        depth: u32,
+        sq_db_offset: u32,
+        cq_db_offset: u32,
+    ) -> Self {
+        QueuePair {
+            ctrl,
+            qid,
+            mode,
+            ring: Ring::new(depth),
+            sq: None,
+            cq: None,
+            db: None,
+            pool: None,
+            sq_db: ptr::null_mut(),
+            cq_db: ptr::null_mut(),
+            sq_db_offset,
+            cq_db_offset,
+            unrung: false,
+            timeout: DEFAULT_TIMEOUT,
+            poisoned: None,
+            held: Vec::new(),
+        }
+    }
+
+    /// Sets the doorbell page; its offsets were checked to be dwords in it.
+    pub(crate) fn set_doorbells(&mut self, db: Mapping) {
+        debug_assert!(self.sq_db_offset <= 4092 && self.cq_db_offset <= 4092);
+        // SAFETY: both offsets are dwords inside the 4 KiB page (checked
+        // by the caller against the module's answer).
+        unsafe {
+            self.sq_db = db.ptr().add(self.sq_db_offset as usize).cast();
+            self.cq_db = db.ptr().add(self.cq_db_offset as usize).cast();
+        }
+        self.db = Some(db);
+    }
+
+    /// Test fixture: a pair over memory the in-process controller model
+    /// drives (see `crate::model`).
+    #[cfg(test)]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_model_memory(
+        ctrl: Arc<Controller>,
+        qid: u16,
+        mode: Mode,
+        depth: u32,
+        sq: Mapping,
+        cq: Mapping,
+        db: Mapping,
+        pool: Option<PrpPool>,
+    ) -> Self {
+        ctrl.lifecycle().live_qpairs += 1;
+        let mut qp = QueuePair::unmapped(ctrl, qid, mode, depth, 0, 64);
+        qp.sq = Some(sq);
+        qp.cq = Some(cq);
+        qp.set_doorbells(db);
+        qp.pool = pool;
+        qp
+    }
+
+    /// The controller (the open file) this pair belongs to.
+    pub fn controller(&self) -> &Arc<Controller> {
+        &self.ctrl
+    }
+
+    /// Whether the pair refuses new commands because a wait timed out (or
+    /// the controller completed a command that was not outstanding): its
+    /// commands may still be in flight until it is destroyed.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.is_some()
+    }
+
+    /// Why the pair is poisoned, if it is.
+    pub fn poison_reason(&self) -> Option<&str> {
+        self.poisoned.as_deref()
+    }
+
+    fn poison(&mut self, why: String) {
+        self.poisoned.get_or_insert(why);
+    }
+
+    /// Keeps `buf` until this pair is destroyed (and, if the destroy fails,
+    /// until the file is closed): for a buffer that a command of this pair
+    /// may still DMA into, e.g. after a timed-out wait. [`crate::Io`] does
+    /// this itself.
+    pub fn keep_until_destroyed(&mut self, buf: DmaBuffer) {
+        self.held.push(buf);
+    }
+
+    /// Buffers kept by [`keep_until_destroyed`](Self::keep_until_destroyed).
+    pub fn kept_buffers(&self) -> usize {
+        self.held.len()
     }
 
     /// Exports part of this pair as a dma-buf (`GPUNVME_IOC_EXPORT`), for a
@@ -600,7 +719,35 @@ impl<'c> QueuePair<'c> {
 
     /// Writes `sqe` (with a fresh CID) at the SQ tail without ringing the
     /// doorbell; [`QueuePair::ring`] makes it visible. Returns the CID.
-    pub fn push(&mut self, sqe: Sqe) -> Result<u16> {
+    /// Fails with [`Error::Poisoned`] once a wait has timed out.
+    ///
+    /// # Safety
+    ///
+    /// The controller will read and write whatever the entry's addresses
+    /// name (PRP1, PRP2, every PRP-list entry, the list itself, MPTR). The
+    /// caller guarantees that, from this call until the command's
+    /// completion has been taken from this pair (a `wait*`/`try_take`
+    /// returned it) or, failing that, until the pair is destroyed (dropped;
+    /// keep the memory with [`keep_until_destroyed`](Self::keep_until_destroyed)
+    /// if it is a [`DmaBuffer`]):
+    ///
+    /// - every address names memory mapped for this controller's DMA
+    ///   ([`DmaBuffer`], [`crate::DmabufMapping`], the pair's
+    ///   [`PrpPool`]) that stays mapped that long;
+    /// - no Rust reference reads or writes memory the command writes (data
+    ///   of a Read), nor writes memory it reads (data of a Write, the PRP
+    ///   list), that long.
+    ///
+    /// On a shared pair the module rejects addresses outside this file's
+    /// mappings, but that does not keep the controller out of Rust's
+    /// memory inside them.
+    pub unsafe fn push(&mut self, sqe: Sqe) -> Result<u16> {
+        if let Some(why) = &self.poisoned {
+            return Err(Error::Poisoned {
+                qid: self.qid,
+                why: why.clone(),
+            });
+        }
         let (cid, slot, sqe) = self.ring.push(sqe).ok_or(Error::QueueFull {
             qid: self.qid,
             outstanding: self.ring.outstanding,
@@ -630,10 +777,44 @@ impl<'c> QueuePair<'c> {
     }
 
     /// [`push`](Self::push) then [`ring`](Self::ring).
-    pub fn submit(&mut self, sqe: Sqe) -> Result<u16> {
-        let cid = self.push(sqe)?;
+    ///
+    /// # Safety
+    ///
+    /// As for [`push`](Self::push).
+    pub unsafe fn submit(&mut self, sqe: Sqe) -> Result<u16> {
+        // SAFETY: the caller keeps push's contract.
+        let cid = unsafe { self.push(sqe)? };
         self.ring();
         Ok(cid)
+    }
+
+    /// [`push`](Self::push) for a command that moves no data: Flush or
+    /// Write Zeroes with PRP1, PRP2 and MPTR zero (anything else is
+    /// refused with [`Error::Invalid`]).
+    pub fn push_no_data(&mut self, sqe: Sqe) -> Result<u16> {
+        if !sqe.moves_no_data() {
+            return Err(Error::Invalid(format!(
+                "qid {}: {} names memory; only a data-free Flush or Write Zeroes is safe here \
+                 (use Io, or the unsafe push)",
+                self.qid,
+                sqe.describe()
+            )));
+        }
+        // SAFETY: the command names no memory (checked above).
+        unsafe { self.push(sqe) }
+    }
+
+    /// [`push_no_data`](Self::push_no_data) then [`ring`](Self::ring).
+    pub fn submit_no_data(&mut self, sqe: Sqe) -> Result<u16> {
+        let cid = self.push_no_data(sqe)?;
+        self.ring();
+        Ok(cid)
+    }
+
+    /// [`submit_no_data`](Self::submit_no_data), then waits for it.
+    pub fn execute_no_data(&mut self, sqe: Sqe) -> Result<Completion> {
+        let cid = self.submit_no_data(sqe)?;
+        self.wait(cid)
     }
 
     /// Consumes every completion the controller has posted, then writes
@@ -673,7 +854,11 @@ impl<'c> QueuePair<'c> {
             unsafe { ptr::write_volatile(self.cq_db, self.ring.cq_head) };
         }
         match bad {
-            Some(m) => Err(Error::Invalid(format!("qid {}: {m}", self.qid))),
+            Some(m) => {
+                let m = format!("qid {}: {m}", self.qid);
+                self.poison(m.clone());
+                Err(Error::Invalid(m))
+            }
             None => Ok(n),
         }
     }
@@ -702,7 +887,7 @@ impl<'c> QueuePair<'c> {
     }
 
     /// Waits for `cid` and returns its completion whatever its status.
-    /// On timeout the command stays outstanding.
+    /// On timeout the command stays outstanding and the pair is poisoned.
     pub fn wait_raw(&mut self, cid: u16) -> Result<Completion> {
         self.ring();
         if self.ring.in_flight(cid).is_none()
@@ -722,7 +907,9 @@ impl<'c> QueuePair<'c> {
             }
             let waited = start.elapsed();
             if waited >= self.timeout {
-                return Err(self.timeout_err(Some(cid), waited));
+                let e = self.timeout_err(Some(cid), waited);
+                self.poison(e.to_string());
+                return Err(e);
             }
             backoff(&mut spins);
         }
@@ -735,7 +922,7 @@ impl<'c> QueuePair<'c> {
     }
 
     /// Waits for any outstanding command, oldest completion first, and
-    /// returns it whatever its status.
+    /// returns it whatever its status. On timeout the pair is poisoned.
     pub fn wait_any_raw(&mut self) -> Result<Completion> {
         self.ring();
         if self.ring.outstanding == 0 {
@@ -756,7 +943,9 @@ impl<'c> QueuePair<'c> {
             }
             let waited = start.elapsed();
             if waited >= self.timeout {
-                return Err(self.timeout_err(None, waited));
+                let e = self.timeout_err(None, waited);
+                self.poison(e.to_string());
+                return Err(e);
             }
             backoff(&mut spins);
         }
@@ -790,23 +979,20 @@ impl<'c> QueuePair<'c> {
     }
 
     /// Submits one command and waits for it.
-    pub fn execute(&mut self, sqe: Sqe) -> Result<Completion> {
-        let cid = self.submit(sqe)?;
+    ///
+    /// # Safety
+    ///
+    /// As for [`push`](Self::push): on a timeout the command is still in
+    /// flight, and the pair (poisoned) must outlive the memory's use.
+    pub unsafe fn execute(&mut self, sqe: Sqe) -> Result<Completion> {
+        // SAFETY: the caller keeps push's contract.
+        let cid = unsafe { self.submit(sqe)? };
         self.wait(cid)
     }
 }
 
-impl Drop for QueuePair<'_> {
+impl Drop for QueuePair {
     fn drop(&mut self) {
-        // No user access to the queues from here on.
-        self.sq_db = ptr::null_mut();
-        self.cq_db = ptr::null_mut();
-        drop((
-            self.sq.take(),
-            self.cq.take(),
-            self.db.take(),
-            self.pool.take(),
-        ));
         let mut st = self.ctrl.lifecycle();
         let mut d = sys::gpunvme_qpair_destroy {
             size: std::mem::size_of::<sys::gpunvme_qpair_destroy>() as u32,
@@ -815,9 +1001,8 @@ impl Drop for QueuePair<'_> {
             ..Default::default()
         };
         // SAFETY: GPUNVME_IOC_DESTROY_QPAIR takes a struct
-        // gpunvme_qpair_destroy; `d` is one. A failure (ENODEV after
-        // unbind, EIO) leaves the pair to the file's close.
-        let _ = unsafe {
+        // gpunvme_qpair_destroy; `d` is one.
+        let r = unsafe {
             self.ctrl.ioctl(
                 "GPUNVME_IOC_DESTROY_QPAIR",
                 sys::GPUNVME_IOC_DESTROY_QPAIR,
@@ -825,10 +1010,45 @@ impl Drop for QueuePair<'_> {
             )
         };
         st.live_qpairs = st.live_qpairs.saturating_sub(1);
-        if st.live_qpairs == 0 {
-            for (handle, map) in std::mem::take(&mut st.deferred) {
-                let _ = unmap_handle(self.ctrl, handle);
-                drop(map);
+        // ENOENT: the module has no such pair (an unbind destroyed it).
+        let destroyed = match &r {
+            Ok(_) => true,
+            Err(e) => e.errno() == Some(libc::ENOENT),
+        };
+        // No user access to the queues from here on.
+        self.sq_db = ptr::null_mut();
+        self.cq_db = ptr::null_mut();
+        let maps = [self.sq.take(), self.cq.take(), self.db.take()];
+        let pool = self.pool.take().map(|p| p.map);
+        let held = std::mem::take(&mut self.held);
+        if !destroyed {
+            // The controller may still run this pair's commands (EIO,
+            // ETIMEDOUT, ENODEV): nothing they can reach is unmapped or
+            // UNMAPped while the file is open.
+            st.until_close
+                .extend(maps.into_iter().flatten().chain(pool));
+            drop(st);
+            for b in held {
+                b.keep_until_close();
+            }
+            return;
+        }
+        let retry = if st.live_qpairs == 0 {
+            std::mem::take(&mut st.deferred)
+        } else {
+            Vec::new()
+        };
+        drop(st);
+        drop((maps, pool));
+        // Each UNMAPs now (or parks on EBUSY while other pairs live).
+        drop(held);
+        for (handle, map) in retry {
+            let mut st = self.ctrl.lifecycle();
+            match unmap_outcome(unmap_handle(&self.ctrl, handle)) {
+                Unmapped::Gone => drop(map),
+                // A pair was created meanwhile: park again.
+                Unmapped::Busy => st.deferred.push((handle, map)),
+                Unmapped::Unknown => st.until_close.extend(map),
             }
         }
     }
