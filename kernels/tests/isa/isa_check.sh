@@ -151,7 +151,7 @@ for spec in "$@"; do
 			"$dis" 1 '^fence\.sc\.sys;$' '^st\.volatile\.u32 \['
 		check_present "$tag: CQ poll ld.acquire.sys.u32" "$dis" '^ld\.acquire\.sys\.u32 '
 		check_present "$tag: wall clock %globaltimer" "$dis" '%globaltimer'
-		if [ "$name" = pthread_io ]; then
+		if [ "${name%.ptx}" = pthread_io ]; then
 			check_chain_min "$tag: per-thread API: SQ and CQ doorbells both fence.sc.sys; st.volatile.u32" \
 				"$dis" 2 1 '^fence\.sc\.sys;$' '^st\.volatile\.u32 \['
 			check_count "$tag: per-thread API: SQE as 4 x 16-byte stores" "$dis" 4 '^st(\.global)?\.v2\.u64 '
