@@ -562,6 +562,7 @@ struct run_cfg {
 	uint32_t max_rounds = 0xffffffffu;
 	uint32_t api = 0;               // 0: group API (bench_io), 1: per-thread (bench_pt)
 	uint32_t xfer = 0;              // per-thread: bytes per command (0: one LBA)
+	uint32_t backoff = 0;           // per-thread: nanosleep between empty polls
 };
 
 struct run_out {
@@ -669,6 +670,7 @@ static run_out run_io(const run_cfg &c)
 		p.timeout_ticks = q.timeout_ticks;
 		p.tick_hz = q.tick_hz;
 		p.depth = depth;
+		p.backoff = c.backoff;
 		// Owner: the pool is the pair's stretch of W.pools (host memory the
 		// fixture reads at its host address); shared: the module's pool,
 		// the same memory, which the relay checks and copies.
@@ -839,7 +841,7 @@ static std::string run_json(const run_cfg &c, const run_out &o)
 		 "\"relay\": {\"polls\": %llu, \"idle_steps\": %llu, \"sq_doorbell_writes\": %llu, \"cq_doorbell_writes\": %llu, "
 		 "\"cqes_mirrored\": %llu, \"bad_doorbell_values\": %llu, \"sqes_accepted\": %llu, \"sqes_rejected\": %llu, "
 		 "\"relay_ns\": %llu, \"relay_ns_per_cmd\": %.1f}, "
-		 "\"api\": \"%s\", \"bytes_per_cmd\": %u, \"gb_per_s\": %.3f, "
+		 "\"api\": \"%s\", \"backoff\": %u, \"bytes_per_cmd\": %u, \"gb_per_s\": %.3f, "
 		 "\"per_thread\": {\"sq_doorbell_writes\": %llu, \"cq_doorbell_writes\": %llu, \"cqes\": %llu, \"error\": %d}, "
 		 "\"ok\": %s}",
 		 c.mode, c.data, c.opc == NVME_OPC_READ ? "read" : "write",
@@ -857,7 +859,7 @@ static std::string run_json(const run_cfg &c, const run_out &o)
 		 (unsigned long long)o.rc.sqes_accepted, (unsigned long long)o.rc.sqes_rejected,
 		 (unsigned long long)o.rc.relay_ns,
 		 o.cmds ? (double)o.rc.relay_ns / (double)o.cmds : 0.0,
-		 c.api ? "per_thread" : "group", c.xfer ? c.xfer : W.lba_bytes, o.gbps,
+		 c.api ? "per_thread" : "group", c.backoff, c.xfer ? c.xfer : W.lba_bytes, o.gbps,
 		 (unsigned long long)o.pt_sq_doorbells, (unsigned long long)o.pt_cq_doorbells,
 		 (unsigned long long)o.pt_cqes, o.pt_error, o.ok ? "true" : "false");
 	return b;
@@ -1266,9 +1268,13 @@ int main(int argc, char **argv)
 		pt.push_back(b);
 		b.mode = "shared";
 		pt.push_back(b);
+		run_cfg k{"owner", "host", 64, 32, hs}; // with backoff (nanosleep)
+		k.api = 1;
+		k.backoff = 1;
+		pt.push_back(k);
 	}
 	for (size_t i = 0; i < pt.size(); i++) {
-		run_out o = run_print(pt[i].xfer ? "PRP" : "PT", pt[i]);
+		run_out o = run_print(pt[i].xfer ? "PRP" : pt[i].backoff ? "PTbo" : "PT", pt[i]);
 		if (pt[i].xfer)
 			printf("PRP   %s: %.2f GB/s in %u KiB reads, %llu SQ doorbell writes for %llu commands\n",
 			       pt[i].mode, o.gbps, pt[i].xfer / 1024,

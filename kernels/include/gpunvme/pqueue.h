@@ -168,6 +168,28 @@ GPUNVME_HD void st32_release(uint32_t *p, uint32_t v)
 #endif
 }
 
+GPUNVME_HD void fence_release()
+{
+#if defined(GPUNVME_DEV_AMD)
+	__builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
+#elif defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#else
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+#endif
+}
+
+GPUNVME_HD void fence_acquire()
+{
+#if defined(GPUNVME_DEV_AMD)
+	__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
+#elif defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#else
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+#endif
+}
+
 /* Store-load ordering between threads (the ring lock's re-check). */
 GPUNVME_HD void fence_sc()
 {
@@ -402,9 +424,19 @@ GPUNVME_HD void pq_ring(const pqueue &q)
 			return; /* the holder re-checks after unlocking */
 		const uint64_t t0 = atom::ld64(&s->db_tail);
 		uint64_t t = t0;
-		while (t - t0 < q.depth - 1 &&
-		       atom::ld32_acquire(&q.ready[t % q.depth]) == (uint32_t)t + 1)
-			t++;
+		/* Marks 8 at a time (independent loads), then one acquire. */
+		for (bool more = true; more && t - t0 < q.depth - 1;) {
+			uint32_t m[8];
+			for (int i = 0; i < 8; i++)
+				m[i] = atom::ld32(&q.ready[(t + i) % q.depth]);
+			for (int i = 0; i < 8 && more; i++) {
+				if (m[i] == (uint32_t)t + 1 && t - t0 < q.depth - 1)
+					t++;
+				else
+					more = false;
+			}
+		}
+		atom::fence_acquire();
 		if (t != t0) {
 			atom::st64(&s->db_tail, t);
 			atom::st64(&s->sq_doorbells, atom::ld64(&s->sq_doorbells) + 1);
@@ -420,8 +452,10 @@ GPUNVME_HD void pq_ring(const pqueue &q)
 }
 
 /*
- * Consume whatever the CQ holds, in order, if nobody else is: route each
- * CQE to its command's slot, track the SQ head, ring the CQ head doorbell
+ * Consume whatever the CQ holds, in order, if nobody else is: poll
+ * POLL_BATCH phase words at once, acquire once, load each new CQE as one
+ * 16-byte load, route it to its command's slot, track the SQ head, publish
+ * the batch's slots behind one release fence, ring the CQ head doorbell
  * once. Returns CQEs consumed (0: none, or someone else holds the lock),
  * or a negative error (the pair is poisoned).
  */
@@ -434,44 +468,59 @@ GPUNVME_HD int32_t pq_reap(const pqueue &q)
 	uint32_t head = atom::ld32(&s->cq_head);
 	uint32_t phase = atom::ld32(&s->phase);
 	uint64_t sqh = atom::ld64(&s->sq_head);
+	const uint64_t claimed = atom::ld64(&s->sq_pos);
 	const uint32_t nslots = q.depth - 1;
 	int32_t err = pq_failed(q) ? ERR_IO : OK;
 	uint32_t n = 0;
 
 	while (err == OK && n < nslots) {
-		const cqe *e = &q.cq[head];
-		const volatile uint32_t *w = (const volatile uint32_t *)e;
-		uint32_t v = fence::poll_load(w + CQE_DW3_OFFSET / 4);
-
-		if (cqe_phase(v) != phase)
+		const volatile uint32_t *p[fence::POLL_BATCH];
+		uint32_t v[fence::POLL_BATCH];
+		for (int i = 0; i < fence::POLL_BATCH; i++)
+			p[i] = (const volatile uint32_t *)((const char *)&q.cq[(head + i) % q.depth] +
+							    CQE_DW3_OFFSET);
+		fence::poll_load_batch(p, v);
+		uint32_t m = 0, k = nslots - n < (uint32_t)fence::POLL_BATCH
+					? nslots - n : (uint32_t)fence::POLL_BATCH;
+		while (m < k && cqe_phase(v[m]) == (phase ^ (uint32_t)(head + m >= q.depth)))
+			m++;
+		if (m == 0)
 			break;
-		/* Phase seen: the rest of the entry is valid. */
+		/* Phases seen: the rest of those entries is valid. */
 		fence::acquire_system();
-		const uint32_t dw0 = w[0];
-		const uint32_t dw2 = w[2];
-		const uint32_t cid = cqe_cid(v);
-		const uint32_t hd = dw2 & 0xffffu;
-		const uint64_t nh = sqh + (hd + q.depth - (uint32_t)(sqh % q.depth)) % q.depth;
-		uint32_t seq = cid < nslots ? atom::ld32(&q.slots[cid].seq) : 0;
-
-		if (hd >= q.depth || nh > atom::ld64(&s->sq_pos) ||
-		    cid >= nslots || (seq & 3u) != 1u) {
-			/* Not a command in flight, or an SQ head past
-			 * anything submitted: nothing can be trusted now. */
-			err = ERR_IO;
-			break;
+		uint32_t w[fence::POLL_BATCH][4];
+		for (uint32_t i = 0; i < m; i++)
+			fence::load_cqe16(&q.cq[(head + i) % q.depth], w[i]);
+		uint32_t seq[fence::POLL_BATCH], ok = 0;
+		for (; ok < m; ok++) {
+			const uint32_t cid = cqe_cid(w[ok][3]);
+			const uint32_t hd = w[ok][2] & 0xffffu;
+			const uint64_t nh = sqh + (hd + q.depth - (uint32_t)(sqh % q.depth)) % q.depth;
+			seq[ok] = cid < nslots ? atom::ld32(&q.slots[cid].seq) : 0;
+			if (hd >= q.depth || nh > claimed || cid >= nslots ||
+			    (seq[ok] & 3u) != 1u || cqe_phase(w[ok][3]) != cqe_phase(v[ok])) {
+				/* Not a command in flight, or an SQ head past
+				 * anything submitted: nothing can be trusted. */
+				err = ERR_IO;
+				break;
+			}
+			sqh = nh;
+			pq_slot *sl = &q.slots[cid];
+			atom::st32(&sl->dw0, w[ok][0]);
+			atom::st32(&sl->dw2, w[ok][2]);
+			atom::st32(&sl->dw3, w[ok][3]);
 		}
-		sqh = nh;
-		pq_slot *sl = &q.slots[cid];
-		atom::st32(&sl->dw0, dw0);
-		atom::st32(&sl->dw2, dw2);
-		atom::st32(&sl->dw3, v);
-		atom::st32_release(&sl->seq, seq + 1);
-		n++;
-		if (++head == q.depth) {
-			head = 0;
+		atom::fence_release(); /* the fields before the seqs */
+		for (uint32_t i = 0; i < ok; i++)
+			atom::st32(&q.slots[cqe_cid(w[i][3])].seq, seq[i] + 1);
+		n += ok;
+		head += ok;
+		if (head >= q.depth) {
+			head -= q.depth;
 			phase ^= 1u;
 		}
+		if (ok < (uint32_t)fence::POLL_BATCH)
+			break;
 	}
 	if (n) {
 		atom::st32(&s->cq_head, head);

@@ -158,6 +158,8 @@ for spec in "$@"; do
 			check_present "$tag: per-thread API: 64-bit ticket add" "$dis" '^atom(\.global)?\.relaxed\.gpu(\.global)?\.add\.u64 '
 			check_present "$tag: per-thread API: lock CAS with acquire" "$dis" '^atom(\.global)?\.acquire\.gpu(\.global)?\.cas\.b32 '
 			check_present "$tag: per-thread API: ring re-check fence.sc.gpu" "$dis" '^fence\.sc\.gpu;$'
+			check_count "$tag: per-thread API: CQ batch poll, 8 x ld.relaxed.sys.u32" "$dis" 8 '^ld\.relaxed\.sys\.u32 '
+			check_present "$tag: per-thread API: one 16-byte CQE load" "$dis" '^ld\.volatile\.v4\.u32 '
 		fi
 		check_absent "$tag: no SM cycle clock (%clock, %clock64)" "$dis" '%clock(64)?\b'
 		continue
@@ -223,6 +225,15 @@ for spec in "$@"; do
 		gfx94*) db=('^buffer_wbl2 sc0 sc1$' '^global_store_dword .* sc0 sc1$' '^buffer_inv sc0 sc1$') gap=4 ;;
 		*) db=('^buffer_wbl2$' '^global_store_dword ' '^buffer_invl2$' '^buffer_wbinvl1_vol$') gap=4 ;;
 		esac
+		case $target in
+		gfx10* | gfx11*) bl='^global_load_(dword|b32) .* glc slc dlc$' ;;
+		gfx12*) bl='^global_load_b32 .*scope:SCOPE_SYS$' ;;
+		gfx94*) bl='^global_load_dword .* sc0 sc1$' ;;
+		*) bl='^global_load_dword .* glc$' ;;
+		esac
+		check_count "$tag: per-thread API: CQ batch poll, 8 system-scope loads" "$dis" 9 "$bl"
+		check_present "$tag: per-thread API: one 16-byte CQE load" "$dis" '^global_load_(dwordx4|b128) '
+
 		check_chain_min "$tag: per-thread API: SQ and CQ doorbells both through the fenced store" \
 			"$dis" 2 "$gap" "${db[@]}"
 		check_count "$tag: per-thread API: SQE as 4 x 16-byte stores" "$dis" 4 '^global_store_(dwordx4|b128) '
