@@ -787,7 +787,7 @@ static run_out run_io(const run_cfg &c)
 				 st.sq_head == res[i].cmds && st.cqes == res[i].cmds;
 		}
 	}
-	uint32_t n = std::min(res[0].rounds, W.lat_cap);
+	uint32_t n = c.api ? 0 : std::min(res[0].rounds, W.lat_cap); // bench_pt keeps no round times
 	std::vector<uint64_t> ln(n), lc(n);
 	CK(cudaMemcpy(ln.data(), W.lat_ns_d, 8 * n, cudaMemcpyDeviceToHost));
 	CK(cudaMemcpy(lc.data(), W.lat_clk_d, 8 * n, cudaMemcpyDeviceToHost));

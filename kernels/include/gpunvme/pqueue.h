@@ -459,7 +459,7 @@ GPUNVME_HD void pq_ring(const pqueue &q)
  * once. Returns CQEs consumed (0: none, or someone else holds the lock),
  * or a negative error (the pair is poisoned).
  */
-GPUNVME_HD int32_t pq_reap(const pqueue &q)
+GPUNVME_HD int32_t pq_reap_one(const pqueue &q)
 {
 	pq_shared *s = q.st;
 
@@ -468,7 +468,6 @@ GPUNVME_HD int32_t pq_reap(const pqueue &q)
 	uint32_t head = atom::ld32(&s->cq_head);
 	uint32_t phase = atom::ld32(&s->phase);
 	uint64_t sqh = atom::ld64(&s->sq_head);
-	const uint64_t claimed = atom::ld64(&s->sq_pos);
 	const uint32_t nslots = q.depth - 1;
 	int32_t err = pq_failed(q) ? ERR_IO : OK;
 	uint32_t n = 0;
@@ -486,8 +485,10 @@ GPUNVME_HD int32_t pq_reap(const pqueue &q)
 			m++;
 		if (m == 0)
 			break;
-		/* Phases seen: the rest of those entries is valid. */
+		/* Phases seen: the rest of those entries is valid, and every
+		 * position they consumed was claimed before this read. */
 		fence::acquire_system();
+		const uint64_t claimed = atom::ld64(&s->sq_pos);
 		uint32_t w[fence::POLL_BATCH][4];
 		for (uint32_t i = 0; i < m; i++)
 			fence::load_cqe16(&q.cq[(head + i) % q.depth], w[i]);
@@ -536,6 +537,182 @@ GPUNVME_HD int32_t pq_reap(const pqueue &q)
 		pq_fail(q, err);
 	atom::unlock(&s->cq_lock);
 	return err != OK ? err : (int32_t)n;
+}
+
+#if defined(GPUNVME_DEV_NVIDIA)
+/*
+ * NVIDIA: the lanes of a warp that call pq_reap() together reap together.
+ * One of them takes the CQ lock; then each polls one entry (rank r: head
+ * + r), so up to 32 phase words cost one memory round trip, the valid
+ * prefix is agreed by ballot, each of those lanes loads its CQE as one
+ * 16-byte load after acquire_system() and routes it; the lock holder rings
+ * the CQ doorbell once and unlocks. Lanes of one warp run apart under
+ * independent thread scheduling, so a single lock holder polling for 31
+ * spinning lanes was the per-thread API's bottleneck on the H200.
+ */
+namespace warp {
+GPUNVME_DEV uint32_t active()
+{
+	uint32_t m;
+	asm volatile("activemask.b32 %0;" : "=r"(m));
+	return m;
+}
+GPUNVME_DEV uint32_t lane()
+{
+	uint32_t l;
+	asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+	return l;
+}
+GPUNVME_DEV uint32_t popc(uint32_t x)
+{
+	uint32_t c;
+	asm("popc.b32 %0, %1;" : "=r"(c) : "r"(x));
+	return c;
+}
+GPUNVME_DEV uint32_t msb(uint32_t x) /* x != 0 */
+{
+	uint32_t b;
+	asm("bfind.u32 %0, %1;" : "=r"(b) : "r"(x));
+	return b;
+}
+GPUNVME_DEV uint32_t shfl(uint32_t mask, uint32_t v, uint32_t src)
+{
+	uint32_t r;
+	asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, %3;"
+		     : "=r"(r) : "r"(v), "r"(src), "r"(mask));
+	return r;
+}
+GPUNVME_DEV uint32_t ballot(uint32_t mask, bool p)
+{
+	uint32_t r;
+	asm volatile("{\n\t.reg .pred q;\n\t"
+		     "setp.ne.u32 q, %1, 0;\n\t"
+		     "vote.sync.ballot.b32 %0, q, %2;\n\t}"
+		     : "=r"(r) : "r"((uint32_t)p), "r"(mask));
+	return r;
+}
+} /* namespace warp */
+
+GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q)
+{
+	pq_shared *s = q.st;
+	const uint32_t mask = warp::active(), me = warp::lane();
+	const uint32_t leader = warp::msb(mask & (0u - mask));
+	const uint32_t rank = warp::popc(mask & ((1u << me) - 1u));
+	const uint32_t lanes = warp::popc(mask);
+	uint32_t got = me == leader ? (uint32_t)atom::try_lock(&s->cq_lock) : 0u;
+
+	if (!warp::shfl(mask, got, leader))
+		return 0;
+	uint32_t head = 0, phase = 0, sqh_lo = 0, sqh_hi = 0, failed = 0;
+	if (me == leader) {
+		head = atom::ld32(&s->cq_head);
+		phase = atom::ld32(&s->phase);
+		uint64_t h = atom::ld64(&s->sq_head);
+		sqh_lo = (uint32_t)h;
+		sqh_hi = (uint32_t)(h >> 32);
+		failed = pq_failed(q);
+	}
+	head = warp::shfl(mask, head, leader);
+	phase = warp::shfl(mask, phase, leader);
+	uint64_t sqh = (uint64_t)warp::shfl(mask, sqh_hi, leader) << 32 |
+		       warp::shfl(mask, sqh_lo, leader);
+	int32_t err = warp::shfl(mask, failed, leader) ? ERR_IO : OK;
+	const uint32_t nslots = q.depth - 1;
+	uint32_t n = 0;
+
+	while (err == OK && n < nslots) {
+		const uint32_t k = nslots - n < lanes ? nslots - n : lanes;
+		const uint32_t at = head + rank; /* < 2 * depth: k <= depth - 1 */
+		const cqe *e = &q.cq[at % q.depth];
+		uint32_t v = 0;
+		if (rank < k)
+			asm volatile("ld.relaxed.sys.u32 %0, [%1];"
+				     : "=r"(v)
+				     : "l"((const char *)e + CQE_DW3_OFFSET)
+				     : "memory");
+		const bool ok = rank < k &&
+				cqe_phase(v) == (phase ^ (uint32_t)(at >= q.depth));
+		const uint32_t bad = warp::ballot(mask, !ok) & mask;
+		const uint32_t m = bad ? warp::popc(mask & ((bad & (0u - bad)) - 1u)) : lanes;
+		if (m == 0)
+			break;
+		const bool mine = rank < m;
+		uint32_t w[4] = {0, 0, 0, 0}, seq = 0;
+		bool wrong = false;
+		/* Phases seen: the rest of those entries is valid. */
+		fence::acquire_system();
+		uint64_t c64 = me == leader ? atom::ld64(&s->sq_pos) : 0;
+		const uint64_t claimed = (uint64_t)warp::shfl(mask, (uint32_t)(c64 >> 32), leader) << 32 |
+					 warp::shfl(mask, (uint32_t)c64, leader);
+		if (mine) {
+			fence::load_cqe16(e, w);
+			const uint32_t cid = cqe_cid(w[3]);
+			seq = cid < nslots ? atom::ld32(&q.slots[cid].seq) : 0;
+			wrong = (w[2] & 0xffffu) >= q.depth || cid >= nslots ||
+				(seq & 3u) != 1u || cqe_phase(w[3]) != cqe_phase(v);
+		}
+		/* The SQ head after the batch: the last entry's (they only
+		 * grow in CQ order); never past what was claimed. */
+		uint32_t src = 0;
+		{
+			/* lane whose rank is m - 1 */
+			uint32_t mm = mask;
+			for (uint32_t r = 0; r + 1 < m; r++)
+				mm &= mm - 1u;
+			src = warp::msb(mm & (0u - mm));
+		}
+		const uint32_t hd = warp::shfl(mask, w[2] & 0xffffu, src);
+		const uint64_t nh = sqh + (hd + q.depth - (uint32_t)(sqh % q.depth)) % q.depth;
+		if (warp::ballot(mask, mine && wrong) || hd >= q.depth || nh > claimed) {
+			err = ERR_IO;
+			break;
+		}
+		if (mine) {
+			pq_slot *sl = &q.slots[cqe_cid(w[3])];
+			atom::st32(&sl->dw0, w[0]);
+			atom::st32(&sl->dw2, w[2]);
+			atom::st32(&sl->dw3, w[3]);
+			atom::fence_release(); /* the fields before the seq */
+			atom::st32(&sl->seq, seq + 1);
+		}
+		sqh = nh;
+		n += m;
+		head += m;
+		if (head >= q.depth) {
+			head -= q.depth;
+			phase ^= 1u;
+		}
+		if (m < lanes)
+			break;
+	}
+	if (me == leader) {
+		if (n) {
+			atom::st32(&s->cq_head, head);
+			atom::st32(&s->phase, phase);
+			atom::st64(&s->sq_head, sqh);
+			atom::st64(&s->cqes, atom::ld64(&s->cqes) + n);
+			if (err == OK) {
+				atom::st64(&s->cq_doorbells, atom::ld64(&s->cq_doorbells) + 1);
+				fence::doorbell_write(q.cq_db, head);
+			}
+		}
+		if (err != OK)
+			pq_fail(q, err);
+		atom::unlock(&s->cq_lock);
+	}
+	return err != OK ? err : (int32_t)n;
+}
+#endif
+
+/* Reap: the warp's lanes together on NVIDIA, one thread elsewhere. */
+GPUNVME_HD int32_t pq_reap(const pqueue &q)
+{
+#if defined(GPUNVME_DEV_NVIDIA)
+	return pq_reap_warp(q);
+#else
+	return pq_reap_one(q);
+#endif
 }
 
 /* A submitted command: its slot (= command ID) and the slot's seq. */

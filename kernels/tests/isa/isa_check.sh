@@ -158,7 +158,8 @@ for spec in "$@"; do
 			check_present "$tag: per-thread API: 64-bit ticket add" "$dis" '^atom(\.global)?\.relaxed\.gpu(\.global)?\.add\.u64 '
 			check_present "$tag: per-thread API: lock CAS with acquire" "$dis" '^atom(\.global)?\.acquire\.gpu(\.global)?\.cas\.b32 '
 			check_present "$tag: per-thread API: ring re-check fence.sc.gpu" "$dis" '^fence\.sc\.gpu;$'
-			check_count "$tag: per-thread API: CQ batch poll, 8 x ld.relaxed.sys.u32" "$dis" 8 '^ld\.relaxed\.sys\.u32 '
+			check_present "$tag: per-thread API: warp reaper polls ld.relaxed.sys.u32" "$dis" '^ld\.relaxed\.sys\.u32 '
+			check_present "$tag: per-thread API: warp reaper agrees by vote.sync.ballot" "$dis" '^vote\.sync\.ballot\.b32 '
 			check_present "$tag: per-thread API: one 16-byte CQE load" "$dis" '^ld\.volatile\.v4\.u32 '
 		fi
 		check_absent "$tag: no SM cycle clock (%clock, %clock64)" "$dis" '%clock(64)?\b'
