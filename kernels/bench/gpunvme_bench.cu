@@ -311,6 +311,13 @@ __global__ void bench_io(bench_args a)
 	}
 }
 
+__device__ inline uint32_t __activemask_bench()
+{
+	uint32_t m;
+	asm volatile("activemask.b32 %0;" : "=r"(m));
+	return m;
+}
+
 // The per-thread API (pqueue.h): lanes < qd of block b each run their own
 // loop on pair b, one command in flight per thread: poison the words to be
 // checked, submit (pq_submit for one LBA with PRP1 as bench_io builds it;
@@ -321,7 +328,7 @@ __global__ void bench_io(bench_args a)
 // middle and last LBA's words). No barrier inside the loop: each thread
 // stops on its own clock.
 __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
-			 uint64_t npages, uint32_t xfer)
+			 uint64_t npages, uint32_t xfer, uint32_t reconverge)
 {
 	__shared__ uint64_t t_start_s;
 	__shared__ uint32_t rounds_s;
@@ -369,6 +376,11 @@ __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 			for (int k = 0; k < 3; k++)
 				vfail += *(volatile uint64_t *)(buf + (uint64_t)chk[k] * a.lba_bytes) !=
 					 expect_word(a.seed, lba + chk[k]);
+		// Optional: the caller's own choice to regroup the warp after each
+		// command (how a lockstep kernel would use the per-thread API);
+		// the lanes still submit, ring and wait through pqueue.h alone.
+		if (reconverge)
+			asm volatile("bar.warp.sync %0;" :: "r"(__activemask_bench()));
 	}
 	if (lane < a.qd)
 		atomic_add_relaxed(&rounds_s, r);
@@ -563,6 +575,7 @@ struct run_cfg {
 	uint32_t api = 0;               // 0: group API (bench_io), 1: per-thread (bench_pt)
 	uint32_t xfer = 0;              // per-thread: bytes per command (0: one LBA)
 	uint32_t backoff = 0;           // per-thread: nanosleep between empty polls
+	uint32_t reconverge = 0;        // per-thread: bar.warp.sync after each command
 };
 
 struct run_out {
@@ -736,7 +749,7 @@ static run_out run_io(const run_cfg &c)
 	a.seed = W.seed;
 	if (c.api)
 		bench_pt<<<c.nq, std::max<uint32_t>(32, c.qd), 0, W.ks>>>(a, W.pqs_d, W.pages_d,
-									  W.npages, c.xfer);
+									  W.npages, c.xfer, c.reconverge);
 	else
 		bench_io<<<c.nq, std::max<uint32_t>(32, c.qd), 0, W.ks>>>(a);
 	CK(cudaGetLastError());
@@ -841,7 +854,7 @@ static std::string run_json(const run_cfg &c, const run_out &o)
 		 "\"relay\": {\"polls\": %llu, \"idle_steps\": %llu, \"sq_doorbell_writes\": %llu, \"cq_doorbell_writes\": %llu, "
 		 "\"cqes_mirrored\": %llu, \"bad_doorbell_values\": %llu, \"sqes_accepted\": %llu, \"sqes_rejected\": %llu, "
 		 "\"relay_ns\": %llu, \"relay_ns_per_cmd\": %.1f}, "
-		 "\"api\": \"%s\", \"backoff\": %u, \"bytes_per_cmd\": %u, \"gb_per_s\": %.3f, "
+		 "\"api\": \"%s\", \"backoff\": %u, \"reconverge\": %u, \"bytes_per_cmd\": %u, \"gb_per_s\": %.3f, "
 		 "\"per_thread\": {\"sq_doorbell_writes\": %llu, \"cq_doorbell_writes\": %llu, \"cqes\": %llu, \"error\": %d}, "
 		 "\"ok\": %s}",
 		 c.mode, c.data, c.opc == NVME_OPC_READ ? "read" : "write",
@@ -859,7 +872,7 @@ static std::string run_json(const run_cfg &c, const run_out &o)
 		 (unsigned long long)o.rc.sqes_accepted, (unsigned long long)o.rc.sqes_rejected,
 		 (unsigned long long)o.rc.relay_ns,
 		 o.cmds ? (double)o.rc.relay_ns / (double)o.cmds : 0.0,
-		 c.api ? "per_thread" : "group", c.backoff, c.xfer ? c.xfer : W.lba_bytes, o.gbps,
+		 c.api ? "per_thread" : "group", c.backoff, c.reconverge, c.xfer ? c.xfer : W.lba_bytes, o.gbps,
 		 (unsigned long long)o.pt_sq_doorbells, (unsigned long long)o.pt_cq_doorbells,
 		 (unsigned long long)o.pt_cqes, o.pt_error, o.ok ? "true" : "false");
 	return b;
@@ -1272,9 +1285,14 @@ int main(int argc, char **argv)
 		k.api = 1;
 		k.backoff = 1;
 		pt.push_back(k);
+		k.reconverge = 1; // backoff + the warp regrouped after each command
+		pt.push_back(k);
+		k.backoff = 0;    // regrouped, no backoff
+		pt.push_back(k);
 	}
 	for (size_t i = 0; i < pt.size(); i++) {
-		run_out o = run_print(pt[i].xfer ? "PRP" : pt[i].backoff ? "PTbo" : "PT", pt[i]);
+		run_out o = run_print(pt[i].xfer ? "PRP" : pt[i].reconverge ? (pt[i].backoff ? "PTrb" : "PTr") :
+				      pt[i].backoff ? "PTbo" : "PT", pt[i]);
 		if (pt[i].xfer)
 			printf("PRP   %s: %.2f GB/s in %u KiB reads, %llu SQ doorbell writes for %llu commands\n",
 			       pt[i].mode, o.gbps, pt[i].xfer / 1024,
