@@ -1377,7 +1377,8 @@ int main(int argc, char **argv)
 		 memcpy_gbps ? big_shared / memcpy_gbps : 0,
 		 g_all_ok ? "true" : "false");
 	json += tb;
-	printf("TARGET QD1 p50: owner %.2f us, shared %.2f us, shared/owner %.3f (target <= 1.15: %s)\n",
+	printf("TARGET QD1 p50: owner %.2f us, shared %.2f us, shared/owner %.3f (target <= 1.15: %s; "
+	       "both doorbells end at a CPU thread in this fixture, so ~1.0 by construction)\n",
 	       p50o, p50s, ratio, ratio_met ? "met" : "NOT met");
 	printf("TARGET 64x32: owner %.2f M cmds/s, shared (%d relay threads) %.2f M, shared (1 relay thread) %.2f M\n",
 	       iops_owner / 1e6, W.relay_threads, iops_shared / 1e6, iops_shared_1t / 1e6);
