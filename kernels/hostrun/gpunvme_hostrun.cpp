@@ -1624,6 +1624,46 @@ static void t_pt_coalesce_stop(uint32_t flags)
 }
 
 /*
+ * A claim that comes round to the claimer's own live ticket: depth 4 (3
+ * slots); ticket 0 (slot 0) stays live while tickets 1 and 2 come and go;
+ * ticket 3 needs slot 0 again. Given its held ticket (pq_held, as pq_io()
+ * passes them) the claim takes ticket 0's completion itself and goes on.
+ */
+static void t_pt_own_ticket(uint32_t flags)
+{
+	ptq t;
+	if (!pt_open(t, 4, flags, 0)) {
+		g_ok = false;
+		pt_close(t);
+		return;
+	}
+	const pqueue q = t.q;
+	const uint64_t lba = lba_alloc(1);
+	auto rd = [&](uint32_t page, pq_ticket *tk, const pq_held *h) {
+		return pq_submit_io(q, NVME_OPC_READ, g_nsid, lba, 0, g_dma, BUF_PAGES,
+				    (uint64_t)page * PAGE, g_lba_size, tk, h);
+	};
+	pq_ticket a, b, c, d;
+	cqe e{};
+	CHECK(rd(40, &a, nullptr) == OK && a.slot == 0, "ticket 0: slot %u", a.slot);
+	CHECK(rd(41, &b, nullptr) == OK && pq_wait(q, b, &e) == OK, "ticket 1");
+	CHECK(rd(42, &c, nullptr) == OK && pq_wait(q, c, &e) == OK, "ticket 2");
+	int32_t arc = ERR_AGAIN;
+	pq_held h = {&a, &arc, 1};
+	auto t0 = std::chrono::steady_clock::now();
+	int32_t r = rd(43, &d, &h);
+	long long ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+			       std::chrono::steady_clock::now() - t0).count();
+	CHECK(r == OK && d.slot == 0 && arc == OK && ms < 1000,
+	      "ticket 3 on its own slot 0: %d (slot %u), ticket 0 taken by the claim: %d, %lld ms",
+	      r, d.slot, arc, ms);
+	if (r == OK)
+		CHECK(pq_wait(q, d, &e) == OK && e.cid == 0, "ticket 3's completion, CID %u", e.cid);
+	CHECK(pt_settled(t, 4), "after 4 commands");
+	pt_close(t);
+}
+
+/*
  * Two controllers at once: the VM has one controller bound to gpunvme
  * (GPUNVME_BDF); the other (KERNEL_NVME_BDF) belongs to nvme.ko and other
  * tests of the same boot, so it is not taken here.
@@ -1658,6 +1698,7 @@ static const test TESTS[] = {
 	{"pthread_wrap_depth4_4_groups", t_pt_wrap_shared},
 	{"pthread_prp_4k_to_mdts", t_pt_prp_sizes},
 	{"pthread_coalesce_and_stop", t_pt_coalesce_stop},
+	{"pthread_own_ticket_in_the_way", t_pt_own_ticket},
 	{"pthread_two_controllers", t_pt_two_controllers},
 };
 

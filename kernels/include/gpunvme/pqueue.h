@@ -45,7 +45,11 @@
  * fetches in order), so the depth commands at p-depth..p-1 and p would all
  * hold slots at once: depth + 1 > depth - 1.
  *
- * Limits: a thread may hold several tickets, but on AMD (no independent
+ * Limits: a thread may hold several tickets; a claim waits for the slot's
+ * previous round to be taken, and on a shared pair that can be the
+ * claiming thread's own live ticket: pass those (pq_held, as pq_io() does)
+ * and the claim takes them itself; otherwise it waits until its deadline
+ * (ERR_TIMEOUT). On AMD (no independent
  * thread scheduling) lanes of one wavefront must not together need more
  * than depth-1 live tickets, or the lane waiting for a slot spins until
  * its deadline (ERR_TIMEOUT, never a hang). A failed wait poisons the pair
@@ -722,16 +726,36 @@ struct pq_ticket {
 };
 
 /*
+ * Tickets the calling thread holds while it claims another: ticket c waits
+ * for the slot's previous round (ticket c - (depth-1)) to be taken, and on
+ * a shared pair that may be one of the caller's own. Given them, the claim
+ * takes such a ticket's completion itself (rc[i] from ERR_AGAIN to its
+ * result) instead of waiting for itself until the deadline. pq_io() does.
+ */
+struct pq_held {
+	const pq_ticket *t;
+	int32_t *rc; /* ERR_AGAIN: still to be taken */
+	uint32_t n;
+};
+
+GPUNVME_HD int32_t pq_take(const pqueue &q, pq_ticket t, cqe *out);
+
+/*
  * Spin until *p == want, reaping meanwhile; bounded by the deadline and the
  * stop flag (read every PQ_STOP_EVERY polls). A failure poisons the pair.
  */
-GPUNVME_HD int32_t pq_spin(const pqueue &q, const uint32_t *p, uint32_t want)
+GPUNVME_HD int32_t pq_spin(const pqueue &q, const uint32_t *p, uint32_t want,
+			   const pq_held *h = nullptr)
 {
 	deadline d = deadline_start(wall_ticks(), q.timeout_ticks, q.tick_hz);
 
 	for (uint32_t i = 1;; i++) {
 		if (atom::ld32_acquire(p) == want)
 			return OK;
+		for (uint32_t k = 0; h && k < h->n; k++)
+			if (h->rc[k] == ERR_AGAIN &&
+			    atom::ld32_acquire(&q.slots[h->t[k].slot].seq) == h->t[k].seq + 1)
+				h->rc[k] = pq_take(q, h->t[k], nullptr);
 		int32_t r = pq_reap(q);
 		if (r < 0)
 			return r;
@@ -757,7 +781,8 @@ GPUNVME_HD int32_t pq_spin(const pqueue &q, const uint32_t *p, uint32_t want)
 }
 
 /* Claim a command slot: its index and the seq it is free at. */
-GPUNVME_HD int32_t pq_claim(const pqueue &q, uint32_t *slot, uint32_t *seq)
+GPUNVME_HD int32_t pq_claim(const pqueue &q, uint32_t *slot, uint32_t *seq,
+			    const pq_held *h = nullptr)
 {
 	if (q.depth < 2 || q.tick_hz == 0 || !q.st)
 		return ERR_INVAL;
@@ -768,7 +793,7 @@ GPUNVME_HD int32_t pq_claim(const pqueue &q, uint32_t *slot, uint32_t *seq)
 
 	*slot = (uint32_t)(c % nslots);
 	*seq = (uint32_t)(c / nslots) * 4u;
-	return pq_spin(q, &q.slots[*slot].seq, *seq);
+	return pq_spin(q, &q.slots[*slot].seq, *seq, h);
 }
 
 /* An SQE as four 16-byte stores straight from registers. */
@@ -853,14 +878,15 @@ GPUNVME_HD int32_t pq_io_check(const pqueue &q, uint64_t npages, uint64_t off,
 GPUNVME_HD int32_t pq_submit_io(const pqueue &q, uint8_t opc, uint32_t nsid,
 				uint64_t slba, uint16_t nlb0,
 				const uint64_t *page_dma, uint64_t npages,
-				uint64_t off, uint32_t len, pq_ticket *t)
+				uint64_t off, uint32_t len, pq_ticket *t,
+				const pq_held *held = nullptr)
 {
 	int32_t rc = pq_io_check(q, npages, off, len);
 
 	if (rc != OK)
 		return rc;
 	uint32_t slot, seq;
-	rc = pq_claim(q, &slot, &seq);
+	rc = pq_claim(q, &slot, &seq, held);
 	if (rc != OK)
 		return rc;
 	const uint64_t pg = off / 4096;
@@ -981,27 +1007,41 @@ GPUNVME_HD int32_t pq_io(const pqueue &q, uint8_t opc, uint32_t nsid,
 		chunk = 65536ull << lba_shift;
 	window = window > 8 ? 8 : window;
 	pq_ticket t[8];
+	int32_t trc[8];
 	uint32_t head = 0, live = 0;
 	int32_t first = OK;
 
 	for (uint64_t done = 0; done < len || live;) {
 		if (done < len && live < window && first == OK) {
 			uint64_t n = len - done < chunk ? len - done : chunk;
+			/* Our live tickets, in ring order from head, so the
+			 * claim can take one that stands in its own way. */
+			pq_ticket ht[8];
+			int32_t hrc[8];
+			for (uint32_t i = 0; i < live; i++) {
+				ht[i] = t[(head + i) % 8];
+				hrc[i] = trc[(head + i) % 8];
+			}
+			pq_held held = {ht, hrc, live};
+			const uint32_t at = (head + live) % 8;
 			int32_t rc = pq_submit_io(q, opc, nsid, slba + (done >> lba_shift),
 						  (uint16_t)((n >> lba_shift) - 1),
 						  page_dma, npages, off + done,
-						  (uint32_t)n, &t[(head + live) % 8]);
+						  (uint32_t)n, &t[at], &held);
+			for (uint32_t i = 0; i < live; i++)
+				trc[(head + i) % 8] = hrc[i];
 			if (rc != OK) {
 				first = rc;
 				continue;
 			}
+			trc[at] = ERR_AGAIN;
 			live++;
 			done += n;
 			continue;
 		}
 		if (!live)
 			break;
-		int32_t rc = pq_wait(q, t[head], nullptr);
+		int32_t rc = trc[head] != ERR_AGAIN ? trc[head] : pq_wait(q, t[head], nullptr);
 		if (rc != OK && first == OK)
 			first = rc;
 		if (rc < 0)
