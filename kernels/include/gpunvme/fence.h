@@ -39,6 +39,12 @@
 #if __CUDA_ARCH__ < 700
 #error "gpunvme/fence.h: needs sm_70+ for .sys-scoped fence/acquire PTX"
 #endif
+/* st.mmio needs PTX 8.2: nvcc 12.2 and later emit it; clang's PTX version
+ * depends on the CUDA it finds, so clang keeps st.volatile. */
+#if !defined(__clang__) && defined(__CUDACC_VER_MAJOR__) && \
+	(__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 2))
+#define GPUNVME_PTX_MMIO 1
+#endif
 #endif
 
 namespace gpunvme {
@@ -117,6 +123,15 @@ GPUNVME_HD void doorbell_write(volatile uint32_t *db, uint32_t val)
 	__scoped_atomic_store_n((global_u32 *)db, val, __ATOMIC_RELAXED,
 				__MEMORY_SCOPE_SYSTEM);
 	__builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "");
+#elif defined(GPUNVME_DEV_NVIDIA) && defined(GPUNVME_PTX_MMIO)
+	/* PTX 8.2+ (nvcc 12.2+): st.mmio.relaxed.sys, the store PTX defines
+	 * for MMIO: performed exactly once, never merged; the fence orders the
+	 * SQE stores (all lanes, after the barrier) before it. */
+	asm volatile("fence.sc.sys;\n\t"
+		     "st.mmio.relaxed.sys.u32 [%0], %1;"
+		     :
+		     : "l"(db), "r"(val)
+		     : "memory");
 #elif defined(GPUNVME_DEV_NVIDIA)
 	/* volatile: never merged or elided, fine for MMIO; the fence orders
 	 * the SQE stores (all lanes, after the barrier) before it. */

@@ -147,13 +147,13 @@ for spec in "$@"; do
 	case $target in
 	sm_*)
 		sed -e 's@[[:space:]]*//.*@@' -e 's/^[[:space:]]*//' "$obj" | grep -v '^$' >"$dis"
-		check_chain "$tag: doorbell fence.sc.sys; st.volatile.u32 (generic)" \
-			"$dis" 1 '^fence\.sc\.sys;$' '^st\.volatile\.u32 \['
+		check_chain "$tag: doorbell fence.sc.sys; st.volatile.u32 or st.mmio.relaxed.sys.u32 (generic)" \
+			"$dis" 1 '^fence\.sc\.sys;$' '^st\.(volatile|mmio\.relaxed\.sys)\.u32 \['
 		check_present "$tag: CQ poll ld.acquire.sys.u32" "$dis" '^ld\.acquire\.sys\.u32 '
 		check_present "$tag: wall clock %globaltimer" "$dis" '%globaltimer'
 		if [ "${name%.ptx}" = pthread_io ]; then
-			check_chain_min "$tag: per-thread API: SQ and CQ doorbells both fence.sc.sys; st.volatile.u32" \
-				"$dis" 2 1 '^fence\.sc\.sys;$' '^st\.volatile\.u32 \['
+			check_chain_min "$tag: per-thread API: SQ and CQ doorbells both fence.sc.sys; st.volatile/st.mmio.relaxed.sys" \
+				"$dis" 2 1 '^fence\.sc\.sys;$' '^st\.(volatile|mmio\.relaxed\.sys)\.u32 \['
 			check_count "$tag: per-thread API: SQE as 4 x 16-byte stores" "$dis" 4 '^st(\.global)?\.v2\.u64 '
 			check_present "$tag: per-thread API: 64-bit ticket add" "$dis" '^atom(\.global)?\.relaxed\.gpu(\.global)?\.add\.u64 '
 			check_present "$tag: per-thread API: lock CAS with acquire" "$dis" '^atom(\.global)?\.acquire\.gpu(\.global)?\.cas\.b32 '
