@@ -49,7 +49,11 @@
  * previous round to be taken, and on a shared pair that can be the
  * claiming thread's own live ticket: pass those (pq_held, as pq_io() does)
  * and the claim takes them itself; otherwise it waits until its deadline
- * (ERR_TIMEOUT). On AMD (no independent
+ * (ERR_TIMEOUT). Claims are FIFO per slot: with T threads on a pair, a
+ * claim waits for about T / (depth-1) command lifetimes. On a GPU those
+ * are microseconds; with host threads as lanes on an oversubscribed CPU
+ * each needs a given thread to be scheduled, and 32 threads on depth 4
+ * were seen to pass the 2 s cap (ERR_TIMEOUT). On AMD (no independent
  * thread scheduling) lanes of one wavefront must not together need more
  * than depth-1 live tickets, or the lane waiting for a slot spins until
  * its deadline (ERR_TIMEOUT, never a hang). A failed wait poisons the pair
