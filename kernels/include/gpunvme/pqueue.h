@@ -6,7 +6,8 @@
  * fast path for lockstep kernels; a pair is driven by one API at a time.
  *
  * Shared state (pq_shared, the ready marks and the per-command slots) lives
- * in GPU-visible memory the host sets up with pq_layout()/pq_init(); every
+ * in GPU-visible memory (pq_bytes(depth)) the host fills with pq_init()
+ * and points a descriptor at with pq_attach(); every
  * thread holds a copy of the pqueue descriptor (pointers and constants).
  *
  *  submit   1. claim a command slot, lock-free: a 64-bit ticket counter
@@ -27,13 +28,16 @@
  *              position; a marker that found the lock taken checked it
  *              after its mark (sequentially consistent fences on both
  *              sides), so a ready command is never left unrung.
- *  reap     whoever takes the CQ lock consumes the CQ in order: poll the
- *           phase dword (fence::poll_load()), fence::acquire_system(),
- *           read the entry, route it by command ID into that command's
- *           slot (release), track the SQ head from the CQE's SQ head field
- *           (a head outside what was claimed, a command ID that is not in
- *           flight: the pair is poisoned), and ring the CQ head doorbell
- *           once for the whole batch.
+ *  reap     whoever takes the CQ lock consumes the CQ in order: poll
+ *           phase dwords several at once (fence::poll_load_batch(); on
+ *           NVIDIA the warp's lanes that reap together poll one entry each
+ *           and agree by ballot), fence::acquire_system() once, load each
+ *           new entry as one 16-byte load (fence::load_cqe16()), route it
+ *           by command ID into that command's slot (fields, a release
+ *           fence, then the slot's seq), track the SQ head from the CQE's
+ *           SQ head field (a head past what was claimed, a command ID that
+ *           is not in flight: the pair is poisoned), and ring the CQ head
+ *           doorbell once for the whole batch.
  *  wait     poll your own slot; reap when nobody else is; bounded on the
  *           fixed-rate clock (clock.h) and by the host's stop flag (read
  *           every PQ_STOP_EVERY polls); optional backoff between polls.
