@@ -14,8 +14,11 @@
 //     host memory, each on its own cache line, standing in for BAR0 MMIO);
 //   - on a doorbell change: fetch the new 64-byte SQEs from the host SQ,
 //     execute READ / WRITE / FLUSH against a RAM-backed namespace (NSID 1),
-//     PRP1 + PRP2 (two pages at most; PRP lists are not built by the device
-//     code and are refused here with Invalid Field);
+//     PRP1 + PRP2, or PRP1 + a PRP list at PRP2 (read from one of two
+//     windows of host memory whose bus address is its host address: the
+//     pairs' PRP pools and the relay's list slots; the last entry of a list
+//     page chains to the next page when more entries follow; a list
+//     anywhere else is refused with Invalid Field);
 //   - post a 16-byte CQE (SQHD, SQID, CID, status) with the phase tag in the
 //     last dword, written after the first three (release order), flipping
 //     the phase on every wrap; never posts into a full CQ (head from the CQ
@@ -93,6 +96,8 @@ struct ns_config {
 	uint8_t *host_base = nullptr;
 	// "vram" data: everything goes through xfer.
 	xfer_fn xfer = nullptr;
+	// PRP lists: [lo, hi) windows of host memory, bus address = host address.
+	uint64_t list_lo[2] = {0, 0}, list_hi[2] = {0, 0};
 };
 
 class fixture {
@@ -160,14 +165,49 @@ private:
 		uint64_t len = nlb * c_.lba_bytes;
 		uint64_t first = c_.page - (e.prp1 & (c_.page - 1));
 		uint64_t len1 = len < first ? len : first, len2 = len - len1;
-		if (len2 > c_.page || (len2 && (e.prp2 & (c_.page - 1))))
-			return SC_INVALID_FIELD; // would need a PRP list
 		bool to_ns = e.opc == gpunvme::NVME_OPC_WRITE;
 		uint8_t *nsp = c_.ns + slba * c_.lba_bytes;
+		if (len2 > c_.page) // PRP2 points at a list
+			return list_xfer(e, tctx, to_ns, nsp, len1, len2);
+		if (len2 && (e.prp2 & (c_.page - 1)))
+			return SC_INVALID_FIELD;
 		if (!move(tctx, to_ns, e.prp1, nsp, (uint32_t)len1))
 			return SC_DATA_XFER_ERROR;
 		if (len2 && !move(tctx, to_ns, e.prp2, nsp + len1, (uint32_t)len2))
 			return SC_DATA_XFER_ERROR;
+		return SC_SUCCESS;
+	}
+
+	const uint64_t *list_entry(uint64_t at) const
+	{
+		for (int w = 0; w < 2; w++)
+			if (at % 8 == 0 && at >= c_.list_lo[w] && at + 8 <= c_.list_hi[w])
+				return (const uint64_t *)(uintptr_t)at;
+		return nullptr;
+	}
+
+	uint32_t list_xfer(const sqe &e, void *tctx, bool to_ns, uint8_t *nsp,
+			   uint64_t len1, uint64_t len2)
+	{
+		if (!move(tctx, to_ns, e.prp1, nsp, (uint32_t)len1))
+			return SC_DATA_XFER_ERROR;
+		uint64_t n = (len2 + c_.page - 1) / c_.page, at = e.prp2, done = len1;
+		for (uint64_t i = 0; i < n; i++) {
+			if (at % c_.page == c_.page - 8 && n - i > 1) {
+				const uint64_t *next = list_entry(at);
+				if (!next || (*next & (c_.page - 1)))
+					return SC_INVALID_FIELD;
+				at = *next;
+			}
+			const uint64_t *ent = list_entry(at);
+			if (!ent || (*ent & (c_.page - 1)))
+				return SC_INVALID_FIELD;
+			uint64_t l = len1 + len2 - done < c_.page ? len1 + len2 - done : c_.page;
+			if (!move(tctx, to_ns, *ent, nsp + done, (uint32_t)l))
+				return SC_DATA_XFER_ERROR;
+			done += l;
+			at += 8;
+		}
 		return SC_SUCCESS;
 	}
 

@@ -43,6 +43,7 @@
 #include "../examples/write.hip"
 #include "../examples/read_verify.hip"
 #include "../examples/sweep.hip"
+#include "../examples/pthread_io.hip"
 
 #include "gpunvme.h" /* uapi/gpunvme.h */
 #include "vmenv.h"   /* tests/selftests/vmenv.h (-isystem: its -Wformat-truncation is not ours) */
@@ -116,6 +117,11 @@ static constexpr uint32_t BUF_PAGES = 64;
 static uint8_t *g_buf;
 static uint64_t g_dma[BUF_PAGES];
 static uint32_t g_buf_handle;
+/* Owner mode's PRP pools: a window of POOL_WIN pages per pair. */
+static constexpr uint32_t POOL_WIN = 16, POOL_PAGES = 4 * POOL_WIN;
+static uint8_t *g_pool;
+static uint64_t g_pool_dma[POOL_PAGES];
+static uint32_t g_pool_handle;
 
 static uint8_t *buf_page(uint32_t p) { return g_buf + (size_t)p * PAGE; }
 
@@ -236,6 +242,21 @@ static int setup(std::string &why)
 		return -1;
 	}
 	g_buf_handle = m.handle;
+	g_pool = (uint8_t *)mmap(nullptr, POOL_PAGES * PAGE, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (g_pool == MAP_FAILED) {
+		why = "mmap pool failed";
+		return -1;
+	}
+	UAPI_INIT(m);
+	m.addr = (uintptr_t)g_pool;
+	m.len = POOL_PAGES * PAGE;
+	m.dma_addrs = (uintptr_t)g_pool_dma;
+	if (ioctl(g_fd, GPUNVME_IOC_MAP_HOST, &m)) {
+		why = std::string("MAP_HOST (pool): ") + strerror(errno);
+		return -1;
+	}
+	g_pool_handle = m.handle;
 	return 0;
 }
 
@@ -249,6 +270,13 @@ static void teardown()
 		u.handle = g_buf_handle;
 		if (ioctl(g_fd, GPUNVME_IOC_UNMAP, &u))
 			diag("UNMAP: %s", strerror(errno));
+	}
+	if (g_pool_handle) {
+		gpunvme_unmap u;
+		UAPI_INIT(u);
+		u.handle = g_pool_handle;
+		if (ioctl(g_fd, GPUNVME_IOC_UNMAP, &u))
+			diag("UNMAP (pool): %s", strerror(errno));
 	}
 	close(g_fd);
 }
@@ -1226,6 +1254,428 @@ static void t_shared_rejects(uint32_t flags)
 	pair_close(p);
 }
 
+/* ---- the per-thread API (pqueue.h) ------------------------------------------ */
+
+/*
+ * A pair driven by the per-thread API: the pair as the GPU maps it, the
+ * shared bookkeeping (pq_bytes) in memory every "lane" (host thread) sees,
+ * and the PRP pool: a shared pair's own (mmapped from the module), a raw
+ * pair's a window of g_pool, a buffer this file mapped.
+ */
+struct ptq {
+	pair p;
+	void *mem = nullptr;
+	pqueue q{};
+};
+
+static bool pt_open(ptq &t, uint32_t depth, uint32_t flags, uint32_t idx)
+{
+	int r = pair_open(t.p, depth, flags);
+	if (r) {
+		diag("CREATE_QPAIR/mmap (depth %u): %s", depth, strerror(-r));
+		return false;
+	}
+	size_t bytes = (pq_bytes(depth) + 63) / 64 * 64;
+	t.mem = std::aligned_alloc(64, bytes);
+	if (!t.mem)
+		return false;
+	pq_init(t.mem, depth, 0, 0, 1);
+	pqueue &q = t.q;
+	q = pqueue{};
+	q.sq = t.p.view.sq;
+	q.cq = t.p.view.cq;
+	q.sq_db = t.p.view.sq_db;
+	q.cq_db = t.p.view.cq_db;
+	q.stop = &t.p.stop;
+	q.timeout_ticks = WAIT_TICKS;
+	q.tick_hz = TICK_HZ;
+	q.depth = depth;
+	q.backoff = 1;
+	pq_attach(q, t.mem);
+	if (is_shared(flags)) {
+		q.prp_va = (uint64_t *)t.p.pool;
+		q.prp_dma = t.p.c.prp_dma;
+		q.prp_stride = pq_prp_stride(t.p.c.prp_size, depth);
+		q.max_transfer = g_info.shared_max_transfer;
+	} else {
+		q.prp_va = (uint64_t *)(g_pool + (size_t)idx * POOL_WIN * PAGE);
+		q.prp_page_dma = g_pool_dma + (size_t)idx * POOL_WIN;
+		q.prp_stride = pq_prp_stride((uint64_t)POOL_WIN * PAGE, depth);
+		q.max_transfer = g_info.mdts_bytes;
+	}
+	return true;
+}
+
+static void pt_close(ptq &t)
+{
+	pair_close(t.p);
+	std::free(t.mem);
+	t.mem = nullptr;
+}
+
+/* After `total` commands: everything claimed was rung, reaped, and the
+ * SQ head the CQEs reported caught up; nothing poisoned. */
+static bool pt_settled(const ptq &t, uint64_t total)
+{
+	const pq_shared *s = t.q.st;
+	bool ok = s->error == OK && s->cid_ticket == total && s->sq_pos == total &&
+		  s->db_tail == total && s->sq_head == total && s->cqes == total &&
+		  s->cq_head == total % t.q.depth &&
+		  s->phase == (1u ^ (uint32_t)((total / t.q.depth) & 1)) &&
+		  s->db_lock == 0 && s->cq_lock == 0;
+	diag("q%u: %llu commands, %llu SQ doorbells, %llu CQ doorbells, sq_head %llu, error %d",
+	     t.p.c.qid, (unsigned long long)total,
+	     (unsigned long long)s->sq_doorbells,
+	     (unsigned long long)s->cq_doorbells,
+	     (unsigned long long)s->sq_head, s->error);
+	if (!ok)
+		diag("q%u: ring not settled: tickets %llu sq_pos %llu db_tail %llu cqes %llu cq_head %u phase %u",
+		     t.p.c.qid, (unsigned long long)s->cid_ticket,
+		     (unsigned long long)s->sq_pos, (unsigned long long)s->db_tail,
+		     (unsigned long long)s->cqes, s->cq_head, s->phase);
+	return ok;
+}
+
+/* `groups` workgroups of `lanes` threads, all running at once. */
+template <typename F>
+static bool run_groups(uint32_t groups, uint32_t lanes, F fn)
+{
+	std::vector<std::thread> g;
+	std::atomic<bool> ok{true};
+	for (uint32_t i = 0; i < groups; i++)
+		g.emplace_back([&, i] {
+			if (!hostgroup::run_group(i, lanes, [&](uint32_t) { fn(); }, LIMITS))
+				ok = false;
+		});
+	for (auto &x : g)
+		x.join();
+	return ok;
+}
+
+/*
+ * groups x lanes threads (64+) on npairs pairs of `depth`: every thread
+ * writes cmds commands of one LBA-size unit (the pthread_io example,
+ * pattern filled by the thread itself), then, after the buffer is
+ * poisoned, reads them back and checks every word; pair = thread index %
+ * npairs (so every pair is shared by threads of several groups), then the
+ * same with pair = the "CU" (group) id.
+ */
+static void pt_run(uint32_t flags, uint32_t npairs, uint32_t depth,
+		   uint32_t groups, uint32_t lanes, uint32_t max_cmds)
+{
+	if (npairs > g_info.io_queues || depth > g_info.max_queue_entries) {
+		g_skip = "needs " + std::to_string(npairs) + " queue pairs of depth " +
+			 std::to_string(depth);
+		return;
+	}
+	const uint32_t threads = groups * lanes;
+	uint32_t bytes = g_lba_size < 512 ? 512 : g_lba_size;
+	bytes = bytes / g_lba_size * g_lba_size;
+	uint32_t cmds = BUF_PAGES * PAGE / (threads * bytes);
+	cmds = cmds > max_cmds ? max_cmds : cmds;
+	if (!cmds) {
+		g_skip = "buffer too small";
+		return;
+	}
+	std::vector<ptq> qs(npairs);
+	bool opened = true;
+	for (uint32_t i = 0; i < npairs && opened; i++)
+		opened = pt_open(qs[i], depth, flags, i);
+	uint64_t total = 0;
+	for (uint32_t by_unit = 0; opened && g_ok && by_unit < 2; by_unit++) {
+		std::vector<pqueue> views;
+		for (auto &t : qs)
+			views.push_back(t.q);
+		const uint64_t lba = lba_alloc(threads * cmds * bytes / PAGE + 1);
+		for (uint32_t pass = 0; g_ok && pass < 2; pass++) {
+			pt_args a{};
+			a.page_dma = g_dma;
+			a.buf = g_buf;
+			a.npages = BUF_PAGES;
+			a.slba = lba;
+			a.seed = 0x5eed0000u + by_unit * 16 + npairs;
+			a.nsid = g_nsid;
+			a.lba_shift = (uint32_t)__builtin_ctz(g_lba_size);
+			a.bytes_per_cmd = bytes;
+			a.cmds_per_thread = cmds;
+			a.npairs = npairs;
+			a.opc = pass == 0 ? NVME_OPC_WRITE : NVME_OPC_READ;
+			a.by_unit = by_unit;
+			if (pass == 1)
+				std::memset(g_buf, 0xA5, (size_t)BUF_PAGES * PAGE);
+			gx::io_result res{};
+			bool ran = run_groups(groups, lanes, [&] {
+				gpunvme_pthread_io(views.data(), &a, &res);
+			});
+			CHECK(ran && res.status == OK && res.completed == threads * cmds &&
+			      res.mismatches == 0,
+			      "%s pass, pair by %s: status %d, %u of %u completed, %u words wrong",
+			      pass ? "read" : "write", by_unit ? "unit id" : "thread index",
+			      res.status, res.completed, threads * cmds, res.mismatches);
+			total += (uint64_t)threads * cmds;
+		}
+	}
+	if (opened && g_ok) {
+		uint64_t sum = 0, dbs = 0;
+		for (uint32_t i = 0; i < npairs; i++) {
+			const pq_shared *s = qs[i].q.st;
+			sum += s->cqes;
+			dbs += s->sq_doorbells;
+			CHECK(pt_settled(qs[i], s->cid_ticket), "pair %u", i);
+			if (is_shared(flags) && !bridge_relayed(qs[i].p, s->cqes))
+				g_ok = false;
+		}
+		CHECK(sum == total, "%llu commands reaped, %llu submitted",
+		      (unsigned long long)sum, (unsigned long long)total);
+		diag("%u threads (%u groups x %u) on %u pair(s) of depth %u: %llu commands, %llu SQ doorbell writes",
+		     threads, groups, lanes, npairs, depth,
+		     (unsigned long long)total, (unsigned long long)dbs);
+	}
+	if (!opened)
+		g_ok = false;
+	for (auto &t : qs)
+		pt_close(t);
+}
+
+static void t_pt_1pair(uint32_t flags) { pt_run(flags, 1, 32, 4, 16, 4); }
+static void t_pt_2pairs(uint32_t flags) { pt_run(flags, 2, 32, 4, 16, 4); }
+static void t_pt_4pairs(uint32_t flags) { pt_run(flags, 4, 16, 8, 8, 4); }
+
+/* Depth 8 (7 command slots) shared by 4 groups of 4 threads: threads wait
+ * for slots, the ring wraps over a hundred times. A claim waits for about
+ * threads / (depth-1) command lifetimes, each needing a given thread to
+ * run: with host threads as lanes on the 2-CPU TCG guest of a loaded host,
+ * 16 or 32 threads on depth 4 passed the 2 s wait cap. */
+static void t_pt_wrap_shared(uint32_t flags) { pt_run(flags, 1, 8, 4, 4, 16); }
+
+/*
+ * Transfers of 4 KiB up to the largest one command may carry (MDTS; a
+ * shared pair's shared_max_transfer), through PRP1, PRP2 and PRP lists the
+ * threads build in the pool, and beyond it split by pq_io(), some at
+ * buffer offsets that are not page aligned; all at once from one thread
+ * each on one pair; written, read back into a poisoned buffer, every byte
+ * compared by the host.
+ */
+static void t_pt_prp_sizes(uint32_t flags)
+{
+	const uint32_t depth = 32;
+	ptq t;
+	if (!pt_open(t, depth, flags, 0)) {
+		g_ok = false;
+		pt_close(t);
+		return;
+	}
+	uint64_t maxt = t.q.max_transfer ? t.q.max_transfer : (2u << 20);
+	uint64_t by_list = (uint64_t)(t.q.prp_stride / 8) * PAGE;
+	uint64_t one = maxt < by_list ? maxt : by_list; /* largest single command */
+	struct xfer {
+		uint64_t off, len;
+	};
+	std::vector<xfer> x;
+	uint64_t at = 0;
+	auto add = [&](uint64_t len, uint64_t skew) {
+		at = (at + PAGE - 1) / PAGE * PAGE + skew;
+		x.push_back({at, len});
+		at += len;
+	};
+	add(PAGE, 0);
+	add(2 * PAGE, 0);
+	add(3 * PAGE, 0);             /* first list */
+	add(4 * PAGE, g_lba_size);    /* unaligned: 5 pages touched */
+	add(32 * PAGE, 0);            /* 128 KiB */
+	add(one - PAGE, 0);
+	add(one, 0);                  /* the largest single command */
+	add(one, g_lba_size < PAGE ? g_lba_size : 0); /* unaligned at MDTS */
+	add(one + PAGE, 0);           /* split in two */
+	add(3 * one + 2 * g_lba_size, 0); /* split in four */
+	const uint64_t bytes = (at + PAGE - 1) / PAGE * PAGE;
+	diag("largest command %llu bytes (MDTS %u, shared max %u, list room %llu); %zu transfers, %llu bytes",
+	     (unsigned long long)one, g_info.mdts_bytes, g_info.shared_max_transfer,
+	     (unsigned long long)by_list, x.size(), (unsigned long long)bytes);
+	if (bytes > GPUNVME_MAX_MAP_BYTES) {
+		g_skip = "transfers exceed one mapping";
+		pt_close(t);
+		return;
+	}
+	uint8_t *buf = (uint8_t *)mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+				       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	std::vector<uint64_t> dma(bytes / PAGE);
+	gpunvme_map_host m;
+	UAPI_INIT(m);
+	m.addr = (uintptr_t)buf;
+	m.len = bytes;
+	m.dma_addrs = (uintptr_t)dma.data();
+	bool mapped = buf != MAP_FAILED && ioctl(g_fd, GPUNVME_IOC_MAP_HOST, &m) == 0;
+	CHECK(mapped, "MAP_HOST of %llu bytes: %s", (unsigned long long)bytes, strerror(errno));
+	const uint64_t lba = lba_alloc((uint32_t)(bytes / PAGE) + 1);
+	const uint32_t shift = (uint32_t)__builtin_ctz(g_lba_size);
+	auto byte_at = [&](uint64_t off) { /* the disk's byte at buffer offset off */
+		return pattern_byte(0x9a9e, lba + off / g_lba_size, (uint32_t)(off % g_lba_size));
+	};
+	uint64_t cmds = 0;
+	for (uint32_t pass = 0; mapped && g_ok && pass < 2; pass++) {
+		for (uint64_t i = 0; i < bytes; i++)
+			buf[i] = pass == 0 ? byte_at(i) : 0xA5;
+		std::vector<int32_t> rc(x.size(), ERR_INVAL);
+		std::vector<std::thread> th;
+		const pqueue q = t.q;
+		for (size_t k = 0; k < x.size(); k++)
+			th.emplace_back([&, k] {
+				rc[k] = pq_io(q, pass == 0 ? NVME_OPC_WRITE : NVME_OPC_READ,
+					      g_nsid, lba + x[k].off / g_lba_size, shift,
+					      dma.data(), dma.size(), x[k].off, x[k].len, 4);
+			});
+		for (auto &h : th)
+			h.join();
+		for (size_t k = 0; k < x.size(); k++) {
+			CHECK(rc[k] == OK, "%s of %llu bytes at buffer offset %llu: %d",
+			      pass ? "read" : "write", (unsigned long long)x[k].len,
+			      (unsigned long long)x[k].off, rc[k]);
+			cmds += (x[k].len + one - 1) / one;
+		}
+	}
+	if (mapped && g_ok) {
+		uint64_t bad = 0, first = 0;
+		for (const xfer &k : x)
+			for (uint64_t i = k.off; i < k.off + k.len; i++)
+				if (buf[i] != byte_at(i) && !bad++)
+					first = i;
+		CHECK(bad == 0, "%llu bytes differ after the read-back, first at offset %llu",
+		      (unsigned long long)bad, (unsigned long long)first);
+		CHECK(pt_settled(t, cmds), "after %llu commands", (unsigned long long)cmds);
+		if (is_shared(flags) && !bridge_relayed(t.p, cmds))
+			g_ok = false;
+	}
+	pt_close(t);
+	if (mapped) {
+		gpunvme_unmap u;
+		UAPI_INIT(u);
+		u.handle = m.handle;
+		CHECK(ioctl(g_fd, GPUNVME_IOC_UNMAP, &u) == 0, "UNMAP: %s", strerror(errno));
+	}
+	if (buf != MAP_FAILED)
+		munmap(buf, bytes);
+}
+
+/*
+ * Doorbells are coalesced, deterministically: with the ring lock held by
+ * the test, 8 threads submit and return without ringing (no completion
+ * arrives in 100 ms); one pq_ring() then writes the doorbell once for all
+ * 8, and every one completes. Then the stop flag: a command submitted
+ * under the held lock never reaches the controller, its wait ends with
+ * ERR_STOPPED and poisons the pair, and a later submit gets ERR_IO.
+ */
+static void t_pt_coalesce_stop(uint32_t flags)
+{
+	ptq t;
+	if (!pt_open(t, 16, flags, 0)) {
+		g_ok = false;
+		pt_close(t);
+		return;
+	}
+	const pqueue q = t.q;
+	const uint64_t lba = lba_alloc(1);
+	const uint16_t nlb0 = 0;
+	std::vector<pq_ticket> tk(8);
+	std::vector<int32_t> rc(8, ERR_INVAL);
+	q.st->db_lock = 1; /* hold the ring lock */
+	{
+		std::vector<std::thread> th;
+		for (uint32_t i = 0; i < 8; i++)
+			th.emplace_back([&, i] {
+				rc[i] = pq_submit_io(q, NVME_OPC_READ, g_nsid, lba + i % 8, nlb0,
+						     g_dma, BUF_PAGES, (uint64_t)(48 + i) * PAGE,
+						     g_lba_size, &tk[i]);
+			});
+		for (auto &h : th)
+			h.join();
+	}
+	for (uint32_t i = 0; i < 8; i++)
+		CHECK(rc[i] == OK, "submit %u under the held lock: %d", i, rc[i]);
+	usleep(100000);
+	cqe c{};
+	CHECK(q.st->sq_doorbells == 0 && pq_test(q, tk[0], &c) == ERR_AGAIN,
+	      "with the ring lock held: %llu doorbells, a completion arrived",
+	      (unsigned long long)q.st->sq_doorbells);
+	q.st->db_lock = 0;
+	pq_ring(q);
+	CHECK(q.st->sq_doorbells == 1, "one ring for 8 submitters: %llu doorbell writes",
+	      (unsigned long long)q.st->sq_doorbells);
+	for (uint32_t i = 0; i < 8 && g_ok; i++) {
+		int32_t r = pq_wait(q, tk[i], &c);
+		CHECK(r == OK && c.cid == tk[i].slot, "wait %u: %d, CID %u (slot %u)", i, r,
+		      c.cid, tk[i].slot);
+	}
+	CHECK(pt_settled(t, 8), "after the coalesced 8");
+	/* Stop: the command is never rung. */
+	pq_ticket st;
+	q.st->db_lock = 1;
+	int32_t r = pq_submit_io(q, NVME_OPC_READ, g_nsid, lba, nlb0, g_dma, BUF_PAGES,
+				 48ull * PAGE, g_lba_size, &st);
+	CHECK(r == OK, "submit before the stop: %d", r);
+	t.p.stop = 1;
+	auto t0 = std::chrono::steady_clock::now();
+	r = pq_wait(q, st, &c);
+	long long ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+			       std::chrono::steady_clock::now() - t0).count();
+	CHECK(r == ERR_STOPPED && ms < 1000, "wait with the stop flag up: %d after %lld ms", r, ms);
+	pq_ticket t2;
+	r = pq_submit_io(q, NVME_OPC_READ, g_nsid, lba, nlb0, g_dma, BUF_PAGES, 48ull * PAGE,
+			 g_lba_size, &t2);
+	CHECK(r == ERR_IO, "submit on the poisoned pair: %d", r);
+	pt_close(t);
+}
+
+/*
+ * A claim that comes round to the claimer's own live ticket: depth 4 (3
+ * slots); ticket 0 (slot 0) stays live while tickets 1 and 2 come and go;
+ * ticket 3 needs slot 0 again. Given its held ticket (pq_held, as pq_io()
+ * passes them) the claim takes ticket 0's completion itself and goes on.
+ */
+static void t_pt_own_ticket(uint32_t flags)
+{
+	ptq t;
+	if (!pt_open(t, 4, flags, 0)) {
+		g_ok = false;
+		pt_close(t);
+		return;
+	}
+	const pqueue q = t.q;
+	const uint64_t lba = lba_alloc(1);
+	auto rd = [&](uint32_t page, pq_ticket *tk, const pq_held *h) {
+		return pq_submit_io(q, NVME_OPC_READ, g_nsid, lba, 0, g_dma, BUF_PAGES,
+				    (uint64_t)page * PAGE, g_lba_size, tk, h);
+	};
+	pq_ticket a, b, c, d;
+	cqe e{};
+	CHECK(rd(40, &a, nullptr) == OK && a.slot == 0, "ticket 0: slot %u", a.slot);
+	CHECK(rd(41, &b, nullptr) == OK && pq_wait(q, b, &e) == OK, "ticket 1");
+	CHECK(rd(42, &c, nullptr) == OK && pq_wait(q, c, &e) == OK, "ticket 2");
+	int32_t arc = ERR_AGAIN;
+	pq_held h = {&a, &arc, 1};
+	auto t0 = std::chrono::steady_clock::now();
+	int32_t r = rd(43, &d, &h);
+	long long ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+			       std::chrono::steady_clock::now() - t0).count();
+	CHECK(r == OK && d.slot == 0 && arc == OK && ms < 1000,
+	      "ticket 3 on its own slot 0: %d (slot %u), ticket 0 taken by the claim: %d, %lld ms",
+	      r, d.slot, arc, ms);
+	if (r == OK)
+		CHECK(pq_wait(q, d, &e) == OK && e.cid == 0, "ticket 3's completion, CID %u", e.cid);
+	CHECK(pt_settled(t, 4), "after 4 commands");
+	pt_close(t);
+}
+
+/*
+ * Two controllers at once: the VM has one controller bound to gpunvme
+ * (GPUNVME_BDF); the other (KERNEL_NVME_BDF) belongs to nvme.ko and other
+ * tests of the same boot, so it is not taken here.
+ */
+static void t_pt_two_controllers(uint32_t)
+{
+	g_skip = "the VM binds one controller to gpunvme (the second is nvme.ko's)";
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 struct test {
@@ -1245,6 +1695,14 @@ static const test TESTS[] = {
 	{"example_nvme_error", t_example_nvme_error},
 	{"prp_list", t_prp_list},
 	{"shared_rejects", t_shared_rejects},
+	{"pthread_64_threads_1_pair", t_pt_1pair},
+	{"pthread_64_threads_2_pairs", t_pt_2pairs},
+	{"pthread_64_threads_4_pairs", t_pt_4pairs},
+	{"pthread_wrap_depth8_4_groups", t_pt_wrap_shared},
+	{"pthread_prp_4k_to_mdts", t_pt_prp_sizes},
+	{"pthread_coalesce_and_stop", t_pt_coalesce_stop},
+	{"pthread_own_ticket_in_the_way", t_pt_own_ticket},
+	{"pthread_two_controllers", t_pt_two_controllers},
 };
 
 /*

@@ -39,6 +39,12 @@
 #if __CUDA_ARCH__ < 700
 #error "gpunvme/fence.h: needs sm_70+ for .sys-scoped fence/acquire PTX"
 #endif
+/* st.mmio needs PTX 8.2: nvcc 12.2 and later emit it; clang's PTX version
+ * depends on the CUDA it finds, so clang keeps st.volatile. */
+#if !defined(__clang__) && defined(__CUDACC_VER_MAJOR__) && \
+	(__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 2))
+#define GPUNVME_PTX_MMIO 1
+#endif
 #endif
 
 namespace gpunvme {
@@ -117,6 +123,15 @@ GPUNVME_HD void doorbell_write(volatile uint32_t *db, uint32_t val)
 	__scoped_atomic_store_n((global_u32 *)db, val, __ATOMIC_RELAXED,
 				__MEMORY_SCOPE_SYSTEM);
 	__builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "");
+#elif defined(GPUNVME_DEV_NVIDIA) && defined(GPUNVME_PTX_MMIO)
+	/* PTX 8.2+ (nvcc 12.2+): st.mmio.relaxed.sys, the store PTX defines
+	 * for MMIO: performed exactly once, never merged; the fence orders the
+	 * SQE stores (all lanes, after the barrier) before it. */
+	asm volatile("fence.sc.sys;\n\t"
+		     "st.mmio.relaxed.sys.u32 [%0], %1;"
+		     :
+		     : "l"(db), "r"(val)
+		     : "memory");
 #elif defined(GPUNVME_DEV_NVIDIA)
 	/* volatile: never merged or elided, fine for MMIO; the fence orders
 	 * the SQE stores (all lanes, after the barrier) before it. */
@@ -166,6 +181,80 @@ GPUNVME_HD uint32_t poll_load(const volatile uint32_t *p)
 	return v;
 #else
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
+/*
+ * POLL_BATCH phase words at once (the per-thread API's reaper): the same
+ * cache handling as poll_load(), but the loads are all issued before any
+ * is waited for, so one thread pays about one memory round trip for the
+ * batch instead of one per entry. Relaxed: the caller issues
+ * acquire_system() once it has seen a phase it wants.
+ */
+constexpr int POLL_BATCH = 8;
+
+GPUNVME_HD void poll_load_batch(const volatile uint32_t *const p[POLL_BATCH],
+				uint32_t v[POLL_BATCH])
+{
+#if defined(GPUNVME_FENCE_RDNA_GL)
+	asm volatile("buffer_gl1_inv\n\t"
+		     "buffer_gl0_inv\n\t"
+		     "global_load_dword %0, %8, off glc slc dlc\n\t"
+		     "global_load_dword %1, %9, off glc slc dlc\n\t"
+		     "global_load_dword %2, %10, off glc slc dlc\n\t"
+		     "global_load_dword %3, %11, off glc slc dlc\n\t"
+		     "global_load_dword %4, %12, off glc slc dlc\n\t"
+		     "global_load_dword %5, %13, off glc slc dlc\n\t"
+		     "global_load_dword %6, %14, off glc slc dlc\n\t"
+		     "global_load_dword %7, %15, off glc slc dlc\n\t"
+		     "s_waitcnt vmcnt(0)"
+		     : "=&v"(v[0]), "=&v"(v[1]), "=&v"(v[2]), "=&v"(v[3]),
+		       "=&v"(v[4]), "=&v"(v[5]), "=&v"(v[6]), "=&v"(v[7])
+		     : "v"(p[0]), "v"(p[1]), "v"(p[2]), "v"(p[3]), "v"(p[4]),
+		       "v"(p[5]), "v"(p[6]), "v"(p[7])
+		     : "memory");
+#elif defined(GPUNVME_DEV_AMD)
+	__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "");
+	for (int i = 0; i < POLL_BATCH; i++)
+		v[i] = __scoped_atomic_load_n((global_u32 *)p[i], __ATOMIC_RELAXED,
+					      __MEMORY_SCOPE_SYSTEM);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	for (int i = 0; i < POLL_BATCH; i++)
+		asm volatile("ld.relaxed.sys.u32 %0, [%1];"
+			     : "=r"(v[i])
+			     : "l"(p[i])
+			     : "memory");
+#else
+	for (int i = 0; i < POLL_BATCH; i++)
+		v[i] = __atomic_load_n(p[i], __ATOMIC_RELAXED);
+#endif
+}
+
+/*
+ * A whole 16-byte CQE in one load, after its phase was seen and
+ * acquire_system() issued (the entry is the reader's until its CQ head
+ * doorbell, so nothing changes under the load). Against a CQ in host
+ * memory every load is a PCIe read: one instead of three.
+ */
+GPUNVME_HD void load_cqe16(const void *e, uint32_t w[4])
+{
+#if defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("ld.volatile.v4.u32 {%0, %1, %2, %3}, [%4];"
+		     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+		     : "l"(e)
+		     : "memory");
+#elif defined(GPUNVME_DEV_AMD)
+	typedef uint32_t v4u32 __attribute__((ext_vector_type(4)));
+	typedef __attribute__((address_space(1))) v4u32 global_v4u32;
+	v4u32 x = *(volatile global_v4u32 *)e;
+	w[0] = x[0];
+	w[1] = x[1];
+	w[2] = x[2];
+	w[3] = x[3];
+#else
+	const volatile uint32_t *s = (const volatile uint32_t *)e;
+	for (int i = 0; i < 4; i++)
+		w[i] = s[i];
 #endif
 }
 

@@ -8,5 +8,6 @@
 #include "fence.h"
 #include "clock.h"
 #include "queue.h"
+#include "pqueue.h"
 
 #endif /* GPUNVME_GPUNVME_H */

@@ -83,6 +83,35 @@ check_chain() {
 	fi
 }
 
+# check_chain_min desc file min gap regex...: the chain occurs >= min times.
+check_chain_min() {
+	local desc=$1 f=$2 min=$3 gap=$4
+	shift 4
+	local res count
+	res=$(chain "$f" "$gap" "$@")
+	count=${res% *}
+	if [ "$count" -ge "$min" ]; then
+		report 0 "$desc" ""
+	else
+		report 1 "$desc" "found $count, want at least $min"
+	fi
+}
+
+check_count() { # desc file min regex: at least min matching instructions
+	local c
+	c=$(grep -Ec "$4" "$2")
+	if [ "$c" -ge "$3" ]; then
+		report 0 "$1" ""
+	else
+		report 1 "$1" "found $c of /$4/, want at least $3"
+	fi
+}
+
+# The per-thread API (pqueue.h, examples/pthread_io.hip) rings two
+# doorbells of its own (the coalesced SQ ring, the CQ head after a reap),
+# each the full family sequence; it stores SQEs as 16-byte stores and
+# claims tickets and locks with device-scope atomics: checked on the
+# pthread_io objects below.
 check_present() { # desc file regex
 	if grep -Eq "$3" "$2"; then
 		report 0 "$1" ""
@@ -118,10 +147,21 @@ for spec in "$@"; do
 	case $target in
 	sm_*)
 		sed -e 's@[[:space:]]*//.*@@' -e 's/^[[:space:]]*//' "$obj" | grep -v '^$' >"$dis"
-		check_chain "$tag: doorbell fence.sc.sys; st.volatile.u32 (generic)" \
-			"$dis" 1 '^fence\.sc\.sys;$' '^st\.volatile\.u32 \['
+		check_chain "$tag: doorbell fence.sc.sys; st.volatile.u32 or st.mmio.relaxed.sys.u32 (generic)" \
+			"$dis" 1 '^fence\.sc\.sys;$' '^st\.(volatile|mmio\.relaxed\.sys)\.u32 \['
 		check_present "$tag: CQ poll ld.acquire.sys.u32" "$dis" '^ld\.acquire\.sys\.u32 '
 		check_present "$tag: wall clock %globaltimer" "$dis" '%globaltimer'
+		if [ "${name%.ptx}" = pthread_io ]; then
+			check_chain_min "$tag: per-thread API: SQ and CQ doorbells both fence.sc.sys; st.volatile/st.mmio.relaxed.sys" \
+				"$dis" 2 1 '^fence\.sc\.sys;$' '^st\.(volatile|mmio\.relaxed\.sys)\.u32 \['
+			check_count "$tag: per-thread API: SQE as 4 x 16-byte stores" "$dis" 4 '^st(\.global)?\.v2\.u64 '
+			check_present "$tag: per-thread API: 64-bit ticket add" "$dis" '^atom(\.global)?\.relaxed\.gpu(\.global)?\.add\.u64 '
+			check_present "$tag: per-thread API: lock CAS with acquire" "$dis" '^atom(\.global)?\.acquire\.gpu(\.global)?\.cas\.b32 '
+			check_present "$tag: per-thread API: ring re-check fence.sc.gpu" "$dis" '^fence\.sc\.gpu;$'
+			check_present "$tag: per-thread API: warp reaper polls ld.relaxed.sys.u32" "$dis" '^ld\.relaxed\.sys\.u32 '
+			check_present "$tag: per-thread API: warp reaper agrees by vote.sync.ballot" "$dis" '^vote\.sync\.ballot\.b32 '
+			check_present "$tag: per-thread API: one 16-byte CQE load" "$dis" '^ld\.volatile\.v4\.u32 '
+		fi
 		check_absent "$tag: no SM cycle clock (%clock, %clock64)" "$dis" '%clock(64)?\b'
 		continue
 		;;
@@ -179,6 +219,28 @@ for spec in "$@"; do
 		continue
 		;;
 	esac
+	if [ "$name" = pthread_io ]; then
+		case $target in
+		gfx10* | gfx11*) db=("$WAIT_ALL" "$WAIT_VS" '^global_store_(dword|b32) .* glc slc dlc$' "$WAIT_ALL" "$WAIT_VS" '^buffer_gl1_inv$' '^buffer_gl0_inv$') gap=1 ;;
+		gfx12*) db=('^global_wb scope:SCOPE_SYS$' '^global_store_b32 .*scope:SCOPE_SYS$' '^global_inv scope:SCOPE_SYS$') gap=4 ;;
+		gfx94*) db=('^buffer_wbl2 sc0 sc1$' '^global_store_dword .* sc0 sc1$' '^buffer_inv sc0 sc1$') gap=4 ;;
+		*) db=('^buffer_wbl2$' '^global_store_dword ' '^buffer_invl2$' '^buffer_wbinvl1_vol$') gap=4 ;;
+		esac
+		case $target in
+		gfx10* | gfx11*) bl='^global_load_(dword|b32) .* glc slc dlc$' ;;
+		gfx12*) bl='^global_load_b32 .*scope:SCOPE_SYS$' ;;
+		gfx94*) bl='^global_load_dword .* sc0 sc1$' ;;
+		*) bl='^global_load_dword .* glc$' ;;
+		esac
+		check_count "$tag: per-thread API: CQ batch poll, 8 system-scope loads" "$dis" 9 "$bl"
+		check_present "$tag: per-thread API: one 16-byte CQE load" "$dis" '^global_load_(dwordx4|b128) '
+
+		check_chain_min "$tag: per-thread API: SQ and CQ doorbells both through the fenced store" \
+			"$dis" 2 "$gap" "${db[@]}"
+		check_count "$tag: per-thread API: SQE as 4 x 16-byte stores" "$dis" 4 '^global_store_(dwordx4|b128) '
+		check_present "$tag: per-thread API: 64-bit ticket add" "$dis" '^(global|flat)_atomic_add_(x2|u64) '
+		check_present "$tag: per-thread API: lock CAS" "$dis" '^(global|flat)_atomic_cmpswap(_b32)? '
+	fi
 	check_absent "$tag: no shader-cycle clock (s_memtime, SHADER_CYCLES)" "$dis" "$NO_CYCLES"
 done
 

@@ -1,0 +1,1065 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * pqueue.h - the per-thread API: any thread of any block submits one
+ * command to a queue pair it shares with everyone else, gets a ticket, and
+ * waits for (or tests) that ticket alone. The group API (queue.h) stays the
+ * fast path for lockstep kernels; a pair is driven by one API at a time.
+ *
+ * Shared state (pq_shared, the ready marks and the per-command slots) lives
+ * in GPU-visible memory (pq_bytes(depth)) the host fills with pq_init()
+ * and points a descriptor at with pq_attach(); every
+ * thread holds a copy of the pqueue descriptor (pointers and constants).
+ *
+ *  submit   1. claim a command slot, lock-free: a 64-bit ticket counter
+ *              (one atomic add); ticket c owns slot c % (depth-1) in round
+ *              c / (depth-1) and waits (bounded, reaping meanwhile) until
+ *              the slot's previous owner has taken its completion. The
+ *              slot index is the NVMe command ID, and the slot's part of
+ *              the PRP pool holds this command's PRP list.
+ *           2. claim an SQ position (another atomic add) and write the SQE
+ *              there as four 16-byte stores, then a system-scope release
+ *              (the same fence::release_system() as sq_put()), then mark
+ *              the position ready.
+ *           3. ring, coalesced: whoever takes the ring lock (one CAS; a
+ *              thread that finds it taken leaves) advances the SQ tail over
+ *              every consecutive ready position and writes the doorbell
+ *              once for all of them (fence::doorbell_write(), the group
+ *              API's store). After unlocking it re-checks the next
+ *              position; a marker that found the lock taken checked it
+ *              after its mark (sequentially consistent fences on both
+ *              sides), so a ready command is never left unrung.
+ *  reap     whoever takes the CQ lock consumes the CQ in order: poll
+ *           phase dwords several at once (fence::poll_load_batch(); on
+ *           NVIDIA the warp's lanes that reap together poll one entry each
+ *           and agree by ballot), fence::acquire_system() once, load each
+ *           new entry as one 16-byte load (fence::load_cqe16()), route it
+ *           by command ID into that command's slot (fields, a release
+ *           fence, then the slot's seq), track the SQ head from the CQE's
+ *           SQ head field (a head past what was claimed, a command ID that
+ *           is not in flight: the pair is poisoned), and ring the CQ head
+ *           doorbell once for the whole batch.
+ *  wait     poll your own slot; reap when nobody else is; bounded on the
+ *           fixed-rate clock (clock.h) and by the host's stop flag (read
+ *           every PQ_STOP_EVERY polls); optional backoff between polls.
+ *
+ * Flow control: at most depth-1 commands hold a slot, so at most depth-1
+ * SQ entries are unconsumed and the SQ and CQ never overflow. Proof of the
+ * SQ side: position p reuses the SQ entry of p - depth; were that entry
+ * not fetched, no position from p - depth on would be (the controller
+ * fetches in order), so the depth commands at p-depth..p-1 and p would all
+ * hold slots at once: depth + 1 > depth - 1.
+ *
+ * Limits: a thread may hold several tickets; a claim waits for the slot's
+ * previous round to be taken, and on a shared pair that can be the
+ * claiming thread's own live ticket: pass those (pq_held, as pq_io() does)
+ * and the claim takes them itself; otherwise it waits until its deadline
+ * (ERR_TIMEOUT). Claims are FIFO per slot: with T threads on a pair, a
+ * claim waits for about T / (depth-1) command lifetimes. On a GPU those
+ * are microseconds; with host threads as lanes on an oversubscribed CPU
+ * each needs a given thread to be scheduled, and 32 threads on depth 4
+ * were seen to pass the 2 s cap (ERR_TIMEOUT). On AMD (no independent
+ * thread scheduling) lanes of one wavefront must not together need more
+ * than depth-1 live tickets, or the lane waiting for a slot spins until
+ * its deadline (ERR_TIMEOUT, never a hang). A failed wait poisons the pair
+ * (pq_shared::error) as queue.h does; the host resets the queue.
+ */
+#ifndef GPUNVME_PQUEUE_H
+#define GPUNVME_PQUEUE_H
+
+#include "clock.h"
+#include "compat.h"
+#include "fence.h"
+#include "nvme.h"
+#include "queue.h"
+
+#if defined(GPUNVME_HOST_ONLY)
+#include <sched.h>
+#endif
+
+namespace gpunvme {
+
+constexpr int32_t ERR_AGAIN = -11; /* EAGAIN: pq_test(): not completed yet */
+
+/* The stop flag is read once every this many polls of a wait. */
+constexpr uint32_t PQ_STOP_EVERY = 64;
+
+/*
+ * Device-scope atomics for the shared bookkeeping (all threads of one GPU).
+ * What the controller must see is ordered by fence.h's system-scope
+ * fences, never by these.
+ */
+namespace atom {
+
+#if defined(GPUNVME_DEV_AMD)
+#define GPUNVME_AT_SCOPE __MEMORY_SCOPE_DEVICE
+#endif
+
+GPUNVME_HD uint64_t add64(uint64_t *p, uint64_t v)
+{
+#if defined(GPUNVME_DEV_AMD)
+	return __scoped_atomic_fetch_add(p, v, __ATOMIC_RELAXED, GPUNVME_AT_SCOPE);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	uint64_t old;
+	asm volatile("atom.relaxed.gpu.add.u64 %0, [%1], %2;"
+		     : "=l"(old) : "l"(p), "l"(v) : "memory");
+	return old;
+#else
+	return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+GPUNVME_HD uint32_t ld32(const uint32_t *p)
+{
+#if defined(GPUNVME_DEV_AMD)
+	return __scoped_atomic_load_n(p, __ATOMIC_RELAXED, GPUNVME_AT_SCOPE);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	uint32_t v;
+	asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+#else
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+#endif
+}
+
+GPUNVME_HD uint64_t ld64(const uint64_t *p)
+{
+#if defined(GPUNVME_DEV_AMD)
+	return __scoped_atomic_load_n(p, __ATOMIC_RELAXED, GPUNVME_AT_SCOPE);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	uint64_t v;
+	asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+	return v;
+#else
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+#endif
+}
+
+GPUNVME_HD uint32_t ld32_acquire(const uint32_t *p)
+{
+#if defined(GPUNVME_DEV_AMD)
+	return __scoped_atomic_load_n(p, __ATOMIC_ACQUIRE, GPUNVME_AT_SCOPE);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	uint32_t v;
+	asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+#else
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
+GPUNVME_HD void st32(uint32_t *p, uint32_t v)
+{
+#if defined(GPUNVME_DEV_AMD)
+	__scoped_atomic_store_n(p, v, __ATOMIC_RELAXED, GPUNVME_AT_SCOPE);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("st.relaxed.gpu.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+#else
+	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+GPUNVME_HD void st64(uint64_t *p, uint64_t v)
+{
+#if defined(GPUNVME_DEV_AMD)
+	__scoped_atomic_store_n(p, v, __ATOMIC_RELAXED, GPUNVME_AT_SCOPE);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("st.relaxed.gpu.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+#else
+	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+GPUNVME_HD void st32_release(uint32_t *p, uint32_t v)
+{
+#if defined(GPUNVME_DEV_AMD)
+	__scoped_atomic_store_n(p, v, __ATOMIC_RELEASE, GPUNVME_AT_SCOPE);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("st.release.gpu.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+#else
+	__atomic_store_n(p, v, __ATOMIC_RELEASE);
+#endif
+}
+
+GPUNVME_HD void fence_release()
+{
+#if defined(GPUNVME_DEV_AMD)
+	__builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
+#elif defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#else
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+#endif
+}
+
+GPUNVME_HD void fence_acquire()
+{
+#if defined(GPUNVME_DEV_AMD)
+	__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
+#elif defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#else
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+#endif
+}
+
+/* Store-load ordering between threads (the ring lock's re-check). */
+GPUNVME_HD void fence_sc()
+{
+#if defined(GPUNVME_DEV_AMD)
+	__builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent");
+#elif defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("fence.sc.gpu;" ::: "memory");
+#else
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
+/* One attempt at a lock word (0 free, 1 held); acquire on success. */
+GPUNVME_HD bool try_lock(uint32_t *p)
+{
+	if (ld32(p) != 0)
+		return false;
+#if defined(GPUNVME_DEV_AMD)
+	uint32_t expected = 0;
+	return __scoped_atomic_compare_exchange_n(p, &expected, 1u, false,
+						  __ATOMIC_ACQUIRE,
+						  __ATOMIC_RELAXED,
+						  GPUNVME_AT_SCOPE);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	uint32_t old;
+	asm volatile("atom.acquire.gpu.cas.b32 %0, [%1], 0, 1;"
+		     : "=r"(old) : "l"(p) : "memory");
+	return old == 0;
+#else
+	uint32_t expected = 0;
+	return __atomic_compare_exchange_n(p, &expected, 1u, false,
+					   __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+#endif
+}
+
+GPUNVME_HD void unlock(uint32_t *p) { st32_release(p, 0); }
+
+/* First error wins. */
+GPUNVME_HD void set_error(int32_t *p, int32_t err)
+{
+#if defined(GPUNVME_DEV_AMD)
+	int32_t expected = 0;
+	__scoped_atomic_compare_exchange_n(p, &expected, err, false,
+					   __ATOMIC_RELAXED, __ATOMIC_RELAXED,
+					   GPUNVME_AT_SCOPE);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	uint32_t old;
+	asm volatile("atom.relaxed.gpu.cas.b32 %0, [%1], 0, %2;"
+		     : "=r"(old) : "l"(p), "r"(err) : "memory");
+	(void)old;
+#else
+	int32_t expected = 0;
+	__atomic_compare_exchange_n(p, &expected, err, false, __ATOMIC_RELAXED,
+				    __ATOMIC_RELAXED);
+#endif
+}
+
+} /* namespace atom */
+
+/* Between polls that found nothing: give the memory system (or, on the
+ * host, the CPU) to someone else for a moment. */
+GPUNVME_HD void pq_pause()
+{
+#if defined(GPUNVME_DEV_AMD)
+	__builtin_amdgcn_s_sleep(1);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("nanosleep.u32 64;");
+#else
+	sched_yield();
+#endif
+}
+
+/*
+ * The SM (NVIDIA) or compute unit (AMD: SE/SA/CU or WGP ids from the
+ * hardware id register) this thread runs on, for spreading threads over
+ * queue pairs; the host's group id on the host.
+ */
+GPUNVME_HD uint32_t unit_id()
+{
+#if defined(GPUNVME_DEV_NVIDIA)
+	uint32_t v;
+	asm volatile("mov.u32 %0, %%smid;" : "=r"(v));
+	return v;
+#elif defined(GPUNVME_DEV_AMD) && defined(__GFX9__)
+	/* HW_REG_HW_ID (4): CU_ID[11:8] SH_ID[12] SE_ID[15:13]. */
+	return (__builtin_amdgcn_s_getreg((31 << 11) | 4) >> 8) & 0xffu;
+#elif defined(GPUNVME_DEV_AMD)
+	/* HW_REG_HW_ID1 (23): WGP_ID[13:10] SA_ID[16] SE_ID[20:18]. */
+	return (__builtin_amdgcn_s_getreg((31 << 11) | 23) >> 10) & 0x7ffu;
+#else
+	return host_group_id;
+#endif
+}
+
+/* A queue pair for this thread out of n: by SM/CU, or pass your own. */
+GPUNVME_HD uint32_t pq_pick(uint32_t n) { return n ? unit_id() % n : 0; }
+
+/* Per command ID: the routed completion. seq: 4r free for round r, 4r+1
+ * submitted, 4r+2 completed (dw0/dw2/dw3 valid), then 4(r+1). */
+struct alignas(16) pq_slot {
+	uint32_t seq;
+	uint32_t dw0;
+	uint32_t dw2; /* SQ head | SQ id << 16 */
+	uint32_t dw3; /* CID | phase << 16 | status << 17 */
+};
+
+/* Shared bookkeeping of one pair; hot words on their own cache lines. */
+struct pq_shared {
+	uint64_t cid_ticket;  /* command slots claimed */
+	uint64_t sq_pos;      /* SQ positions claimed */
+	uint64_t pad0[6];
+	uint32_t db_lock;
+	uint32_t pad1;
+	uint64_t db_tail;     /* SQ positions rung */
+	uint64_t sq_doorbells; /* SQ doorbell writes */
+	uint64_t pad2[5];
+	uint32_t cq_lock;
+	uint32_t cq_head;
+	uint32_t phase;
+	int32_t error;        /* first failure: the pair is poisoned */
+	uint64_t sq_head;     /* SQ head from the CQEs (monotonic) */
+	uint64_t cq_doorbells; /* CQ doorbell writes */
+	uint64_t cqes;        /* CQEs consumed */
+	uint64_t pad3[3];
+};
+static_assert(sizeof(pq_shared) == 192, "pq_shared: three cache lines");
+
+/* Where a pair's shared state lies in one allocation of pq_bytes(depth). */
+GPUNVME_HD uint64_t pq_ready_off() { return sizeof(pq_shared); }
+GPUNVME_HD uint64_t pq_slots_off(uint32_t depth)
+{
+	return (pq_ready_off() + 4ull * depth + 63) & ~63ull;
+}
+GPUNVME_HD uint64_t pq_bytes(uint32_t depth)
+{
+	return pq_slots_off(depth) + sizeof(pq_slot) * (uint64_t)depth;
+}
+
+/* What every thread holds (by value, like qpair). */
+struct pqueue {
+	sqe *sq;
+	const cqe *cq;
+	volatile uint32_t *sq_db;
+	volatile uint32_t *cq_db;
+	const volatile uint32_t *stop; /* may be null */
+	pq_shared *st;
+	uint32_t *ready;               /* depth marks: position p ready = p+1 */
+	pq_slot *slots;                /* depth-1 command slots */
+	/* PRP pool: prp_stride bytes per command slot at prp_va; the
+	 * controller names byte x of it prp_dma + x (shared mode: the
+	 * module's pool), or, with prp_page_dma, prp_page_dma[x / 4096] +
+	 * x % 4096 (a pool in pages the file mapped, owner mode). */
+	uint64_t *prp_va;
+	const uint64_t *prp_page_dma;
+	uint64_t prp_dma;
+	uint64_t timeout_ticks;
+	uint64_t tick_hz;
+	uint32_t depth;
+	uint32_t prp_stride;           /* power of two, 8..4096; 0: no pool */
+	uint32_t max_transfer;         /* bytes per command (MDTS), 0: none */
+	uint32_t backoff;              /* 1: pq_pause() between empty polls */
+};
+
+/*
+ * Host: fill the shared state of a pair whose ring position is (sq_tail,
+ * cq_head, phase), e.g. a fresh pair (0, 0, 1) or what the group API left.
+ * mem: pq_bytes(depth) bytes; for GPU memory build it in host memory and
+ * copy it over.
+ */
+GPUNVME_HD void pq_init(void *mem, uint32_t depth, uint32_t sq_tail,
+			uint32_t cq_head, uint32_t phase)
+{
+	uint8_t *b = (uint8_t *)mem;
+
+	for (uint64_t i = 0; i < pq_bytes(depth); i++)
+		b[i] = 0;
+	pq_shared *s = (pq_shared *)mem;
+	s->sq_pos = s->db_tail = s->sq_head = sq_tail;
+	s->cq_head = cq_head;
+	s->phase = phase;
+	/* Marks are p+1: position sq_tail's entry holds a value it never
+	 * matches (0, or sq_tail+1 - depth*k != sq_tail+1). */
+}
+
+/* Host: point a descriptor's shared-state pointers into mem (its address
+ * as the GPU sees it). */
+GPUNVME_HD void pq_attach(pqueue &q, void *mem)
+{
+	q.st = (pq_shared *)mem;
+	q.ready = (uint32_t *)((uint8_t *)mem + pq_ready_off());
+	q.slots = (pq_slot *)((uint8_t *)mem + pq_slots_off(q.depth));
+}
+
+/* Largest power of two <= pool bytes per command slot, at most a page, so
+ * no slot's list crosses a page (a pool is page aligned). */
+GPUNVME_HD uint32_t pq_prp_stride(uint64_t pool_bytes, uint32_t depth)
+{
+	uint64_t per = depth ? pool_bytes / depth : 0;
+	uint32_t s = 4096;
+
+	while (s >= 8 && s > per)
+		s >>= 1;
+	return s >= 8 ? s : 0;
+}
+
+GPUNVME_HD bool pq_failed(const pqueue &q)
+{
+	return atom::ld32((const uint32_t *)&q.st->error) != 0;
+}
+
+GPUNVME_HD void pq_fail(const pqueue &q, int32_t err)
+{
+	atom::set_error(&q.st->error, err);
+}
+
+GPUNVME_HD bool pq_stop(const pqueue &q)
+{
+	return q.stop && fence::poll_load(q.stop) != 0;
+}
+
+/*
+ * Ring the SQ doorbell for every consecutive ready position, if nobody
+ * else is doing it (see the top of the file for why nothing is lost).
+ */
+GPUNVME_HD void pq_ring(const pqueue &q)
+{
+	pq_shared *s = q.st;
+
+	for (;;) {
+		atom::fence_sc(); /* the caller's mark before the lock check */
+		if (!atom::try_lock(&s->db_lock))
+			return; /* the holder re-checks after unlocking */
+		const uint64_t t0 = atom::ld64(&s->db_tail);
+		uint64_t t = t0;
+		/* Marks 8 at a time (independent loads), then one acquire. */
+		for (bool more = true; more && t - t0 < q.depth - 1;) {
+			uint32_t m[8];
+			for (int i = 0; i < 8; i++)
+				m[i] = atom::ld32(&q.ready[(t + i) % q.depth]);
+			for (int i = 0; i < 8 && more; i++) {
+				if (m[i] == (uint32_t)t + 1 && t - t0 < q.depth - 1)
+					t++;
+				else
+					more = false;
+			}
+		}
+		atom::fence_acquire();
+		if (t != t0) {
+			atom::st64(&s->db_tail, t);
+			atom::st64(&s->sq_doorbells, atom::ld64(&s->sq_doorbells) + 1);
+			/* release (system) + the store: every marked SQE was
+			 * released by its writer before its mark. */
+			fence::doorbell_write(q.sq_db, (uint32_t)(t % q.depth));
+		}
+		atom::unlock(&s->db_lock);
+		atom::fence_sc(); /* the unlock before the re-check */
+		if (atom::ld32(&q.ready[t % q.depth]) != (uint32_t)t + 1)
+			return;
+	}
+}
+
+/*
+ * Consume whatever the CQ holds, in order, if nobody else is: poll
+ * POLL_BATCH phase words at once, acquire once, load each new CQE as one
+ * 16-byte load, route it to its command's slot, track the SQ head, publish
+ * the batch's slots behind one release fence, ring the CQ head doorbell
+ * once. Returns CQEs consumed (0: none, or someone else holds the lock),
+ * or a negative error (the pair is poisoned).
+ */
+GPUNVME_HD int32_t pq_reap_one(const pqueue &q)
+{
+	pq_shared *s = q.st;
+
+	if (!atom::try_lock(&s->cq_lock))
+		return 0;
+	uint32_t head = atom::ld32(&s->cq_head);
+	uint32_t phase = atom::ld32(&s->phase);
+	uint64_t sqh = atom::ld64(&s->sq_head);
+	const uint32_t nslots = q.depth - 1;
+	int32_t err = pq_failed(q) ? ERR_IO : OK;
+	uint32_t n = 0;
+
+	while (err == OK && n < nslots) {
+		const volatile uint32_t *p[fence::POLL_BATCH];
+		uint32_t v[fence::POLL_BATCH];
+		for (int i = 0; i < fence::POLL_BATCH; i++)
+			p[i] = (const volatile uint32_t *)((const char *)&q.cq[(head + i) % q.depth] +
+							    CQE_DW3_OFFSET);
+		fence::poll_load_batch(p, v);
+		uint32_t m = 0, k = nslots - n < (uint32_t)fence::POLL_BATCH
+					? nslots - n : (uint32_t)fence::POLL_BATCH;
+		while (m < k && cqe_phase(v[m]) == (phase ^ (uint32_t)(head + m >= q.depth)))
+			m++;
+		if (m == 0)
+			break;
+		/* Phases seen: the rest of those entries is valid, and every
+		 * position they consumed was claimed before this read. */
+		fence::acquire_system();
+		const uint64_t claimed = atom::ld64(&s->sq_pos);
+		uint32_t w[fence::POLL_BATCH][4];
+		for (uint32_t i = 0; i < m; i++)
+			fence::load_cqe16(&q.cq[(head + i) % q.depth], w[i]);
+		uint32_t seq[fence::POLL_BATCH], ok = 0;
+		for (; ok < m; ok++) {
+			const uint32_t cid = cqe_cid(w[ok][3]);
+			const uint32_t hd = w[ok][2] & 0xffffu;
+			const uint64_t nh = sqh + (hd + q.depth - (uint32_t)(sqh % q.depth)) % q.depth;
+			seq[ok] = cid < nslots ? atom::ld32(&q.slots[cid].seq) : 0;
+			if (hd >= q.depth || nh > claimed || cid >= nslots ||
+			    (seq[ok] & 3u) != 1u || cqe_phase(w[ok][3]) != cqe_phase(v[ok])) {
+				/* Not a command in flight, or an SQ head past
+				 * anything submitted: nothing can be trusted. */
+				err = ERR_IO;
+				break;
+			}
+			sqh = nh;
+			pq_slot *sl = &q.slots[cid];
+			atom::st32(&sl->dw0, w[ok][0]);
+			atom::st32(&sl->dw2, w[ok][2]);
+			atom::st32(&sl->dw3, w[ok][3]);
+		}
+		atom::fence_release(); /* the fields before the seqs */
+		for (uint32_t i = 0; i < ok; i++)
+			atom::st32(&q.slots[cqe_cid(w[i][3])].seq, seq[i] + 1);
+		n += ok;
+		head += ok;
+		if (head >= q.depth) {
+			head -= q.depth;
+			phase ^= 1u;
+		}
+		if (ok < (uint32_t)fence::POLL_BATCH)
+			break;
+	}
+	if (n) {
+		atom::st32(&s->cq_head, head);
+		atom::st32(&s->phase, phase);
+		atom::st64(&s->sq_head, sqh);
+		atom::st64(&s->cqes, atom::ld64(&s->cqes) + n);
+		if (err == OK) {
+			atom::st64(&s->cq_doorbells, atom::ld64(&s->cq_doorbells) + 1);
+			fence::doorbell_write(q.cq_db, head);
+		}
+	}
+	if (err != OK)
+		pq_fail(q, err);
+	atom::unlock(&s->cq_lock);
+	return err != OK ? err : (int32_t)n;
+}
+
+#if defined(GPUNVME_DEV_NVIDIA)
+/*
+ * NVIDIA: the lanes of a warp that call pq_reap() together reap together.
+ * One of them takes the CQ lock; then each polls one entry (rank r: head
+ * + r), so up to 32 phase words cost one memory round trip, the valid
+ * prefix is agreed by ballot, each of those lanes loads its CQE as one
+ * 16-byte load after acquire_system() and routes it; the lock holder rings
+ * the CQ doorbell once and unlocks. Lanes of one warp run apart under
+ * independent thread scheduling, so a single lock holder polling for 31
+ * spinning lanes was the per-thread API's bottleneck on the H200.
+ */
+namespace warp {
+GPUNVME_DEV uint32_t active()
+{
+	uint32_t m;
+	asm volatile("activemask.b32 %0;" : "=r"(m));
+	return m;
+}
+GPUNVME_DEV uint32_t lane()
+{
+	uint32_t l;
+	asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+	return l;
+}
+GPUNVME_DEV uint32_t popc(uint32_t x)
+{
+	uint32_t c;
+	asm("popc.b32 %0, %1;" : "=r"(c) : "r"(x));
+	return c;
+}
+GPUNVME_DEV uint32_t msb(uint32_t x) /* x != 0 */
+{
+	uint32_t b;
+	asm("bfind.u32 %0, %1;" : "=r"(b) : "r"(x));
+	return b;
+}
+GPUNVME_DEV uint32_t shfl(uint32_t mask, uint32_t v, uint32_t src)
+{
+	uint32_t r;
+	asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, %3;"
+		     : "=r"(r) : "r"(v), "r"(src), "r"(mask));
+	return r;
+}
+GPUNVME_DEV uint32_t ballot(uint32_t mask, bool p)
+{
+	uint32_t r;
+	asm volatile("{\n\t.reg .pred q;\n\t"
+		     "setp.ne.u32 q, %1, 0;\n\t"
+		     "vote.sync.ballot.b32 %0, q, %2;\n\t}"
+		     : "=r"(r) : "r"((uint32_t)p), "r"(mask));
+	return r;
+}
+} /* namespace warp */
+
+GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q)
+{
+	pq_shared *s = q.st;
+	const uint32_t mask = warp::active(), me = warp::lane();
+	const uint32_t leader = warp::msb(mask & (0u - mask));
+	const uint32_t rank = warp::popc(mask & ((1u << me) - 1u));
+	const uint32_t lanes = warp::popc(mask);
+	uint32_t got = me == leader ? (uint32_t)atom::try_lock(&s->cq_lock) : 0u;
+
+	if (!warp::shfl(mask, got, leader))
+		return 0;
+	uint32_t head = 0, phase = 0, sqh_lo = 0, sqh_hi = 0, failed = 0;
+	if (me == leader) {
+		head = atom::ld32(&s->cq_head);
+		phase = atom::ld32(&s->phase);
+		uint64_t h = atom::ld64(&s->sq_head);
+		sqh_lo = (uint32_t)h;
+		sqh_hi = (uint32_t)(h >> 32);
+		failed = pq_failed(q);
+	}
+	head = warp::shfl(mask, head, leader);
+	phase = warp::shfl(mask, phase, leader);
+	uint64_t sqh = (uint64_t)warp::shfl(mask, sqh_hi, leader) << 32 |
+		       warp::shfl(mask, sqh_lo, leader);
+	int32_t err = warp::shfl(mask, failed, leader) ? ERR_IO : OK;
+	const uint32_t nslots = q.depth - 1;
+	uint32_t n = 0;
+
+	while (err == OK && n < nslots) {
+		const uint32_t k = nslots - n < lanes ? nslots - n : lanes;
+		const uint32_t at = head + rank; /* < 2 * depth: k <= depth - 1 */
+		const cqe *e = &q.cq[at % q.depth];
+		uint32_t v = 0;
+		if (rank < k)
+			asm volatile("ld.relaxed.sys.u32 %0, [%1];"
+				     : "=r"(v)
+				     : "l"((const char *)e + CQE_DW3_OFFSET)
+				     : "memory");
+		const bool ok = rank < k &&
+				cqe_phase(v) == (phase ^ (uint32_t)(at >= q.depth));
+		const uint32_t bad = warp::ballot(mask, !ok) & mask;
+		const uint32_t m = bad ? warp::popc(mask & ((bad & (0u - bad)) - 1u)) : lanes;
+		if (m == 0)
+			break;
+		const bool mine = rank < m;
+		uint32_t w[4] = {0, 0, 0, 0}, seq = 0;
+		bool wrong = false;
+		/* Phases seen: the rest of those entries is valid. */
+		fence::acquire_system();
+		uint64_t c64 = me == leader ? atom::ld64(&s->sq_pos) : 0;
+		const uint64_t claimed = (uint64_t)warp::shfl(mask, (uint32_t)(c64 >> 32), leader) << 32 |
+					 warp::shfl(mask, (uint32_t)c64, leader);
+		if (mine) {
+			fence::load_cqe16(e, w);
+			const uint32_t cid = cqe_cid(w[3]);
+			seq = cid < nslots ? atom::ld32(&q.slots[cid].seq) : 0;
+			wrong = (w[2] & 0xffffu) >= q.depth || cid >= nslots ||
+				(seq & 3u) != 1u || cqe_phase(w[3]) != cqe_phase(v);
+		}
+		/* The SQ head after the batch: the last entry's (they only
+		 * grow in CQ order); never past what was claimed. */
+		uint32_t src = 0;
+		{
+			/* lane whose rank is m - 1 */
+			uint32_t mm = mask;
+			for (uint32_t r = 0; r + 1 < m; r++)
+				mm &= mm - 1u;
+			src = warp::msb(mm & (0u - mm));
+		}
+		const uint32_t hd = warp::shfl(mask, w[2] & 0xffffu, src);
+		const uint64_t nh = sqh + (hd + q.depth - (uint32_t)(sqh % q.depth)) % q.depth;
+		if (warp::ballot(mask, mine && wrong) || hd >= q.depth || nh > claimed) {
+			err = ERR_IO;
+			break;
+		}
+		if (mine) {
+			pq_slot *sl = &q.slots[cqe_cid(w[3])];
+			atom::st32(&sl->dw0, w[0]);
+			atom::st32(&sl->dw2, w[2]);
+			atom::st32(&sl->dw3, w[3]);
+			atom::fence_release(); /* the fields before the seq */
+			atom::st32(&sl->seq, seq + 1);
+		}
+		sqh = nh;
+		n += m;
+		head += m;
+		if (head >= q.depth) {
+			head -= q.depth;
+			phase ^= 1u;
+		}
+		if (m < lanes)
+			break;
+	}
+	if (me == leader) {
+		if (n) {
+			atom::st32(&s->cq_head, head);
+			atom::st32(&s->phase, phase);
+			atom::st64(&s->sq_head, sqh);
+			atom::st64(&s->cqes, atom::ld64(&s->cqes) + n);
+			if (err == OK) {
+				atom::st64(&s->cq_doorbells, atom::ld64(&s->cq_doorbells) + 1);
+				fence::doorbell_write(q.cq_db, head);
+			}
+		}
+		if (err != OK)
+			pq_fail(q, err);
+		atom::unlock(&s->cq_lock);
+	}
+	return err != OK ? err : (int32_t)n;
+}
+#endif
+
+/* Reap: the warp's lanes together on NVIDIA, one thread elsewhere. */
+GPUNVME_HD int32_t pq_reap(const pqueue &q)
+{
+#if defined(GPUNVME_DEV_NVIDIA)
+	return pq_reap_warp(q);
+#else
+	return pq_reap_one(q);
+#endif
+}
+
+/* A submitted command: its slot (= command ID) and the slot's seq. */
+struct pq_ticket {
+	uint32_t slot;
+	uint32_t seq;
+};
+
+/*
+ * Tickets the calling thread holds while it claims another: ticket c waits
+ * for the slot's previous round (ticket c - (depth-1)) to be taken, and on
+ * a shared pair that may be one of the caller's own. Given them, the claim
+ * takes such a ticket's completion itself (rc[i] from ERR_AGAIN to its
+ * result) instead of waiting for itself until the deadline. pq_io() does.
+ */
+struct pq_held {
+	const pq_ticket *t;
+	int32_t *rc; /* ERR_AGAIN: still to be taken */
+	uint32_t n;
+};
+
+GPUNVME_HD int32_t pq_take(const pqueue &q, pq_ticket t, cqe *out);
+
+/*
+ * Spin until *p == want, reaping meanwhile; bounded by the deadline and the
+ * stop flag (read every PQ_STOP_EVERY polls). A failure poisons the pair.
+ */
+GPUNVME_HD int32_t pq_spin(const pqueue &q, const uint32_t *p, uint32_t want,
+			   const pq_held *h = nullptr)
+{
+	deadline d = deadline_start(wall_ticks(), q.timeout_ticks, q.tick_hz);
+
+	for (uint32_t i = 1;; i++) {
+		if (atom::ld32_acquire(p) == want)
+			return OK;
+		for (uint32_t k = 0; h && k < h->n; k++)
+			if (h->rc[k] == ERR_AGAIN &&
+			    atom::ld32_acquire(&q.slots[h->t[k].slot].seq) == h->t[k].seq + 1)
+				h->rc[k] = pq_take(q, h->t[k], nullptr);
+		int32_t r = pq_reap(q);
+		if (r < 0)
+			return r;
+		if (atom::ld32_acquire(p) == want)
+			return OK;
+		if (pq_failed(q))
+			return ERR_IO;
+		int32_t err = OK;
+		if (i % PQ_STOP_EVERY == 0 && pq_stop(q))
+			err = ERR_STOPPED;
+		int st = d.step(wall_ticks());
+		if (st == DEADLINE_EXPIRED)
+			err = ERR_TIMEOUT;
+		else if (st == DEADLINE_CLOCK_STUCK)
+			err = ERR_CLOCK;
+		if (err != OK) {
+			pq_fail(q, err);
+			return err;
+		}
+		if (r == 0 && q.backoff)
+			pq_pause();
+	}
+}
+
+/* Claim a command slot: its index and the seq it is free at. */
+GPUNVME_HD int32_t pq_claim(const pqueue &q, uint32_t *slot, uint32_t *seq,
+			    const pq_held *h = nullptr)
+{
+	if (q.depth < 2 || q.tick_hz == 0 || !q.st)
+		return ERR_INVAL;
+	if (pq_failed(q))
+		return ERR_IO;
+	const uint32_t nslots = q.depth - 1;
+	const uint64_t c = atom::add64(&q.st->cid_ticket, 1);
+
+	*slot = (uint32_t)(c % nslots);
+	*seq = (uint32_t)(c / nslots) * 4u;
+	return pq_spin(q, &q.slots[*slot].seq, *seq, h);
+}
+
+/* An SQE as four 16-byte stores straight from registers. */
+GPUNVME_HD void sqe_store(sqe *dst, const sqe &e)
+{
+	const uint64_t *w = (const uint64_t *)&e;
+#if defined(GPUNVME_DEV_NVIDIA)
+	for (int i = 0; i < 4; i++)
+		asm volatile("st.v2.u64 [%0], {%1, %2};"
+			     :: "l"((char *)dst + 16 * i), "l"(w[2 * i]),
+			     "l"(w[2 * i + 1]) : "memory");
+#elif defined(GPUNVME_DEV_AMD)
+	/* Global address space: global_store_dwordx4/b128, not flat. */
+	typedef uint64_t v2u64 __attribute__((ext_vector_type(2)));
+	typedef __attribute__((address_space(1))) v2u64 global_v2u64;
+	for (int i = 0; i < 4; i++) {
+		v2u64 v = {w[2 * i], w[2 * i + 1]};
+		((global_v2u64 *)dst)[i] = v;
+	}
+#else
+	uint64_t *d = (uint64_t *)dst;
+	for (int i = 0; i < 8; i++)
+		d[i] = w[i];
+#endif
+}
+
+/* Post a claimed slot's command (e.cid is set here) and ring. */
+GPUNVME_HD void pq_post(const pqueue &q, uint32_t slot, uint32_t seq, sqe e,
+			pq_ticket *t)
+{
+	e.cid = (uint16_t)slot;
+	atom::st32(&q.slots[slot].seq, seq + 1);
+	const uint64_t p = atom::add64(&q.st->sq_pos, 1);
+	const uint32_t at = (uint32_t)(p % q.depth);
+	sqe_store(&q.sq[at], e);
+	fence::release_system(); /* SQE (and PRP list) out before the mark */
+	atom::st32(&q.ready[at], (uint32_t)p + 1);
+	pq_ring(q);
+	t->slot = slot;
+	t->seq = seq + 1;
+}
+
+/* Submit e (its PRPs as given; cid is overwritten with the slot). */
+GPUNVME_HD int32_t pq_submit(const pqueue &q, const sqe &e, pq_ticket *t)
+{
+	uint32_t slot, seq;
+	int32_t rc = pq_claim(q, &slot, &seq);
+
+	if (rc != OK)
+		return rc;
+	pq_post(q, slot, seq, e, t);
+	return OK;
+}
+
+/* PRP list entries a transfer of len bytes at buffer offset off needs. */
+GPUNVME_HD uint64_t prp_list_entries(uint64_t off, uint64_t len)
+{
+	uint64_t first = 4096 - (off & 4095);
+
+	return len <= first ? 0 : (len - first + 4095) / 4096;
+}
+
+/* Can pq_submit_io() take this transfer on q? */
+GPUNVME_HD int32_t pq_io_check(const pqueue &q, uint64_t npages, uint64_t off,
+			       uint64_t len)
+{
+	if (len == 0 || (off & 3) || off + len > npages * 4096 ||
+	    (q.max_transfer && len > q.max_transfer))
+		return ERR_INVAL;
+	uint64_t n = prp_list_entries(off, len);
+	if (n > 1 && (q.prp_stride == 0 || n * 8 > q.prp_stride))
+		return ERR_INVAL;
+	return OK;
+}
+
+/*
+ * Read/write len bytes at byte offset off of a buffer given page by page
+ * (page_dma[i]: the DMA address of its i-th 4 KiB page, as MAP_HOST and
+ * MAP_DMABUF return them), through PRP1, PRP2 or a PRP list the device
+ * builds in the command slot's part of the pair's PRP pool.
+ */
+GPUNVME_HD int32_t pq_submit_io(const pqueue &q, uint8_t opc, uint32_t nsid,
+				uint64_t slba, uint16_t nlb0,
+				const uint64_t *page_dma, uint64_t npages,
+				uint64_t off, uint32_t len, pq_ticket *t,
+				const pq_held *held = nullptr)
+{
+	int32_t rc = pq_io_check(q, npages, off, len);
+
+	if (rc != OK)
+		return rc;
+	uint32_t slot, seq;
+	rc = pq_claim(q, &slot, &seq, held);
+	if (rc != OK)
+		return rc;
+	const uint64_t pg = off / 4096;
+	const uint64_t prp1 = page_dma[pg] + (off & 4095);
+	const uint64_t n = prp_list_entries(off, len);
+	uint64_t prp2 = 0;
+
+	if (n == 1) {
+		prp2 = page_dma[pg + 1];
+	} else if (n > 1) {
+		const uint64_t at = (uint64_t)slot * q.prp_stride;
+		uint64_t *list = (uint64_t *)((uint8_t *)q.prp_va + at);
+		for (uint64_t i = 0; i < n; i++)
+			list[i] = page_dma[pg + 1 + i];
+		prp2 = q.prp_page_dma ? q.prp_page_dma[at / 4096] + at % 4096
+				      : q.prp_dma + at;
+	}
+	pq_post(q, slot, seq, sqe_rw(opc, 0, nsid, slba, nlb0, prp1, prp2), t);
+	return OK;
+}
+
+/* Completed: copy it out and free the slot for its next round. */
+GPUNVME_HD int32_t pq_take(const pqueue &q, pq_ticket t, cqe *out)
+{
+	pq_slot *sl = &q.slots[t.slot];
+	const uint32_t dw0 = atom::ld32(&sl->dw0);
+	const uint32_t dw2 = atom::ld32(&sl->dw2);
+	const uint32_t v = atom::ld32(&sl->dw3);
+
+	atom::st32_release(&sl->seq, t.seq + 3);
+	if (out) {
+		out->dw0 = dw0;
+		out->dw1 = 0;
+		out->sqhd = (uint16_t)dw2;
+		out->sqid = (uint16_t)(dw2 >> 16);
+		out->cid = cqe_cid(v);
+		out->sf = (uint16_t)(v >> 16);
+	}
+	return status_ok(cqe_status(v)) ? OK : (int32_t)cqe_status(v);
+}
+
+/*
+ * Has ticket t completed? OK or its NVMe status (> 0) when it has (the
+ * ticket is then spent), ERR_AGAIN when not yet, < 0 on failure.
+ */
+GPUNVME_HD int32_t pq_test(const pqueue &q, pq_ticket t, cqe *out)
+{
+	if (t.slot >= q.depth - 1)
+		return ERR_INVAL;
+	uint32_t seq = atom::ld32_acquire(&q.slots[t.slot].seq);
+
+	if (seq == t.seq + 1)
+		return pq_take(q, t, out);
+	if (seq != t.seq)
+		return ERR_INVAL; /* not a live ticket */
+	int32_t r = pq_reap(q);
+	if (r < 0)
+		return r;
+	if (atom::ld32_acquire(&q.slots[t.slot].seq) == t.seq + 1)
+		return pq_take(q, t, out);
+	return pq_failed(q) ? ERR_IO : ERR_AGAIN;
+}
+
+/* Wait for ticket t, bounded (clock.h) and abortable (stop flag). */
+GPUNVME_HD int32_t pq_wait(const pqueue &q, pq_ticket t, cqe *out)
+{
+	if (q.tick_hz == 0)
+		return ERR_INVAL;
+	deadline d = deadline_start(wall_ticks(), q.timeout_ticks, q.tick_hz);
+
+	for (uint32_t i = 1;; i++) {
+		int32_t rc = pq_test(q, t, out);
+		if (rc != ERR_AGAIN)
+			return rc;
+		int32_t err = OK;
+		if (i % PQ_STOP_EVERY == 0 && pq_stop(q))
+			err = ERR_STOPPED;
+		int st = d.step(wall_ticks());
+		if (st == DEADLINE_EXPIRED)
+			err = ERR_TIMEOUT;
+		else if (st == DEADLINE_CLOCK_STUCK)
+			err = ERR_CLOCK;
+		if (err != OK) {
+			pq_fail(q, err);
+			return err;
+		}
+		if (q.backoff)
+			pq_pause();
+	}
+}
+
+/*
+ * Io-style: a transfer of any length, split at the pair's largest transfer
+ * (MDTS; a PRP list must also fit the slot's share of the pool) into
+ * commands of whole LBAs, up to `window` (<= 8) in flight from this thread.
+ * Returns OK or the first failure (NVMe status > 0, or < 0); every
+ * submitted command is waited for either way.
+ */
+GPUNVME_HD int32_t pq_io(const pqueue &q, uint8_t opc, uint32_t nsid,
+			 uint64_t slba, uint32_t lba_shift,
+			 const uint64_t *page_dma, uint64_t npages, uint64_t off,
+			 uint64_t len, uint32_t window)
+{
+	const uint64_t lba = 1ull << lba_shift;
+	uint64_t chunk = q.max_transfer ? q.max_transfer : (1u << 21);
+
+	if (q.prp_stride) {
+		/* PRP1's page plus stride/8 list entries. */
+		uint64_t by_list = (uint64_t)(q.prp_stride / 8) * 4096;
+		chunk = chunk < by_list ? chunk : by_list;
+	} else if (chunk > 4096) {
+		chunk = 4096; /* no pool: PRP1 + PRP2 from a page start */
+	}
+	chunk = chunk / lba * lba;
+	if (len % lba || chunk == 0 || window == 0)
+		return ERR_INVAL;
+	if (chunk > (65536ull << lba_shift))
+		chunk = 65536ull << lba_shift;
+	window = window > 8 ? 8 : window;
+	pq_ticket t[8];
+	int32_t trc[8];
+	uint32_t head = 0, live = 0;
+	int32_t first = OK;
+
+	for (uint64_t done = 0; done < len || live;) {
+		if (done < len && live < window && first == OK) {
+			uint64_t n = len - done < chunk ? len - done : chunk;
+			/* Our live tickets, in ring order from head, so the
+			 * claim can take one that stands in its own way. */
+			pq_ticket ht[8];
+			int32_t hrc[8];
+			for (uint32_t i = 0; i < live; i++) {
+				ht[i] = t[(head + i) % 8];
+				hrc[i] = trc[(head + i) % 8];
+			}
+			pq_held held = {ht, hrc, live};
+			const uint32_t at = (head + live) % 8;
+			int32_t rc = pq_submit_io(q, opc, nsid, slba + (done >> lba_shift),
+						  (uint16_t)((n >> lba_shift) - 1),
+						  page_dma, npages, off + done,
+						  (uint32_t)n, &t[at], &held);
+			for (uint32_t i = 0; i < live; i++)
+				trc[(head + i) % 8] = hrc[i];
+			if (rc != OK) {
+				first = rc;
+				continue;
+			}
+			trc[at] = ERR_AGAIN;
+			live++;
+			done += n;
+			continue;
+		}
+		if (!live)
+			break;
+		int32_t rc = trc[head] != ERR_AGAIN ? trc[head] : pq_wait(q, t[head], nullptr);
+		if (rc != OK && first == OK)
+			first = rc;
+		if (rc < 0)
+			break; /* poisoned: the rest can no longer be waited for */
+		head = (head + 1) % 8;
+		live--;
+	}
+	return first;
+}
+
+} /* namespace gpunvme */
+
+#endif /* GPUNVME_PQUEUE_H */
