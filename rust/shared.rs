@@ -443,10 +443,12 @@ impl Shared {
         if first && why != Failure::Unbind {
             dev_err!(self.dev, "{}: cutting off every open file\n", why.what());
         }
-        self.poll_cv.notify_all();
         for f in self.files.lock().iter() {
             shim::zap_file(f.0);
         }
+        // Woken after the zap: a file that poll() reports cut off has no
+        // page of the module mapped any more.
+        self.poll_cv.notify_all();
         // Taking the lock waits out an admin command in flight (bounded);
         // afterwards none starts for a file that was cut off.
         let mut guard = self.admin.lock();
