@@ -140,8 +140,6 @@ impl NsNode {
 }
 
 fn dispatch(me: &OpenState, cmd: u32, arg: usize) -> Result<isize> {
-    // A file cut off by a failure or unbind: every call fails the same way.
-    me.alive()?;
     match cmd {
         uapi::IOC_GET_INFO => me.get_info(arg),
         uapi::IOC_CREATE_QPAIR => me.create_qpair(arg),
