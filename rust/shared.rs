@@ -440,7 +440,9 @@ impl Shared {
     /// unbind. `reinit` brings the controller back for new files.
     pub(crate) fn fail(&self, why: Failure) {
         let first = self.set_down(why);
-        if first && why != Failure::Unbind {
+        if first && why.orderly() && why != Failure::Unbind {
+            dev_info!(self.dev, "{}: cutting off every open file\n", why.what());
+        } else if first && !why.orderly() {
             dev_err!(self.dev, "{}: cutting off every open file\n", why.what());
         }
         for f in self.files.lock().iter() {
