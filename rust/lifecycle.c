@@ -8,6 +8,8 @@
  * decisions are all made there.
  */
 #include <linux/debugfs.h>
+#include <linux/delay.h>
+#include <linux/device.h>
 #include <linux/fs.h>
 #include <linux/miscdevice.h>
 #include <linux/mutex.h>
@@ -272,4 +274,56 @@ static const struct file_operations fake_fops = {
 void gpunvme_shim_debugfs_fake_csts(struct dentry *dir, u32 *fake)
 {
 	debugfs_create_file("fake_csts", 0600, dir, fake, &fake_fops);
+}
+
+/*
+ * debugfs pci_event (write-only, tests): run one of the PCI callbacks above
+ * as the PCI core would, by name, under the device lock (taken with a
+ * bounded trylock: unbind holds the lock while it removes this file).
+ * What it cannot fake is the hardware side: MMIO keeps working after a
+ * simulated "error_frozen", and "slot_reset" resets nothing.
+ */
+static const char *const event_names[] = {
+	[EV_SHUTDOWN] = "shutdown", [EV_ERROR_NORMAL] = "error_normal",
+	[EV_ERROR_FROZEN] = "error_frozen", [EV_ERROR_GONE] = "error_gone",
+	[EV_SLOT_RESET] = "slot_reset", [EV_RESUME] = "resume",
+	[EV_SUSPEND] = "suspend", [EV_PM_RESUME] = "pm_resume",
+};
+
+static ssize_t event_write(struct file *f, const char __user *buf, size_t len, loff_t *pos)
+{
+	struct device *dev = f->private_data;
+	char s[16] = {};
+	int i, tries, ret = -EINVAL;
+
+	if (len >= sizeof(s) || copy_from_user(s, buf, len))
+		return -EINVAL;
+	for (i = 1; i < ARRAY_SIZE(event_names); i++)
+		if (sysfs_streq(s, event_names[i]))
+			break;
+	if (i == ARRAY_SIZE(event_names))
+		return -EINVAL;
+	for (tries = 0; !device_trylock(dev); tries++) {
+		if (tries == 100)
+			return -EBUSY;
+		msleep(10);
+	}
+	if (dev->driver) {
+		dev_warn(dev, "fault injection: PCI event %s\n", event_names[i]);
+		ret = event(to_pci_dev(dev), i);
+	}
+	device_unlock(dev);
+	return ret < 0 ? ret : len;
+}
+
+static const struct file_operations event_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = event_write,
+	.llseek = default_llseek,
+};
+
+void gpunvme_shim_debugfs_pci_event(struct dentry *dir, struct device *dev)
+{
+	debugfs_create_file("pci_event", 0200, dir, dev, &event_fops);
 }

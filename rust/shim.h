@@ -51,4 +51,5 @@ struct gpunvme_watch *gpunvme_shim_watch_start(void *ctx, u32 period_ms);
 void gpunvme_shim_watch_stop(struct gpunvme_watch *wt);
 int gpunvme_shim_add_poll(struct miscdevice *misc);
 void gpunvme_shim_debugfs_fake_csts(struct dentry *dir, u32 *fake);
+void gpunvme_shim_debugfs_pci_event(struct dentry *dir, struct device *dev);
 #endif

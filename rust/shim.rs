@@ -317,6 +317,7 @@ extern "C" {
     fn gpunvme_shim_debugfs_ctrl(dev: *mut c_void, mmap_delay_ms: *mut u32, drop_admin_doorbells: *mut u32) -> *mut c_void;
     fn gpunvme_shim_debugfs_remove(d: *mut c_void);
     fn gpunvme_shim_debugfs_fake_csts(d: *mut c_void, fake: *mut u32);
+    fn gpunvme_shim_debugfs_pci_event(d: *mut c_void, dev: *mut c_void);
     fn gpunvme_shim_add_poll(misc: *mut c_void) -> i32;
 }
 
@@ -347,6 +348,9 @@ impl DebugDir {
         // SAFETY: as above; `d` is the directory just made (or an error
         // pointer, which debugfs accepts).
         unsafe { gpunvme_shim_debugfs_fake_csts(d, fake_csts.as_ptr()) };
+        // SAFETY: `dev` is the bound PCI device; the file is removed with
+        // the directory (at drop, during unbind), before the device goes.
+        unsafe { gpunvme_shim_debugfs_pci_event(d, raw(dev)) };
         Self(d)
     }
 }

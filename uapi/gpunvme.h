@@ -25,8 +25,8 @@
  * nothing and blocks). Close it. After a fatal status the module disables
  * and re-initialises the controller, so a new open works; after all-ones
  * (surprise removal) new opens fail with ENODEV until the controller is
- * bound again; after suspend, on resume; after AER, once recovery resets
- * the slot. Unbind, reboot and suspend first delete the I/O queues and do
+ * bound again; after suspend (ENODEV meanwhile), on resume; after an AER
+ * error (EIO meanwhile), once recovery resets the slot. Unbind, reboot and suspend first delete the I/O queues and do
  * a normal shutdown (CC.SHN) with a 5 s deadline. A lost admin completion
  * (ETIMEDOUT) is not such a failure: see GPUNVME_IOC_CREATE_QPAIR.
  *

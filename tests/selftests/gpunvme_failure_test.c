@@ -7,7 +7,10 @@
  * debugfs knobs: gpunvme-<bdf>/fake_csts ("cfs": CSTS reads with the fatal
  * status bit; "ones": every register reads all-ones, as after a surprise
  * removal) and drop_admin_doorbells (the next admin command is never
- * rung, so it times out); unbind is the orderly case.
+ * rung, so it times out) and pci_event (runs one of the module's PCI
+ * callbacks, as the PCI core would for system suspend/resume or AER error
+ * recovery; the hardware side of those, a frozen link or a slot reset,
+ * is not simulated); unbind is the orderly case.
  *
  * What must follow, for each: poll() on the file reports POLLERR | POLLHUP
  * within a deadline (it blocked before), every call fails with the
@@ -379,6 +382,65 @@ TEST_F_TIMEOUT(fail, lost_admin_completion_is_not_a_failure, 90)
 	close(b->fd);
 	EXPECT_LT(reinit, klog_wait_more("controller re-initialised", NULL, reinit, 10000));
 	new_file_works(_metadata, seed);
+}
+
+/* Open the controller node by its number: the fd, or -errno. */
+static int open_node(int idx)
+{
+	char name[32];
+
+	snprintf(name, sizeof(name), "/dev/gpunvme%d", idx);
+	int fd = open(name, O_RDWR | O_CLOEXEC);
+	return fd >= 0 ? fd : -errno;
+}
+
+/* System suspend: an orderly shutdown (CC.SHN) after the files are cut
+ * off with ENODEV; no new file while suspended; resume re-initialises. */
+TEST_F_TIMEOUT(fail, suspend_shuts_down_and_resume_reinitialises, 90)
+{
+	struct busy *b = &self->b;
+	uint32_t seed = 40 + (getpid() & 7);
+	int idx = -1, shn = klog_count("normal shutdown complete", NULL);
+	int n = gpunvme_open_ctrl_node(gpunvme_bdf(), &idx);
+
+	ASSERT_LE(0, n);
+	close(n);
+	ASSERT_EQ(0, knob("pci_event", "suspend"));
+	EXPECT_EQ(POLLERR | POLLHUP, poll_for(b->fd, 1000, NULL) & (POLLERR | POLLHUP));
+	EXPECT_LT(shn, klog_count("normal shutdown complete", NULL));
+	expect_cut_off(_metadata, b, ENODEV);
+	EXPECT_EQ(-ENODEV, open_node(idx));
+	ASSERT_EQ(0, knob("pci_event", "pm_resume"));
+	new_file_works(_metadata, seed);
+	/* The old file stays cut off after resume. */
+	struct gpunvme_info info;
+	UAPI_INIT(info);
+	EXPECT_EQ(-1, ioctl(b->fd, GPUNVME_IOC_GET_INFO, &info));
+	EXPECT_EQ(ENODEV, errno);
+	busy_close(b);
+}
+
+/* AER: error_detected cuts every file off with EIO and stops the
+ * controller; new opens fail until slot_reset re-initialises it. */
+TEST_F_TIMEOUT(fail, pci_error_cuts_off_files_until_slot_reset, 90)
+{
+	struct busy *b = &self->b;
+	uint32_t seed = 40 + (getpid() & 7);
+	int idx = -1;
+	int n = gpunvme_open_ctrl_node(gpunvme_bdf(), &idx);
+
+	ASSERT_LE(0, n);
+	close(n);
+	ASSERT_EQ(0, knob("pci_event", "error_frozen"));
+	EXPECT_EQ(POLLERR | POLLHUP, poll_for(b->fd, 1000, NULL) & (POLLERR | POLLHUP));
+	expect_cut_off(_metadata, b, EIO);
+	EXPECT_EQ(-EIO, open_node(idx));
+	int reinit = klog_count("controller re-initialised", NULL);
+	ASSERT_EQ(0, knob("pci_event", "slot_reset"));
+	EXPECT_LT(reinit, klog_count("controller re-initialised", NULL));
+	ASSERT_EQ(0, knob("pci_event", "resume"));
+	new_file_works(_metadata, seed);
+	busy_close(b);
 }
 
 TEST_HARNESS_MAIN
