@@ -368,7 +368,10 @@ impl Shared {
         let Ok(bar) = self.bar.access(dev) else { return };
         dev_warn!(self.dev, "admin queue lost a completion and no queue is in use: re-initialising the controller\n");
         if self.restart(bar, admin).is_err() {
+            // Not serving files any more: cut off the open ones (they hold
+            // no queue) and tell their pollers.
             self.set_down(Failure::Fatal);
+            self.poll_cv.notify_all();
         }
     }
 
