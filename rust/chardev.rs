@@ -10,7 +10,9 @@
 //!
 //! An open file holds an `Arc<Shared>`, never a reference into the bound
 //! driver data: the file may outlive the binding, and after unbind every
-//! call on it fails with ENODEV.
+//! call on it fails with ENODEV. A file belongs to the controller's epoch
+//! at open: once the controller fails (see `Shared::fail`) its calls fail
+//! too, and `poll()` on it reports EPOLLERR | EPOLLHUP.
 
 use kernel::{
     container_of,
@@ -94,6 +96,7 @@ impl Node {
             shared,
             slot,
         })
+        .pin_chain(|node| crate::shim::add_poll(node.misc.as_raw()))
     }
 
     pub(crate) fn name(&self) -> &'static CStr {
@@ -126,7 +129,8 @@ impl NsNode {
                     misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
                     shared: shared.clone(),
                     nsid: ns.nsid,
-                }),
+                })
+                .pin_chain(|node| crate::shim::add_poll(node.misc.as_raw())),
                 GFP_KERNEL,
             )?;
             nodes.push(node, GFP_KERNEL)?;
@@ -165,7 +169,6 @@ impl MiscDevice for OpenFile {
         // holds the misc lock, so the registration (and its `Node`) cannot be
         // dropped while this runs.
         let node = unsafe { &*container_of!(misc as *const MiscDeviceRegistration<Self>, Node, misc) };
-        node.shared.alive()?;
         OpenState::new(node.shared.clone(), file, 0)
     }
 
@@ -190,7 +193,6 @@ impl MiscDevice for NsFile {
         // (the only place an `NsFile` registration is created), and
         // misc_open() holds the misc lock, so it cannot be dropped meanwhile.
         let node = unsafe { &*container_of!(misc as *const MiscDeviceRegistration<Self>, NsNode, misc) };
-        node.shared.alive()?;
         OpenState::new(node.shared.clone(), file, node.nsid)
     }
 

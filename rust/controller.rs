@@ -10,6 +10,7 @@ use kernel::{
     io::{poll::read_poll_timeout, Io},
     pci,
     prelude::*,
+    sync::atomic::{Atomic, Relaxed},
     time::Delta,
 };
 
@@ -38,17 +39,26 @@ fn write64(bar: &Bar0<'_>, offset: usize, value: u64) {
 }
 
 /// Clear CC.EN and wait for CSTS.RDY to drop. After this the controller
-/// does no more DMA.
-pub(crate) fn disable(dev: &Device, bar: &Bar0<'_>, cap: Cap) -> Result {
-    let cc = bar.read32(regs::CC);
+/// does no more DMA. `fake` is the `fake_csts` knob (`Shared::fake_csts`):
+/// all-ones makes every read all-ones; a faked CFS is cleared by the
+/// disable, as a reset clears a real one.
+pub(crate) fn disable(dev: &Device, bar: &Bar0<'_>, cap: Cap, fake: &Atomic<u32>) -> Result {
+    let read = |offset: usize| -> u32 {
+        match fake.load(Relaxed) {
+            crate::shared::FAKE_ONES => u32::MAX,
+            _ => bar.read32(offset),
+        }
+    };
+    let cc = read(regs::CC);
     if cc == u32::MAX {
         dev_err!(dev, "controller gone (CC reads all-ones)\n");
         return Err(ENODEV);
     }
     bar.write32(cc & !regs::CC_ENABLE, regs::CC);
+    let _ = fake.cmpxchg(crate::shared::FAKE_CFS, 0, Relaxed);
     read_poll_timeout(
-        || Ok(bar.read32(regs::CSTS)),
-        |s: &u32| s & regs::CSTS_READY == 0,
+        || Ok(read(regs::CSTS)),
+        |s: &u32| *s != u32::MAX && s & regs::CSTS_READY == 0,
         Delta::from_millis(1),
         ready_timeout(cap),
     )

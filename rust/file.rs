@@ -35,6 +35,9 @@ pub(crate) struct OpenState {
     pub(crate) shared: Arc<Shared>,
     file: *mut bindings::file,
     id: FileId,
+    /// The controller's epoch at open: once it moves on (the controller
+    /// failed or went away), every call fails and every mapping faults.
+    epoch: u64,
     /// The namespace a namespace node's file is limited to; 0 for the
     /// controller node.
     node_nsid: u32,
@@ -70,21 +73,34 @@ fn definitely_failed(e: Error) -> bool {
 
 impl OpenState {
     pub(crate) fn new(shared: Arc<Shared>, file: &File, node_nsid: u32) -> Result<KBox<Self>> {
+        let epoch = shared.open_epoch()?;
         let buffers = Arc::pin_init(Buffers::new(), GFP_KERNEL)?;
         let raw = shim::file_ptr(file);
         let id = shared.register_file(raw)?;
         let sh = shared.clone();
-        KBox::new(Self { shared, file: raw, id, node_nsid, buffers, next_handle: Atomic::new(1) }, GFP_KERNEL)
+        KBox::new(Self { shared, file: raw, id, epoch, node_nsid, buffers, next_handle: Atomic::new(1) }, GFP_KERNEL)
             .map_err(|e| {
                 sh.unregister_file(raw);
                 e.into()
             })
     }
 
+    /// Ok while the controller serves this file: ENODEV once it is gone
+    /// (unbound, removed, shut down, suspended), EIO once it failed (fatal
+    /// status, PCI error), even after it was re-initialised for new files.
+    pub(crate) fn alive(&self) -> Result {
+        self.shared.check(self.epoch)
+    }
+
+    /// For `poll()`: has this file been cut off?
+    pub(crate) fn cut_off(&self) -> bool {
+        self.alive().is_err()
+    }
+
     pub(crate) fn get_info(&self, arg: usize) -> Result<isize> {
         let (req, mut writer) = read_arg!(self, uapi::Info, arg, "GET_INFO");
         let sh = &self.shared;
-        sh.alive()?;
+        self.alive()?;
         let mut out = sh.info;
         out.size = req.size;
         out.version = req.version;
@@ -109,11 +125,11 @@ impl OpenState {
             dev_warn!(sh.dev, "CLAIM_OWNER: unknown flags {:#x}\n", req.flags);
             return Err(EINVAL);
         }
-        sh.alive()?;
+        self.alive()?;
         owner::may_own(&sh.dev, self.node_nsid, crate::allow_unsafe_no_iommu(), true)?;
         // Under the admin lock, as every MAP_* is: an owner's raw SQEs could
         // name any buffer mapped for the device, so no other file may have one.
-        sh.with_admin(|_, _, _| {
+        sh.with_admin(self.epoch, |_, _, _| {
             if sh.dma.lock().maps.iter().any(|m| m.file != self.id) {
                 dev_warn!(sh.dev, "CLAIM_OWNER: another file has buffers mapped for the controller\n");
                 return Err(EBUSY);
@@ -170,16 +186,16 @@ impl OpenState {
             return Err(EPERM);
         }
         let limits = if raw { None } else { Some(self.limits()?) };
-        sh.alive()?;
+        self.alive()?;
         sh.recover_if_idle();
         let qid = sh.claim_qid(self.id)?;
         let Some((_, mut sq_db, mut cq_db)) = qpair::doorbell_page(sh.cap, qid) else {
-            sh.release_qid(qid);
+            sh.release_qid(qid, self.id);
             dev_warn!(sh.dev, "CREATE_QPAIR: doorbell stride {} puts qid {} on two pages\n", sh.cap.doorbell_stride(), qid);
             return Err(EOPNOTSUPP);
         };
 
-        let created = sh.with_admin(|dev, admin, ring| {
+        let created = sh.with_admin(self.epoch, |dev, admin, ring| {
             let max_transfer = limits.as_ref().map(|l| l.max_transfer);
             let q = QPair::alloc(dev, qid, req.depth, max_transfer)?;
             let mut dma = sh.dma.lock();
@@ -237,7 +253,7 @@ impl OpenState {
             let _ = dma.queues.push_within_capacity(entry);
             Ok((sizes, pool))
         });
-        let ((sq_size, cq_size), (prp_size, prp_dma)) = created.inspect_err(|_| sh.release_qid(qid))?;
+        let ((sq_size, cq_size), (prp_size, prp_dma)) = created.inspect_err(|_| sh.release_qid(qid, self.id))?;
         if !raw {
             // The file rings shadow cells in the shadow page instead.
             sq_db = crate::bridge::SHADOW_SQ_TAIL;
@@ -264,7 +280,7 @@ impl OpenState {
     /// the quarantine when the controller did not confirm the delete.
     fn retire(&self, q: QPair, exported: bool) -> Result {
         let sh = &self.shared;
-        let res = sh.with_admin(|_, admin, ring| {
+        let res = sh.with_admin(self.epoch, |_, admin, ring| {
             for cmd in q.delete_cmds() {
                 admin.submit(&sh.dev, sh.cap, cmd, ring)?;
             }
@@ -273,12 +289,12 @@ impl OpenState {
         match res {
             Ok(()) if exported => {
                 // The controller is done with it, but an importer is not.
-                sh.release_qid(q.qid);
+                sh.release_qid(q.qid, self.id);
                 sh.quarantine(Quarantined::Exported(q));
                 Ok(())
             }
             Ok(()) => {
-                sh.release_qid(q.qid);
+                sh.release_qid(q.qid, self.id);
                 let mut dma = sh.dma.lock();
                 let entry = QueueEntry { file: self.id, state: QueueState::Retired, exports: KVec::new(), bridge: None, q };
                 if dma.queues.push(entry, GFP_KERNEL).is_err() {
@@ -300,7 +316,7 @@ impl OpenState {
 
     pub(crate) fn destroy_qpair(&self, arg: usize) -> Result<isize> {
         let (req, _) = read_arg!(self, uapi::QpairDestroy, arg, "DESTROY_QPAIR");
-        self.shared.alive()?;
+        self.alive()?;
         let Some(entry) = self.shared.dma.lock().take_live(self.id, req.qid) else {
             dev_warn!(self.shared.dev, "DESTROY_QPAIR: qid {} is not a live queue pair of this file\n", req.qid);
             return Err(ENOENT);
@@ -320,7 +336,7 @@ impl OpenState {
             return Err(EINVAL);
         }
         // The device must stay bound while the export is made: hold the admin lock.
-        let (length, fd) = sh.with_admin(|_, _, _| {
+        let (length, fd) = sh.with_admin(self.epoch, |_, _, _| {
             let mut dma = sh.dma.lock();
             let Some(e) = dma.live_entry_mut(self.id, req.qid) else {
                 dev_warn!(sh.dev, "EXPORT: qid {} is not a live queue pair of this file\n", req.qid);
@@ -389,7 +405,7 @@ impl OpenState {
         // no lock is held meanwhile, only the mapping needs the device.
         let mut map = HostMap::pin(req.addr, req.len)
             .inspect_err(|e| dev_warn!(sh.dev, "MAP_HOST: pinning {:#x}+{:#x} failed: {:?}\n", req.addr, req.len, e))?;
-        sh.with_admin(|dev, _, _| {
+        sh.with_admin(self.epoch, |dev, _, _| {
             self.not_owned_by_another("MAP_HOST")?;
             map.map(dev, &mut addrs)?;
             sh.dma.lock().maps.push(MapEntry { file: self.id, handle, map: Mapped::Host(map) }, GFP_KERNEL)?;
@@ -412,7 +428,7 @@ impl OpenState {
         }
         let mut addrs = KVVec::from_elem(0u64, req.max_pages as usize, GFP_KERNEL)?;
         let handle = self.next_handle.fetch_add(1, Relaxed);
-        let len = sh.with_admin(|_, _, _| {
+        let len = sh.with_admin(self.epoch, |_, _, _| {
             self.not_owned_by_another("MAP_DMABUF")?;
             let (import, len) = Import::new(&sh.dev, req.fd, &mut addrs, &self.buffers, handle)?;
             self.buffers.add(handle, &addrs[..(len / 4096) as usize])?;
@@ -491,7 +507,7 @@ impl OpenState {
             dev_warn!(sh.dev, "mmap: offset {:#x} names nothing\n", pgoff * 4096);
             return Err(EINVAL);
         };
-        sh.alive()?;
+        self.alive()?;
         let dma = sh.dma.lock();
         let Some(q) = dma.live_queue(self.id, qid) else {
             dev_warn!(sh.dev, "mmap: qid {} is not a live queue pair of this file\n", qid);
@@ -528,7 +544,7 @@ impl OpenState {
     fn fault(&self, gen: u64, kind: u32, index: u64, vma: *mut core::ffi::c_void, addr: usize) -> u32 {
         let sh = &self.shared;
         let dma = sh.dma.lock();
-        if sh.alive().is_err() {
+        if self.alive().is_err() {
             return shim::fault_sigbus();
         }
         // Live or retired (a destroyed pair stays mapped until close).

@@ -12,7 +12,7 @@ use kernel::{
     io::Io,
     pci,
     prelude::*,
-    sync::{aref::ARef, Arc},
+    sync::{aref::ARef, atomic::Atomic, Arc},
 };
 
 mod admin;
@@ -24,6 +24,7 @@ mod controller;
 mod dma_registry;
 mod file;
 mod identify;
+mod lifecycle;
 mod owner;
 mod qpair;
 mod regs;
@@ -47,6 +48,8 @@ struct GpunvmeDriver;
 /// no new file can reach the controller once unbinding has begun.
 #[pin_data]
 struct Bound {
+    /// Stopped first, at unbind: the CSTS watch and the PCI hooks.
+    hooks: lifecycle::Hooks,
     /// Its knobs point into `shared`: removed first.
     debug: shim::DebugDir,
     #[pin]
@@ -113,14 +116,15 @@ impl pci::Driver for GpunvmeDriver {
             info.bdf[..n].copy_from_slice(&name[..n]);
 
             let dev = pdev.as_ref();
+            let no_fake = Atomic::new(0u32);
             let mut admin = admin::AdminQueue::new(dev)?;
             let buf: Coherent<[u8]> = Coherent::zeroed_slice(dev, identify::IDENTIFY_LEN, GFP_KERNEL)?;
-            controller::disable(dev, bar, cap)?;
+            controller::disable(dev, bar, cap, &no_fake)?;
             // From here on a failure must stop the controller before the
             // admin queue and the Identify buffer are freed; if it will not
             // stop, both are kept (leaked) and bus mastering is cleared.
             let fail = |admin: admin::AdminQueue, buf: Coherent<[u8]>, e: Error| -> Error {
-                if controller::disable(dev, bar, cap).is_err() {
+                if controller::disable(dev, bar, cap, &no_fake).is_err() {
                     dev_err!(pdev, "probe failed and the controller did not stop: keeping its queue memory\n");
                     shim::clear_bus_master(pdev);
                     core::mem::forget(admin);
@@ -153,8 +157,10 @@ impl pci::Driver for GpunvmeDriver {
                 cap.max_queue_entries(), cap.doorbell_stride(), cap.ready_timeout_ms(),
                 slot.name().to_str().unwrap_or("?")
             );
+            let hooks = lifecycle::Hooks::new(dev, &shared)?;
             Ok(try_pin_init!(Bound {
-                debug: shim::DebugDir::new(dev, &shared.mmap_delay_ms, &shared.drop_admin_doorbells),
+                hooks,
+                debug: shim::DebugDir::new(dev, &shared.mmap_delay_ms, &shared.drop_admin_doorbells, &shared.fake_csts),
                 node <- chardev::Node::new(shared.clone(), slot),
                 shared,
             }))
@@ -162,21 +168,13 @@ impl pci::Driver for GpunvmeDriver {
     }
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
-        let shared = &this.shared;
-        // Fail new calls, zap user mappings, stop the controller, then free
-        // every DMA buffer while the device is still bound.
-        shared.shut_down(|| match shared.bar.access(pdev.as_ref()) {
-            Ok(bar) => {
-                if controller::disable(pdev.as_ref(), bar, shared.cap).is_err() {
-                    dev_err!(pdev, "disable failed; clearing bus mastering instead\n");
-                    shim::clear_bus_master(pdev);
-                }
-            }
-            Err(_) => {
-                dev_err!(pdev, "BAR0 already revoked at unbind; clearing bus mastering\n");
-                shim::clear_bus_master(pdev);
-            }
-        });
+        // No watch tick and no PCI callback runs from here on.
+        this.hooks.stop();
+        // Cut off every file (ENODEV; poll reports EPOLLERR | EPOLLHUP),
+        // zap user mappings, revoke exports, stop relays, delete the
+        // queues, CC.SHN, disable, then free every DMA buffer while the
+        // device is still bound.
+        this.shared.fail(shared::Failure::Unbind);
         dev_info!(pdev, "unbound; /dev/{} removed\n", this.node.name().to_str().unwrap_or("?"));
     }
 }

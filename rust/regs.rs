@@ -22,6 +22,12 @@ pub(crate) const DOORBELL_BASE: usize = 0x1000;
 
 /// CC.EN.
 pub(crate) const CC_ENABLE: u32 = 1 << 0;
+/// CC.SHN (bits 15:14) and its normal-shutdown value.
+pub(crate) const CC_SHN_MASK: u32 = 3 << 14;
+pub(crate) const CC_SHN_NORMAL: u32 = 1 << 14;
+/// CSTS.SHST (bits 3:2) and its "shutdown complete" value.
+pub(crate) const CSTS_SHST_MASK: u32 = 3 << 2;
+pub(crate) const CSTS_SHST_COMPLETE: u32 = 2 << 2;
 /// CSTS.RDY.
 pub(crate) const CSTS_READY: u32 = 1 << 0;
 /// CSTS.CFS: controller fatal status.

@@ -11,20 +11,24 @@ use kernel::{
     bindings,
     device::{Bound, Device},
     io::Io,
-    new_mutex,
+    io::poll::read_poll_timeout,
+    new_mutex, new_poll_condvar,
     pci::DevresBar,
     prelude::*,
     sync::{
         aref::ARef,
         atomic::{Acquire, Atomic, Relaxed, Release},
+        poll::PollCondVar,
         Arc, Mutex,
     },
+    time::Delta,
 };
 
 use crate::admin::AdminQueue;
-use crate::controller::BAR0_MIN;
+use crate::controller::{Bar0, BAR0_MIN};
 use crate::dma_registry::{DmaRegistry, FileId, Quarantined};
-use crate::regs::Cap;
+use crate::qpair::QPair;
+use crate::regs::{self, Cap};
 use crate::shim;
 use crate::uapi;
 
@@ -35,6 +39,65 @@ const MAX_QUEUES: usize = 64;
 /// still exist on the controller, so the ID is not handed out again until
 /// the controller is re-initialised.
 const ORPHAN: FileId = FileId::MAX;
+
+/// `Shared::state`: the controller serves files.
+const UP: u32 = 0;
+/// It failed or is suspended: every file of the old epoch is cut off, and
+/// new files are refused until it is re-initialised.
+const DOWN: u32 = 1;
+/// Unbound: nothing works any more.
+const GONE: u32 = 2;
+
+/// Why the controller stops serving its files (see `Shared::fail`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Failure {
+    /// CSTS.CFS: controller fatal status. Disabled, then re-initialised.
+    Fatal,
+    /// CSTS reads all-ones: surprise removal (or a dead link). No MMIO is
+    /// expected to work; what the controller could reach stays kept.
+    Removed,
+    /// AER reported an error on the link or the device.
+    PciError,
+    /// System sleep: orderly shutdown, re-initialised on resume.
+    Suspend,
+    /// Reboot or kexec: orderly shutdown (CC.SHN), bus mastering off.
+    Shutdown,
+    /// The driver is being unbound: orderly shutdown, then everything goes.
+    Unbind,
+}
+
+impl Failure {
+    /// What the calls of a file cut off by this failure return.
+    fn errno(self) -> Error {
+        match self {
+            Failure::Fatal | Failure::PciError => EIO,
+            _ => ENODEV,
+        }
+    }
+
+    fn orderly(self) -> bool {
+        matches!(self, Failure::Suspend | Failure::Shutdown | Failure::Unbind)
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Failure::Fatal => "controller fatal status (CSTS.CFS)",
+            Failure::Removed => "controller not responding (CSTS reads all-ones: surprise removal?)",
+            Failure::PciError => "PCI error reported (AER)",
+            Failure::Suspend => "system suspend",
+            Failure::Shutdown => "system shutdown",
+            Failure::Unbind => "unbind",
+        }
+    }
+}
+
+/// `Shared::fake_csts` values (debugfs `fake_csts`: off, cfs, ones).
+pub(crate) const FAKE_CFS: u32 = 1;
+pub(crate) const FAKE_ONES: u32 = 2;
+
+/// Deadline of a normal shutdown (CC.SHN until CSTS.SHST says complete),
+/// the nvme driver's default.
+const SHUTDOWN_TIMEOUT: Delta = Delta::from_secs(5);
 
 /// Queue ID holders and the owner; file IDs start at 1, 0 is "nobody".
 pub(crate) struct Tenancy {
@@ -76,9 +139,18 @@ pub(crate) struct Shared {
     #[pin]
     files: Mutex<KVec<FilePtr>>,
     next_file: Atomic<u64>,
-    /// Set at unbind, under the `dma` lock (mmap faults check it there):
-    /// from then on the controller is gone for every file.
-    gone: Atomic<bool>,
+    /// UP, DOWN or GONE; changed under the `dma` lock (mmap faults check
+    /// it there) together with `epoch`.
+    state: Atomic<u32>,
+    /// Bumped each time the controller stops serving its files: a file
+    /// belongs to the epoch it was opened in, and is cut off (its calls
+    /// fail, its mappings fault) once the epoch has moved on.
+    epoch: Atomic<u64>,
+    /// The errno of the last failure (what cut-off files' calls return).
+    fail_errno: Atomic<i32>,
+    /// Woken when the controller stops serving files: `poll()` waits here.
+    #[pin]
+    pub(crate) poll_cv: PollCondVar,
     /// Test knob (debugfs `gpunvme-<bdf>/mmap_delay_ms`): mmap sleeps this
     /// long after its checks, so a test can unbind in that window.
     pub(crate) mmap_delay_ms: Atomic<u32>,
@@ -86,6 +158,11 @@ pub(crate) struct Shared {
     /// next N admin SQ doorbell writes are not made, so those commands get
     /// no completion, as on a hung controller.
     pub(crate) drop_admin_doorbells: Atomic<u32>,
+    /// Fault injection (debugfs `gpunvme-<bdf>/fake_csts`): CSTS reads
+    /// with CFS set (`FAKE_CFS`, until the controller is disabled, as a
+    /// reset clears a real CFS), or every register read all-ones
+    /// (`FAKE_ONES`, as after a surprise removal, until unbind).
+    pub(crate) fake_csts: Atomic<u32>,
 }
 
 impl Shared {
@@ -107,33 +184,66 @@ impl Shared {
                 tenancy <- new_mutex!(Tenancy::default()),
                 files <- new_mutex!(KVec::new()),
                 next_file: Atomic::new(1),
-                gone: Atomic::new(false),
+                state: Atomic::new(UP),
+                epoch: Atomic::new(1),
+                fail_errno: Atomic::new(ENODEV.to_errno()),
+                poll_cv <- new_poll_condvar!("gpunvme::poll"),
                 mmap_delay_ms: Atomic::new(0),
                 drop_admin_doorbells: Atomic::new(0),
+                fake_csts: Atomic::new(0),
             }),
             GFP_KERNEL,
         )
     }
 
-    pub(crate) fn alive(&self) -> Result {
-        if self.gone.load(Acquire) {
+    /// The epoch a file opened now belongs to; ENODEV (or the failure's
+    /// errno) while the controller does not serve files.
+    pub(crate) fn open_epoch(&self) -> Result<u64> {
+        let epoch = self.epoch.load(Acquire);
+        match self.state.load(Acquire) {
+            UP => Ok(epoch),
+            GONE => Err(ENODEV),
+            _ => Err(Error::from_errno(self.fail_errno.load(Relaxed))),
+        }
+    }
+
+    /// Ok while a file of `epoch` is served: ENODEV once unbound, else the
+    /// errno of the failure that cut it off.
+    pub(crate) fn check(&self, epoch: u64) -> Result {
+        if self.state.load(Acquire) == GONE {
             return Err(ENODEV);
+        }
+        if self.epoch.load(Acquire) != epoch {
+            return Err(Error::from_errno(self.fail_errno.load(Relaxed)));
         }
         Ok(())
     }
 
-    /// Run `f` with the admin queue and the device known to be bound.
-    /// `ring(offset, value)` writes a BAR0 doorbell.
+    /// A register read, as the `fake_csts` knob makes it look.
+    pub(crate) fn read_reg(&self, bar: &Bar0<'_>, offset: usize) -> u32 {
+        // Offsets are checked at run time here (a failed check reads as a
+        // dead register).
+        let v = bar.try_read32(offset).unwrap_or(u32::MAX);
+        match self.fake_csts.load(Relaxed) {
+            FAKE_ONES => u32::MAX,
+            FAKE_CFS if offset == regs::CSTS => v | regs::CSTS_FATAL,
+            _ => v,
+        }
+    }
+
+    /// Run `f` for a file of `epoch`, with the admin queue and the device
+    /// known to be bound. `ring(offset, value)` writes a BAR0 doorbell.
     pub(crate) fn with_admin<R>(
         &self,
+        epoch: u64,
         f: impl FnOnce(&Device<Bound>, &mut AdminQueue, &dyn Fn(usize, u32) -> Result) -> Result<R>,
     ) -> Result<R> {
         let mut guard = self.admin.lock();
-        self.alive()?;
+        self.check(epoch)?;
         let admin = Option::as_mut(&mut *guard).ok_or(ENODEV)?;
-        // SAFETY: unbind sets `gone`, then takes this lock, and only then
-        // lets the device become unbound. We hold the lock and saw `gone`
-        // clear, so the device stays bound for the whole of `f`.
+        // SAFETY: unbind sets GONE, then takes this lock, and only then
+        // lets the device become unbound. We hold the lock and saw the
+        // state not GONE, so the device stays bound for the whole of `f`.
         let dev = unsafe { self.dev.as_bound() };
         let ring = |offset: usize, value: u32| -> Result {
             if offset == self.cap.sq_doorbell(0) && self.drop_admin_doorbell() {
@@ -177,8 +287,14 @@ impl Shared {
         Ok(free as u16 + 1)
     }
 
-    pub(crate) fn release_qid(&self, qid: u16) {
-        self.tenancy.lock().qids[usize::from(qid) - 1] = 0;
+    /// `file` gives back `qid` (if it still holds it: a failure may have
+    /// handed every ID back meanwhile).
+    pub(crate) fn release_qid(&self, qid: u16, file: FileId) {
+        let mut t = self.tenancy.lock();
+        let slot = &mut t.qids[usize::from(qid) - 1];
+        if *slot == file {
+            *slot = 0;
+        }
     }
 
     /// Make `file` the owner: EALREADY if it is, EBUSY if another file is or
@@ -230,7 +346,7 @@ impl Shared {
     /// fresh admin queue: the next file gets a controller in a known state.
     pub(crate) fn recover_if_idle(&self) {
         let mut guard = self.admin.lock();
-        if self.alive().is_err() {
+        if self.state.load(Acquire) != UP {
             return;
         }
         let Some(admin) = Option::as_mut(&mut *guard) else { return };
@@ -243,23 +359,35 @@ impl Shared {
                 return;
             }
         }
-        // SAFETY: as in `with_admin`: unbind sets `gone`, then takes the
+        // SAFETY: as in `with_admin`: unbind sets GONE, then takes the
         // admin lock before the device can become unbound; we hold the lock
-        // and saw `gone` clear.
+        // and saw the state UP.
         let dev = unsafe { self.dev.as_bound() };
         // Not `try_access`: that holds an RCU read lock, and disabling and
         // enabling sleep.
         let Ok(bar) = self.bar.access(dev) else { return };
         dev_warn!(self.dev, "admin queue lost a completion and no queue is in use: re-initialising the controller\n");
-        if crate::controller::disable(&self.dev, bar, self.cap).is_err() {
-            dev_err!(self.dev, "controller did not stop; it stays unusable until rebind\n");
-            return;
+        if self.restart(bar, admin).is_err() {
+            // Not serving files any more: cut off the open ones (they hold
+            // no queue) and tell their pollers.
+            self.set_down(Failure::Fatal);
+            self.poll_cv.notify_all();
         }
-        // Disabled: nothing kept for the controller's sake is reachable now,
-        // and no queue exists on it any more. No user mapping reaches a
-        // quarantined queue either: one whose delete failed keeps its queue
-        // ID on its open file (which blocks this) until the file is
-        // released, and a file is released only once its mappings are gone.
+    }
+
+    /// Disable the controller, free what was kept for its sake, forget
+    /// queue IDs that might still have existed on it, and enable it again
+    /// with a fresh admin queue. Called with the admin lock held. No user
+    /// mapping reaches what is freed: a quarantined queue whose delete
+    /// failed keeps its queue ID on its open file (which blocks a restart
+    /// while the controller serves files) until the file is released, and
+    /// a file is released only once its mappings are gone; after a failure
+    /// every file's mappings were zapped and fault with SIGBUS.
+    fn restart(&self, bar: &Bar0<'_>, admin: &mut AdminQueue) -> Result {
+        if crate::controller::disable(&self.dev, bar, self.cap, &self.fake_csts).is_err() {
+            dev_err!(self.dev, "controller did not stop; it stays unusable until rebind\n");
+            return Err(EIO);
+        }
         let freed = self.dma.lock().release_after_disable();
         drop(freed);
         for f in self.tenancy.lock().qids.iter_mut().filter(|f| **f == ORPHAN) {
@@ -279,6 +407,223 @@ impl Shared {
             Ok(()) => dev_info!(self.dev, "controller re-initialised\n"),
             Err(e) => dev_err!(self.dev, "re-initialising the controller failed ({:?}); it stays unusable until rebind\n", e),
         }
+        up
+    }
+
+    /// Stop serving the files of the current epoch (their calls fail with
+    /// `why`'s errno) and, unless unbinding, refuse new ones until
+    /// `reinit`. Returns whether the controller was serving files.
+    fn set_down(&self, why: Failure) -> bool {
+        // Under the lock mmap faults take: a fault either saw its epoch
+        // served and inserted its page before this (the caller's zap
+        // removes it), or sees it cut off and inserts nothing.
+        let _dma = self.dma.lock();
+        let was = self.state.load(Relaxed);
+        if was == UP {
+            self.fail_errno.store(why.errno().to_errno(), Relaxed);
+            self.epoch.fetch_add(1, Release);
+        }
+        if why == Failure::Unbind {
+            self.state.store(GONE, Release);
+        } else if was == UP {
+            self.state.store(DOWN, Release);
+        }
+        was == UP
+    }
+
+    /// The one path for a controller that fails or goes away: every open
+    /// file is cut off (its calls fail: EIO for a fatal status or a PCI
+    /// error, ENODEV otherwise; `poll()` reports EPOLLERR | EPOLLHUP), its
+    /// user mappings are zapped, exports revoked, relays stopped. Then the
+    /// controller is stopped as `why` allows: an orderly shutdown (delete
+    /// the I/O queues, CC.SHN, disable) for unbind, shutdown and suspend;
+    /// a disable for a fatal status or a PCI error; nothing for all-ones
+    /// (no MMIO works). Memory is freed only once the controller is known
+    /// stopped; otherwise bus mastering is cleared and it stays kept until
+    /// unbind. `reinit` brings the controller back for new files.
+    pub(crate) fn fail(&self, why: Failure) {
+        let first = self.set_down(why);
+        if first && why.orderly() && why != Failure::Unbind {
+            dev_info!(self.dev, "{}: cutting off every open file\n", why.what());
+        } else if first && !why.orderly() {
+            dev_err!(self.dev, "{}: cutting off every open file\n", why.what());
+        }
+        for f in self.files.lock().iter() {
+            shim::zap_file(f.0);
+        }
+        // Woken after the zap: a file that poll() reports cut off has no
+        // page of the module mapped any more.
+        self.poll_cv.notify_all();
+        // Taking the lock waits out an admin command in flight (bounded);
+        // afterwards none starts for a file that was cut off.
+        let mut guard = self.admin.lock();
+        if why != Failure::Unbind && self.state.load(Acquire) == GONE {
+            return;
+        }
+        // SAFETY: either this is unbind itself, which runs with the device
+        // bound, or the state was not GONE under the admin lock, which
+        // unbind takes after setting GONE and before the device can become
+        // unbound.
+        let dev = unsafe { self.dev.as_bound() };
+        // Revoke and stop first: afterwards no peer and no relay thread
+        // reaches any queue, and the memory is the module's alone.
+        let all = core::mem::take(&mut *self.dma.lock());
+        let DmaRegistry { queues, maps, quarantine } = all;
+        // The live queues, to delete in an orderly shutdown; without room
+        // to list them they are only kept, not deleted.
+        let mut live: KVec<QPair> = KVec::new();
+        let listed = live.reserve(queues.len(), GFP_KERNEL).is_ok();
+        let mut kept = DmaRegistry::default();
+        for e in queues {
+            let is_live = e.state == crate::dma_registry::QueueState::Live;
+            let (q, clean) = e.let_go();
+            if !clean {
+                kept.quarantine(Quarantined::Exported(q));
+            } else if is_live && listed {
+                if let Err(e) = live.push_within_capacity(q) {
+                    kept.quarantine(Quarantined::Queue(e.0));
+                }
+            } else {
+                kept.quarantine(Quarantined::Queue(q));
+            }
+        }
+        let stopped = match self.bar.access(dev) {
+            Ok(bar) => self.stop(bar, Option::as_mut(&mut *guard), why, &live),
+            Err(_) => false,
+        };
+        if !stopped {
+            dev_err!(self.dev, "controller not known to be stopped: bus mastering off, its memory kept until unbind\n");
+            if let Ok(pdev) = <&kernel::pci::Device<Bound>>::try_from(dev) {
+                shim::clear_bus_master(pdev);
+            }
+        }
+        if why == Failure::Unbind {
+            // The device is about to be unbound: it no longer masters the
+            // bus (stopped, or bus mastering cleared). Free everything but
+            // what an importer holds (leaked).
+            *guard = None;
+            drop(guard);
+            let mut all = DmaRegistry { queues: KVec::new(), maps, quarantine };
+            for q in live {
+                all.quarantine(Quarantined::Queue(q));
+            }
+            let mut late = core::mem::take(&mut *self.dma.lock());
+            all.clear();
+            kept.clear();
+            late.clear();
+            return;
+        }
+        // Keep everything in the quarantine: freed by the next disable (the
+        // re-initialisation) or at unbind, exports held by an importer never.
+        let mut dma = self.dma.lock();
+        for q in live {
+            dma.quarantine(Quarantined::Queue(q));
+        }
+        for k in kept.quarantine.drain_all() {
+            dma.quarantine(k);
+        }
+        for m in maps {
+            dma.quarantine(Quarantined::Buffer(m.map));
+        }
+        for k in quarantine {
+            dma.quarantine(k);
+        }
+        drop(dma);
+        // The old files hold no queue ID or ownership any more.
+        *self.tenancy.lock() = Tenancy::default();
+        if stopped {
+            if let Some(admin) = Option::as_mut(&mut *guard) {
+                // Disabled: the admin queue is empty on the controller too.
+                admin.reset();
+            }
+        }
+    }
+
+    /// Stop the controller for `why` (admin lock held); true once it is
+    /// known to do no more DMA.
+    fn stop(&self, bar: &Bar0<'_>, admin: Option<&mut AdminQueue>, why: Failure, live: &[QPair]) -> bool {
+        if why == Failure::Removed {
+            return false;
+        }
+        let csts = self.read_reg(bar, regs::CSTS);
+        let healthy = csts != u32::MAX && csts & regs::CSTS_FATAL == 0;
+        if why.orderly() && healthy {
+            self.orderly_shutdown(bar, admin, live);
+        }
+        crate::controller::disable(&self.dev, bar, self.cap, &self.fake_csts).is_ok()
+    }
+
+    /// Delete the I/O queues (SQ before CQ) while the admin queue answers,
+    /// then a normal shutdown: CC.SHN = 01b, wait for CSTS.SHST = 10b.
+    fn orderly_shutdown(&self, bar: &Bar0<'_>, admin: Option<&mut AdminQueue>, live: &[QPair]) {
+        if let Some(admin) = admin.filter(|a| !a.unsure()) {
+            let ring = |offset: usize, value: u32| bar.try_write32(value, offset);
+            'queues: for q in live {
+                for cmd in q.delete_cmds() {
+                    if admin.submit(&self.dev, self.cap, cmd, &ring).is_err() {
+                        dev_warn!(self.dev, "deleting queue {} failed: shutting down without it\n", q.qid);
+                        break 'queues;
+                    }
+                }
+            }
+        }
+        let cc = self.read_reg(bar, regs::CC);
+        bar.write32((cc & !regs::CC_SHN_MASK) | regs::CC_SHN_NORMAL, regs::CC);
+        let start = kernel::time::Instant::<kernel::time::Monotonic>::now();
+        let done = read_poll_timeout(
+            || Ok(self.read_reg(bar, regs::CSTS)),
+            |s: &u32| *s == u32::MAX || s & regs::CSTS_SHST_MASK == regs::CSTS_SHST_COMPLETE,
+            Delta::from_millis(1),
+            SHUTDOWN_TIMEOUT,
+        );
+        match done {
+            Ok(s) if s != u32::MAX => dev_info!(self.dev, "normal shutdown complete (CSTS.SHST) in {} ms\n",
+                                                start.elapsed().as_millis()),
+            _ => dev_warn!(self.dev, "normal shutdown did not complete within {} ms; disabling\n",
+                           SHUTDOWN_TIMEOUT.as_millis()),
+        }
+    }
+
+    /// Bring a failed (or suspended) controller back for new files:
+    /// disable, free what was kept, enable with a fresh admin queue. Files
+    /// cut off by the failure stay cut off.
+    pub(crate) fn reinit(&self) -> Result {
+        let mut guard = self.admin.lock();
+        match self.state.load(Acquire) {
+            UP => return Ok(()),
+            GONE => return Err(ENODEV),
+            _ => {}
+        }
+        let admin = Option::as_mut(&mut *guard).ok_or(ENODEV)?;
+        // SAFETY: as in `with_admin`: the state is not GONE under the lock.
+        let dev = unsafe { self.dev.as_bound() };
+        let bar = self.bar.access(dev)?;
+        self.restart(bar, admin)?;
+        let _dma = self.dma.lock();
+        self.state.store(UP, Release);
+        Ok(())
+    }
+
+    /// The CSTS watch: a fatal status fails the controller and
+    /// re-initialises it; all-ones is taken as a surprise removal. False
+    /// once unbound (the watch stops).
+    pub(crate) fn watch(&self) -> bool {
+        match self.state.load(Acquire) {
+            GONE => return false,
+            UP => {}
+            _ => return true,
+        }
+        let csts = match self.bar.try_access() {
+            Some(bar) => self.read_reg(&bar, regs::CSTS),
+            None => return false,
+        };
+        if csts == u32::MAX {
+            self.fail(Failure::Removed);
+        } else if csts & regs::CSTS_FATAL != 0 {
+            self.fail(Failure::Fatal);
+            let _ = self.reinit();
+        }
+        true
     }
 
     /// A new open file: its id, and its mappings registered for zapping.
@@ -289,31 +634,6 @@ impl Shared {
 
     pub(crate) fn unregister_file(&self, file: *mut bindings::file) {
         self.files.lock().retain(|f| f.0 != file);
-    }
-
-    /// Unbind: fail every new call, remove every user mapping (no process
-    /// rings a doorbell or touches queue memory any more), wait out an
-    /// admin command in flight, stop the controller with `stop`, then free
-    /// all DMA memory while the device is still bound.
-    pub(crate) fn shut_down(&self, stop: impl FnOnce()) {
-        // Under the lock mmap faults take: a fault either saw the controller
-        // alive and inserted its page before this (the zap below removes
-        // it), or sees it gone and inserts nothing.
-        {
-            let _dma = self.dma.lock();
-            self.gone.store(true, Release);
-        }
-        for f in self.files.lock().iter() {
-            shim::zap_file(f.0);
-        }
-        let mut admin = self.admin.lock();
-        stop();
-        *admin = None;
-        // Freed outside the lock: releasing pinned pages gives back their
-        // RLIMIT_MEMLOCK charge under the owner's mmap lock, and a fault
-        // holds that lock while it takes this one.
-        let mut all = core::mem::take(&mut *self.dma.lock());
-        all.clear();
     }
 }
 
@@ -329,7 +649,7 @@ impl PinnedDrop for Shared {
         // while probe runs, with the device bound.
         let dev = unsafe { self.dev.as_bound() };
         // `access`, not `try_access`: disabling sleeps.
-        let stopped = self.bar.access(dev).is_ok_and(|bar| crate::controller::disable(&self.dev, bar, self.cap).is_ok());
+        let stopped = self.bar.access(dev).is_ok_and(|bar| crate::controller::disable(&self.dev, bar, self.cap, &self.fake_csts).is_ok());
         if !stopped {
             dev_err!(self.dev, "controller did not stop after a failed probe: keeping its admin queue\n");
             core::mem::forget(admin);

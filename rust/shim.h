@@ -42,4 +42,14 @@ struct dentry;
 struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms,
 					 u32 *drop_admin_doorbells);
 void gpunvme_shim_debugfs_remove(struct dentry *d);
+/* rust/lifecycle.c */
+struct miscdevice;
+struct gpunvme_watch;
+int gpunvme_shim_hooks_add(struct device *dev, void *ctx);
+void *gpunvme_shim_hooks_del(struct device *dev);
+struct gpunvme_watch *gpunvme_shim_watch_start(void *ctx, u32 period_ms);
+void gpunvme_shim_watch_stop(struct gpunvme_watch *wt);
+int gpunvme_shim_add_poll(struct miscdevice *misc);
+void gpunvme_shim_debugfs_fake_csts(struct dentry *dir, u32 *fake);
+void gpunvme_shim_debugfs_pci_event(struct dentry *dir, struct device *dev);
 #endif

@@ -316,6 +316,18 @@ pub(crate) fn taint_no_iommu() {
 extern "C" {
     fn gpunvme_shim_debugfs_ctrl(dev: *mut c_void, mmap_delay_ms: *mut u32, drop_admin_doorbells: *mut u32) -> *mut c_void;
     fn gpunvme_shim_debugfs_remove(d: *mut c_void);
+    fn gpunvme_shim_debugfs_fake_csts(d: *mut c_void, fake: *mut u32);
+    fn gpunvme_shim_debugfs_pci_event(d: *mut c_void, dev: *mut c_void);
+    fn gpunvme_shim_add_poll(misc: *mut c_void) -> i32;
+}
+
+/// Give the device node `misc` (just registered) a `poll` file operation,
+/// answered by `lifecycle::gpunvme_file_poll`.
+pub(crate) fn add_poll(misc: *mut bindings::miscdevice) -> Result {
+    // SAFETY: `misc` is a registered miscdevice whose file operations are
+    // the Rust crate's for `OpenFile` or `NsFile`, whose open puts a
+    // `KBox<OpenState>` in the file's private data.
+    to_result(unsafe { gpunvme_shim_add_poll(misc.cast()) })
 }
 
 /// The controller's debugfs directory (`gpunvme-<bdf>/`), removed on drop.
@@ -329,10 +341,17 @@ unsafe impl Sync for DebugDir {}
 impl DebugDir {
     /// The knobs must outlive the returned value (they are read and
     /// written through debugfs until the directory is removed).
-    pub(crate) fn new(dev: &Device, mmap_delay_ms: &Atomic<u32>, drop_admin_doorbells: &Atomic<u32>) -> Self {
+    pub(crate) fn new(dev: &Device, mmap_delay_ms: &Atomic<u32>, drop_admin_doorbells: &Atomic<u32>, fake_csts: &Atomic<u32>) -> Self {
         // SAFETY: `Atomic<u32>` has the layout of a `u32`; debugfs reads and
         // writes them whole; the caller keeps them alive until drop.
-        Self(unsafe { gpunvme_shim_debugfs_ctrl(raw(dev), mmap_delay_ms.as_ptr(), drop_admin_doorbells.as_ptr()) })
+        let d = unsafe { gpunvme_shim_debugfs_ctrl(raw(dev), mmap_delay_ms.as_ptr(), drop_admin_doorbells.as_ptr()) };
+        // SAFETY: as above; `d` is the directory just made (or an error
+        // pointer, which debugfs accepts).
+        unsafe { gpunvme_shim_debugfs_fake_csts(d, fake_csts.as_ptr()) };
+        // SAFETY: `dev` is the bound PCI device; the file is removed with
+        // the directory (at drop, during unbind), before the device goes.
+        unsafe { gpunvme_shim_debugfs_pci_event(d, raw(dev)) };
+        Self(d)
     }
 }
 

@@ -14,6 +14,22 @@
  *  - reserved fields must be zero on input (EINVAL otherwise) so they can
  *    gain meaning later.
  *
+ * When the controller fails or goes away (unbind, device removal, a
+ * reboot or kexec, system suspend, a PCI error reported by AER, CSTS.CFS,
+ * or CSTS reading all-ones, which the module checks every 100 ms), every
+ * file open at that moment is cut off for good: every ioctl fails (EIO for
+ * a controller fatal status or a PCI error, ENODEV otherwise; even after
+ * the controller comes back), every mapping is removed (later accesses
+ * fault with SIGBUS), its exports are revoked, and poll()/epoll on the
+ * descriptor reports EPOLLERR | EPOLLHUP (before that poll() reports
+ * nothing and blocks). Close it. After a fatal status the module disables
+ * and re-initialises the controller, so a new open works; after all-ones
+ * (surprise removal) new opens fail with ENODEV until the controller is
+ * bound again; after suspend (ENODEV meanwhile), on resume; after an AER
+ * error (EIO meanwhile), once recovery resets the slot. Unbind, reboot and suspend first delete the I/O queues and do
+ * a normal shutdown (CC.SHN) with a 5 s deadline. A lost admin completion
+ * (ETIMEDOUT) is not such a failure: see GPUNVME_IOC_CREATE_QPAIR.
+ *
  * Device nodes: one per controller bound to gpunvme, /dev/gpunvme<N>, where
  * N is assigned in bind order, and one per active namespace (NSID 1..4),
  * /dev/gpunvme<N>n<NSID>. Opening needs no capability: the node's file mode
@@ -156,7 +172,8 @@ struct gpunvme_info {
 #define GPUNVME_MODE_OWNER  (1u << 1)
 
 /* Fill struct gpunvme_info. Errors: EINVAL (size/version/reserved), EFAULT,
- * ENODEV (the controller was unbound since open). */
+ * ENODEV (the controller was unbound or went away since open), EIO (it
+ * failed since open; see "When the controller fails" above). */
 #define GPUNVME_IOC_GET_INFO _IOWR(GPUNVME_IOC_MAGIC, 0x00, struct gpunvme_info)
 
 /*
@@ -170,7 +187,8 @@ struct gpunvme_info {
  * shadow cells; of an owner's raw pair it is the page of BAR0 (mapped
  * uncached) that also holds the admin doorbells and every other queue's.
  *
- * After unbind every mapping is removed (later accesses fault with SIGBUS).
+ * After unbind or a failure every mapping is removed (later accesses fault
+ * with SIGBUS).
  */
 
 /* Queue depth bounds: at least 2 entries, at most info.max_queue_entries. */

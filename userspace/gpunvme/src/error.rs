@@ -133,13 +133,20 @@ fn ioctl_hint(name: &str, errno: i32) -> &'static str {
              the kernel log names both values"
         }
         (_, libc::EPERM | libc::EACCES) => "not permitted on this node or file",
-        (_, libc::ENODEV) => "the controller was unbound from gpunvme since the node was opened",
+        (_, libc::ENODEV) => {
+            "the controller was unbound from gpunvme, removed, shut down or suspended since the \
+             node was opened: close it, bind again if need be, and reopen"
+        }
         (_, libc::ENOTTY) => "not a gpunvme device node, or the module does not know this ioctl",
         (_, libc::EFAULT) => "bad user pointer",
         (_, libc::ENOSPC) => "no I/O queue pair left on the controller (info.io_queues in use)",
         (_, libc::EBUSY) => "this file still has queue pairs: destroy them first",
         (_, libc::ENOENT) => "no such queue pair or mapping on this file",
-        (_, libc::EIO) => "the controller failed the command; the kernel log has its status",
+        (_, libc::EIO) => {
+            "the controller failed the command (the kernel log has its status), or failed as a \
+             whole since the node was opened (fatal status or PCI error; the kernel log says \
+             \"cutting off every open file\"): then close the node and reopen it"
+        }
         _ => "",
     }
 }

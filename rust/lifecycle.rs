@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The controller's life between probe and remove: PCI shutdown (reboot,
+//! kexec), AER error recovery, system sleep, the CSTS watch, and `poll()`
+//! on open files. The C side (`rust/lifecycle.c`) only forwards the
+//! kernel's callbacks here; every decision is `Shared::fail` and
+//! `Shared::reinit`.
+
+use core::ffi::c_void;
+use kernel::{
+    bindings,
+    device::Device,
+    fs::File,
+    prelude::*,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        poll::PollTable,
+        Arc,
+    },
+};
+
+use crate::file::OpenState;
+use crate::shared::{Failure, Shared};
+
+/// How often the watch reads CSTS.
+const WATCH_PERIOD_MS: u32 = 100;
+
+extern "C" {
+    fn gpunvme_shim_hooks_add(dev: *mut c_void, ctx: *mut c_void) -> i32;
+    fn gpunvme_shim_hooks_del(dev: *mut c_void) -> *mut c_void;
+    fn gpunvme_shim_watch_start(ctx: *mut c_void, period_ms: u32) -> *mut c_void;
+    fn gpunvme_shim_watch_stop(watch: *mut c_void);
+}
+
+/// The PCI callbacks and the CSTS watch of one bound controller; each
+/// holds a reference on the shared state until stopped.
+pub(crate) struct Hooks {
+    dev: *mut c_void,
+    /// The watch, null once stopped.
+    watch: Atomic<*mut c_void>,
+    /// The reference the watch uses (released once it is stopped).
+    watch_ctx: *const Shared,
+    hooked: Atomic<bool>,
+}
+
+// SAFETY: the pointers are a bound device (for the shim's list, compared
+// only), a C work item and an `Arc` reference, usable from any thread.
+unsafe impl Send for Hooks {}
+// SAFETY: `stop` is idempotent through the atomics.
+unsafe impl Sync for Hooks {}
+
+impl Hooks {
+    pub(crate) fn new(dev: &Device, shared: &Arc<Shared>) -> Result<Self> {
+        let raw = crate::shim::raw(dev);
+        let ctx = Arc::into_raw(shared.clone());
+        // SAFETY: `dev` is the PCI device being probed (its driver is set);
+        // `ctx` is an `Arc` reference released by `stop` after the shim
+        // forgot it.
+        let ret = unsafe { gpunvme_shim_hooks_add(raw, ctx.cast_mut().cast()) };
+        if ret < 0 {
+            // SAFETY: the shim did not keep it: the reference is ours again.
+            drop(unsafe { Arc::from_raw(ctx) });
+            return Err(Error::from_errno(ret));
+        }
+        let wctx = Arc::into_raw(shared.clone());
+        // SAFETY: `wctx` stays valid until the watch is stopped.
+        let watch = unsafe { gpunvme_shim_watch_start(wctx.cast_mut().cast(), WATCH_PERIOD_MS) };
+        let this = Self { dev: raw, watch: Atomic::new(watch), watch_ctx: wctx, hooked: Atomic::new(true) };
+        if watch.is_null() {
+            drop(this);
+            return Err(ENOMEM);
+        }
+        Ok(this)
+    }
+
+    /// Stop the watch and forget the PCI callbacks; once this returns
+    /// neither runs. Idempotent.
+    pub(crate) fn stop(&self) {
+        let w = self.watch.xchg(core::ptr::null_mut(), Relaxed);
+        if !w.is_null() {
+            // SAFETY: `w` came from gpunvme_shim_watch_start and is stopped
+            // once (swapped out above).
+            unsafe { gpunvme_shim_watch_stop(w) };
+        }
+        if self.hooked.xchg(false, Relaxed) {
+            // SAFETY: `dev` is the device these hooks were added for.
+            let ctx = unsafe { gpunvme_shim_hooks_del(self.dev) };
+            if !ctx.is_null() {
+                // SAFETY: the reference given to the shim in `new`, which
+                // forgot it (and no callback runs: they are serialised with
+                // unbind by the device lock).
+                drop(unsafe { Arc::from_raw(ctx.cast_const().cast::<Shared>()) });
+            }
+        }
+    }
+}
+
+impl Drop for Hooks {
+    fn drop(&mut self) {
+        self.stop();
+        // SAFETY: the watch is stopped: its reference is ours again.
+        drop(unsafe { Arc::from_raw(self.watch_ctx) });
+    }
+}
+
+/// Events of `rust/lifecycle.c`.
+const EV_SHUTDOWN: u32 = 1;
+const EV_ERROR_NORMAL: u32 = 2;
+const EV_ERROR_FROZEN: u32 = 3;
+const EV_ERROR_GONE: u32 = 4;
+const EV_SLOT_RESET: u32 = 5;
+const EV_RESUME: u32 = 6;
+const EV_SUSPEND: u32 = 7;
+const EV_PM_RESUME: u32 = 8;
+
+/// A PCI callback for the controller `ctx`; 0 or a negative errno.
+#[no_mangle]
+extern "C" fn gpunvme_pci_event(ctx: *mut c_void, event: u32) -> i32 {
+    // SAFETY: `ctx` is the `Arc<Shared>` reference the shim holds while the
+    // driver is bound; callbacks run under the device lock, as unbind does.
+    let sh = unsafe { &*ctx.cast_const().cast::<Shared>() };
+    let res = match event {
+        EV_SHUTDOWN => {
+            sh.fail(Failure::Shutdown);
+            Ok(())
+        }
+        EV_ERROR_NORMAL | EV_ERROR_FROZEN => {
+            sh.fail(Failure::PciError);
+            Ok(())
+        }
+        EV_ERROR_GONE => {
+            sh.fail(Failure::Removed);
+            Ok(())
+        }
+        EV_SLOT_RESET | EV_PM_RESUME => sh.reinit(),
+        EV_RESUME => {
+            dev_info!(sh.dev, "PCI error recovery done; new files may open\n");
+            Ok(())
+        }
+        EV_SUSPEND => {
+            sh.fail(Failure::Suspend);
+            Ok(())
+        }
+        _ => Err(EINVAL),
+    };
+    match res {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// One tick of the CSTS watch; false stops it.
+#[no_mangle]
+extern "C" fn gpunvme_watch_tick(ctx: *mut c_void) -> bool {
+    // SAFETY: `ctx` is the `Arc<Shared>` reference `Hooks` holds until the
+    // watch is stopped, which waits for a tick that runs.
+    let sh = unsafe { &*ctx.cast_const().cast::<Shared>() };
+    sh.watch()
+}
+
+/// `poll()` on an open file: true (the shim answers EPOLLERR | EPOLLHUP)
+/// once the file is cut off (the controller failed, went away or was
+/// unbound); the waiter is woken when that happens.
+#[no_mangle]
+extern "C" fn gpunvme_file_poll(state: *mut c_void, file: *mut bindings::file, table: *mut bindings::poll_table) -> bool {
+    // SAFETY: `state` is the file's private data (a `KBox<OpenState>` made
+    // at open, freed at release, which cannot run during a poll).
+    let me = unsafe { &*state.cast_const().cast::<OpenState>() };
+    // SAFETY: `file` is the file being polled, valid for the call.
+    let file = unsafe { File::from_raw_file(file) };
+    // SAFETY: the poll table is valid (or null) for the call.
+    let table = unsafe { PollTable::from_raw(table) };
+    table.register_wait(file, &me.shared.poll_cv);
+    me.cut_off()
+}
+
