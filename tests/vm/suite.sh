@@ -46,8 +46,12 @@ H="$ROOT/kernels/build/hostrun/gpunvme_hostrun"
 # holds scripts that change the kernel for the rest of their boot).
 mapfile -t tests < <(find "$B" -maxdepth 1 -type f | sort)
 
+# Programs the selftests use (gpunvme_bind_test.sh's helper), to /opt/gpunvme.
+helpers=()
+for h in "$B"/helpers/*; do [ -f "$h" ] && helpers+=(--file "$h"); done
+
 echo "=== boot 1: default controllers, shared mode; the edu stand-in has no P2P path to the NVMe BAR here"
-bash "$ROOT/tests/vm/run.sh" --file "$ROOT/gpunvme.ko" --file "$cli" --file "$S/gpunvme_standin.ko" "$@" -- \
+bash "$ROOT/tests/vm/run.sh" --file "$ROOT/gpunvme.ko" --file "$cli" --file "$S/gpunvme_standin.ko" "${helpers[@]}" "$@" -- \
     "$ROOT/tests/vm/vm-env.sh" "${tests[@]}" "$S"/build/* "$H" 2>&1 | tee "$work/boot1.log"
 add "$work/boot1.log"
 

@@ -276,10 +276,9 @@ struct SeenMount {
 }
 
 /// Every mount of the system that is on one of `devs`, found by device
-/// number in this process's mount table and then every other process's
-/// (one per mount namespace where the kernel shows namespaces; a process
-/// with another root sees other mounts, so without namespace links each
-/// process is read).
+/// number in this process's mount table and then every other process's:
+/// one per mount namespace, and each process whose root differs from ours
+/// (the kernel shows a process only the mounts under its root).
 fn mounts_on(proc_: &Path, devs: &BTreeSet<DevNo>) -> Vec<SeenMount> {
     let mut by_id: BTreeMap<u64, SeenMount> = BTreeMap::new();
     let mut add = |text: &str, seen_by: Option<(String, String)>| {
@@ -300,11 +299,19 @@ fn mounts_on(proc_: &Path, devs: &BTreeSet<DevNo>) -> Vec<SeenMount> {
     }
     let ns = |p: &str| fs::read_link(proc_.join(p).join("ns/mnt")).ok();
     let mut seen_ns: BTreeSet<PathBuf> = ns("self").into_iter().collect();
-    let my_root = fs::read_link(proc_.join("self/root")).ok();
+    // A root is compared by what it is (device, inode), not by its name:
+    // readlink shows an unreachable root (a chrooted reader looking at pid
+    // 1) as "/" too.
+    let root_of = |p: &str| {
+        fs::metadata(proc_.join(p).join("root"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    let my_root = root_of("self");
     for pid in pids(proc_) {
         if let Some(n) = ns(&pid) {
             // Same namespace and same root: the same view as ours.
-            let same_root = fs::read_link(proc_.join(&pid).join("root")).ok() == my_root;
+            let same_root = root_of(&pid) == my_root;
             if seen_ns.contains(&n) && same_root {
                 continue;
             }
@@ -433,9 +440,21 @@ pub(super) fn check(
     let mut claim = Claim::default();
     let mut busy = BTreeSet::new();
     let mut uses: Vec<InUse> = Vec::new();
+    let mut held = BTreeSet::new();
     for (i, b) in devs.iter().enumerate() {
+        // Holding a whole disk exclusively covers its partitions: the
+        // kernel refused it if any partition was claimed, and refuses any
+        // partition claim while it is held (so they cannot be opened O_EXCL
+        // by us either: each open is a holder of its own). Partitions are
+        // opened one by one only when their disk is busy, to tell which.
+        if b.family != i && held.contains(&b.family) {
+            continue;
+        }
         match open_excl(b, roots, &mut tmp) {
-            Ok(Some(f)) => claim.files.push(f),
+            Ok(Some(f)) => {
+                claim.files.push(f);
+                held.insert(i);
+            }
             Ok(None) => {
                 busy.insert(i);
             }
