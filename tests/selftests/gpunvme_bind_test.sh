@@ -17,8 +17,10 @@
 # Each time bind must fail (non-zero exit) with a message naming what holds
 # the disk (mount point, swap, dm name, pid), the controller must still be
 # bound to nvme with its block devices, and the file must read back intact.
-# Last, with everything released, bind succeeds, gpunvme has the
-# controller, and `unbind --to-nvme` gives it back with the file intact.
+# Between its check and the unbind, bind holds every block device O_EXCL:
+# paused there (a test-only knob), a mount, a swapon and an exclusive open
+# must fail. Last, with everything released, bind succeeds, gpunvme has
+# the controller, and `unbind --to-nvme` gives it back with the file intact.
 . "$(dirname "$0")/ktap.sh"
 DIR=${GPUNVME_DIR:-/opt/gpunvme}
 KBDF=${KERNEL_NVME_BDF:-0000:00:05.0}
@@ -265,6 +267,46 @@ case_other_root() {
 	data_intact && return $rc
 }
 
+# The window between the check and the unbind: bind holds its O_EXCL
+# claim there. The CLI's test-only pause (GPUNVME_TEST_BIND_PAUSE) stops it
+# at that point; a mount, a swapon and an exclusive open must all fail
+# then, and the bind must go on once released.
+case_window() {
+	rm -f "$T/go" "$T/go.held"
+	GPUNVME_TEST_BIND_PAUSE=$T/go gpunvme bind "$KBDF" > "$T/bind.out" 2>&1 &
+	pid=$!
+	i=0
+	while [ ! -e "$T/go.held" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+	[ -e "$T/go.held" ] || { echo "bind never paused"; cat "$T/bind.out"; kill $pid; return 1; }
+	echo "bind paused holding $(cat "$T/go.held") block device(s)"
+	rc=0
+	if mount "/dev/${NS}p2" "$M" 2>"$T/err"; then
+		echo "mount of p2 succeeded in the window"; umount "$M"; rc=1
+	else
+		echo "mount: $(cat "$T/err")"
+	fi
+	if swapon "/dev/${NS}p1" 2>"$T/err"; then
+		echo "swapon of p1 succeeded in the window"; swapoff "/dev/${NS}p1"; rc=1
+	else
+		echo "swapon: $(cat "$T/err")"
+	fi
+	for d in "$NS" "${NS}p2"; do
+		if timeout 2 "$HELPER" excl "/dev/$d" "$T/got" 2>"$T/err"; [ -e "$T/got" ]; then
+			echo "O_EXCL open of $d succeeded in the window"; rm -f "$T/got"; rc=1
+		else
+			echo "O_EXCL $d: $(cat "$T/err")"
+		fi
+	done
+	[ "$(driver_of "$KBDF")" = nvme ] || { echo "unbound before the pause ended"; rc=1; }
+	touch "$T/go"
+	wait $pid || { echo "bind failed:"; rc=1; }
+	cat "$T/bind.out"
+	[ "$(driver_of "$KBDF")" = gpunvme ] || { echo "driver is '$(driver_of "$KBDF")'"; rc=1; }
+	gpunvme unbind --to-nvme "$KBDF" || rc=1
+	find_ns && wait_blk "/dev/${NS}p2" || return 1
+	data_intact && return $rc
+}
+
 # Everything released: bind works, gpunvme has the controller; then back.
 case_free() {
 	out=$(gpunvme bind "$KBDF" 2>&1)
@@ -279,7 +321,7 @@ case_free() {
 	data_intact
 }
 
-ktap_plan 10
+ktap_plan 11
 ktap_check "setup: $KBDF on nvme, partitioned, ext4 on p2 with a known file" setup
 find_ns
 ktap_check "refused: a partition is mounted (names the mount point)" case_mounted
@@ -290,6 +332,7 @@ ktap_check "refused: a process has the namespace open (names the pid)" case_raw_
 ktap_check "refused: a device-mapper device on a partition, mounted (names dm-N and its name)" case_dm
 ktap_check "refused: mounted in another mount namespace (names the mount, the pid)" case_other_namespace
 ktap_check "refused: mounted outside a chrooted caller's root (no /dev nodes there)" case_other_root
+ktap_check "between check and unbind: mount, swapon, O_EXCL all refused" case_window
 ktap_check "released: bind succeeds, gpunvme has it; unbind --to-nvme, data intact" case_free
 rm -rf "$T"
 ktap_done

@@ -96,6 +96,35 @@ impl Default for Sysfs {
     }
 }
 
+/// Test-only knob (off unless set): with `GPUNVME_TEST_BIND_PAUSE=PATH`,
+/// `bind` holds its claim on the block devices, creates `PATH.held`, and
+/// waits (at most 60 s) for `PATH` to exist before it unbinds, so a test
+/// can show that nothing takes the disk in that window. On timeout the
+/// bind is abandoned, nothing unbound.
+const TEST_BIND_PAUSE: &str = "GPUNVME_TEST_BIND_PAUSE";
+
+fn test_pause_holding(claim: &Claim) -> Result<()> {
+    let Some(go) = std::env::var_os(TEST_BIND_PAUSE).filter(|v| !v.is_empty()) else {
+        return Ok(());
+    };
+    let go = PathBuf::from(go);
+    let mut held = go.clone().into_os_string();
+    held.push(".held");
+    fs::write(&held, format!("{}\n", claim.held()))
+        .map_err(|e| Error::io("signal the test pause", &held, e))?;
+    let start = Instant::now();
+    while !go.exists() {
+        if start.elapsed() >= Duration::from_secs(60) {
+            return Err(Error::Invalid(format!(
+                "{TEST_BIND_PAUSE}: {} did not appear within 60 s; nothing was unbound",
+                go.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// Normalizes a PCI address: `bb:dd.f` gets domain `0000`, hex is
 /// lower-cased; anything else is rejected.
 pub fn normalize_bdf(s: &str) -> Result<String> {
@@ -544,10 +573,14 @@ impl Sysfs {
             .iter()
             .map(|u| format!("{} {}", u.device, u.by))
             .collect();
+        let unchecked = uses
+            .iter()
+            .any(|u| u.by.starts_with("could not be checked"));
         Err(Error::Refused(format!(
-            "{} ({}) is in use: {}; nothing was unbound (unmount, swapoff, remove the holders or stop those processes first)",
+            "{} ({}) is in use{}: {}; nothing was unbound (unmount, swapoff, remove the holders or stop those processes first)",
             ctrl.bdf,
             ctrl.nvme_name.as_deref().unwrap_or("nvme"),
+            if unchecked { " or could not be checked" } else { "" },
             list.join(", ")
         )))
     }
@@ -594,7 +627,9 @@ impl Sysfs {
             )));
         }
         let claim = if ctrl.driver.as_deref() == Some(NVME_DRIVER) {
-            Some(self.claim_free(&ctrl)?)
+            let c = self.claim_free(&ctrl)?;
+            test_pause_holding(&c)?;
+            Some(c)
         } else {
             None
         };
