@@ -10,7 +10,8 @@
 #     /dev/root (the node is removed after the mount, as at boot);
 #   - p1 an active swap area;
 #   - the whole namespace held O_EXCL by a process (gpunvme_bind_helper);
-#   - the whole namespace open (not exclusively) by a process;
+#   - the whole namespace open (not exclusively) by a process, and the
+#     same for the controller's and the namespace's character devices;
 #   - a device-mapper device on p2 (made by the DM ioctls), mounted;
 #   - p2 mounted where the caller cannot see it: in another mount namespace
 #     (unshare -m), and outside the root of a chrooted caller.
@@ -196,6 +197,25 @@ case_raw_opener() {
 	data_intact && return $rc
 }
 
+# The same for the controller's character device (/dev/nvmeN, admin
+# passthrough) and the namespace's generic one (/dev/ngNn1).
+case_char_openers() {
+	ctrl=$(basename /sys/bus/pci/devices/"$KBDF"/nvme/nvme*)
+	ng=ng${ctrl#nvme}n1
+	[ -c "/dev/$ctrl" ] && [ -c "/dev/$ng" ] || { echo "no /dev/$ctrl or /dev/$ng"; return 1; }
+	rc=0
+	for c in "$ctrl" "$ng"; do
+		sleep 600 < "/dev/$c" >/dev/null 2>&1 &
+		pid=$!
+		sleep 0.2
+		refused "$c open by pid $pid (sleep)" || rc=1
+		kill $pid
+		wait $pid 2>/dev/null
+		recover
+	done
+	return $rc
+}
+
 case_dm() {
 	dm=$("$HELPER" dm-create "$DM_NAME" "/dev/${NS}p2") || return 1
 	echo "$DM_NAME is $dm"
@@ -321,7 +341,7 @@ case_free() {
 	data_intact
 }
 
-ktap_plan 11
+ktap_plan 12
 ktap_check "setup: $KBDF on nvme, partitioned, ext4 on p2 with a known file" setup
 find_ns
 ktap_check "refused: a partition is mounted (names the mount point)" case_mounted
@@ -329,6 +349,7 @@ ktap_check "refused: mounted as /dev/root like a kernel-mounted root" case_dev_r
 ktap_check "refused: a partition is active swap" case_swap
 ktap_check "refused: a process holds the namespace O_EXCL (names the pid)" case_excl_process
 ktap_check "refused: a process has the namespace open (names the pid)" case_raw_opener
+ktap_check "refused: a process has /dev/nvmeN or /dev/ngNn1 open (names the pid)" case_char_openers
 ktap_check "refused: a device-mapper device on a partition, mounted (names dm-N and its name)" case_dm
 ktap_check "refused: mounted in another mount namespace (names the mount, the pid)" case_other_namespace
 ktap_check "refused: mounted outside a chrooted caller's root (no /dev nodes there)" case_other_root
