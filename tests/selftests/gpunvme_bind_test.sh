@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # `gpunvme bind` must not take a disk that is in use. The controller the
 # kernel nvme driver drives ($KERNEL_NVME_BDF) gets a partition table (p1
-# 16 MiB, p2 32 MiB), a file system on p2 (busybox mke2fs: ext2, mounted by
+# 8 MiB, p2 16 MiB), a file system on p2 (busybox mke2fs: ext2, mounted by
 # the ext4 driver) holding a file of known random content, and then, one at
 # a time:
 #   - p2 mounted;
@@ -76,8 +76,9 @@ setup() {
 	find_ns || { echo "no namespace block device for $KBDF"; return 1; }
 	echo "$KBDF is /dev/$NS"
 	dd if=/dev/zero of="/dev/$NS" bs=512 count=2048 2>/dev/null || return 1
-	# An MBR: p1 type 0x82 at 2048, 32768 sectors; p2 0x83 at 34816, 65536.
-	printf "$(mbr_entry 130 2048 32768)$(mbr_entry 131 34816 65536)" |
+	# An MBR: p1 type 0x82 at 2048, 16384 sectors; p2 0x83 at 18432, 32768
+	# (small: mke2fs and each check stay quick on the debug kernel).
+	printf "$(mbr_entry 130 2048 16384)$(mbr_entry 131 18432 32768)" |
 		dd of="/dev/$NS" bs=1 seek=446 conv=notrunc 2>/dev/null || return 1
 	printf '\125\252' | dd of="/dev/$NS" bs=1 seek=510 conv=notrunc 2>/dev/null || return 1
 	sync
@@ -342,7 +343,7 @@ case_free() {
 }
 
 ktap_plan 12
-ktap_check "setup: $KBDF on nvme, partitioned, ext4 on p2 with a known file" setup
+ktap_check "setup: $KBDF on nvme, partitioned, a file system on p2 with a known file" setup
 find_ns
 ktap_check "refused: a partition is mounted (names the mount point)" case_mounted
 ktap_check "refused: mounted as /dev/root like a kernel-mounted root" case_dev_root
