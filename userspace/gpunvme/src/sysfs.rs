@@ -1028,6 +1028,44 @@ mod tests {
     }
 
     #[test]
+    fn multipath_checks_the_head_not_the_hidden_path() {
+        // Native NVMe multipath: the controller has the hidden path device
+        // nvme1c1n1; the block device users open (and partition) is the
+        // head nvme1n1, under the subsystem.
+        let f = Fake::new();
+        let d6 = f.pci().join("devices/0000:00:06.0");
+        fs::remove_file(d6.join("driver")).ok();
+        symlink("../../drivers/nvme", d6.join("driver")).unwrap();
+        write(&d6.join("nvme/nvme1/dev"), "240:1\n");
+        write(&d6.join("nvme/nvme1/nvme1c1n1/dev"), "259:8\n");
+        write(&d6.join("nvme/nvme1/ng1n1/dev"), "241:1\n");
+        let head = f.tmp.0.join("sys/class/block/nvme1n1");
+        write(&head.join("dev"), "259:9\n");
+        write(&head.join("nvme1n1p1/partition"), "1\n");
+        write(&head.join("nvme1n1p1/dev"), "259:10\n");
+        let s = f.sysfs();
+        let ctrl = s.controller("0000:00:06.0").unwrap();
+        let (blocks, chars) = s.storage_of(&ctrl);
+        let names: Vec<&str> = blocks.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["nvme1n1", "nvme1n1p1"]);
+        assert_eq!(
+            chars,
+            [
+                ("nvme1".to_string(), (240, 1)),
+                ("ng1n1".to_string(), (241, 1))
+            ]
+        );
+        f.mounts("40 21 259:10 / /home rw - ext4 /dev/nvme1n1p1 rw\n");
+        let msg = f
+            .busy(&["nvme1n1", "nvme1n1p1"])
+            .bind("0000:00:06.0")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("nvme1n1p1 mounted on /home"), "{msg}");
+        assert!(!msg.contains("not visible here"), "{msg}");
+    }
+
+    #[test]
     fn refuses_bind_when_a_partition_is_mounted() {
         let f = Fake::new();
         f.no_dm_holder();
