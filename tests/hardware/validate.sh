@@ -287,7 +287,7 @@ load_module() {
 }
 step "insmod gpunvme.ko" "'Unknown symbol _RNv...': built against another build of this kernel (rebuild); 'Invalid module format': another kernel version; 'Key was rejected by service' / lockdown: Secure Boot wants signed modules" load_module
 check "gpunvme driver registered" "no /sys/bus/pci/drivers/gpunvme after insmod: see dmesg" test -d /sys/bus/pci/drivers/gpunvme
-step "gpunvme bind" "see the log: 'in use by the kernel nvme driver' (unmount first); 'gpunvme did not bind' (the kernel log says why: not ready within CAP.TO, fatal status, admin timeout)" \
+step "gpunvme bind" "see the log: 'is in use: ...' names the mount, swap, holder or pid (free it first); 'gpunvme did not bind' (the kernel log says why: not ready within CAP.TO, fatal status, admin timeout)" \
     "$GPUNVME" bind "$BDF"
 step "gpunvme list (bound)" "the CLI cannot read sysfs" "$GPUNVME" list
 check "listed as bound to gpunvme" "gpunvme list does not show $BDF on gpunvme with a /dev/gpunvme node" grep -Eq "^$BDF .*gpunvme .*/dev/gpunvme[0-9]" "$LAST_LOG"

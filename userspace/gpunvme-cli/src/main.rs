@@ -56,9 +56,17 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Bind a controller to gpunvme: unbind it from its driver (refused if
-    /// any of its namespaces is mounted, swapped on or held), set
+    /// Bind a controller to gpunvme: unbind it from its driver, set
     /// driver_override=gpunvme, probe, and check that gpunvme took it.
+    ///
+    /// Refused (non-zero exit, nothing unbound) while its storage is in
+    /// use: every namespace, partition and dm/md device on them is opened
+    /// O_EXCL, which the kernel refuses while a file system is mounted from
+    /// it (under any name, in any mount namespace), it is swap, a dm/md
+    /// device holds it or a process opened it O_EXCL; the message names
+    /// the mount point, swap, holder (dm name) or pid. A process that has
+    /// a namespace, /dev/nvmeN or /dev/ngNnM open refuses it too. The
+    /// O_EXCL opens are held until the unbind is done.
     Bind {
         /// PCI address, e.g. 0000:01:00.0.
         bdf: String,

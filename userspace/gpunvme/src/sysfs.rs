@@ -4,12 +4,21 @@
 //! gpunvme never binds by class match (it would steal the boot disk): a
 //! controller is handed to it explicitly with `driver_override`. Before a
 //! controller is taken from `nvme`, every block device of its namespaces
-//! (partitions and device-mapper holders included) is checked against the
-//! mount table and the swap list, and the move is refused if any is in use.
+//! (partitions and device-mapper/md holders included) is opened with
+//! `O_EXCL`: the move is refused if the kernel says any is busy (mounted in
+//! any namespace, swap, held, opened exclusively) or a process has one
+//! open, and the exclusive opens are held until the unbind is done (see
+//! [`claim`](self::claim) for the details).
 //!
-//! Every path is relative to an injectable root (`/sys` by default) so the
-//! logic is tested on a fake tree.
+//! Every path is relative to an injectable root (`/sys`, `/proc`, `/dev`
+//! by default) so the logic is tested on fake trees.
 
+mod claim;
+
+use claim::BlockDev;
+pub use claim::Claim;
+
+#[cfg(test)]
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Write;
@@ -56,30 +65,64 @@ pub struct NvmeController {
 pub struct InUse {
     /// The block device (`nvme0n1p2`, `dm-0`).
     pub device: String,
-    /// What uses it: `mounted on /boot`, `active swap`, `held by dm-0`.
+    /// What uses it: `mounted on /boot`, `active swap`,
+    /// `held by dm-0 (device-mapper vg-data)`, `open by pid 42 (dd)`.
     pub by: String,
 }
 
-/// Access to sysfs (and the mount table) under configurable roots.
+/// Access to sysfs (and /proc, /dev) under configurable roots.
 #[derive(Debug, Clone)]
 pub struct Sysfs {
     root: PathBuf,
-    mounts: PathBuf,
-    swaps: PathBuf,
+    proc_: PathBuf,
     dev: PathBuf,
     settle: Duration,
+    /// Test hook (fake trees have no device nodes): block devices whose
+    /// exclusive open is "busy"; when set, nothing is opened.
+    #[cfg(test)]
+    fake_busy: Option<BTreeSet<String>>,
 }
 
 impl Default for Sysfs {
     fn default() -> Self {
         Sysfs {
             root: PathBuf::from("/sys"),
-            mounts: PathBuf::from("/proc/self/mounts"),
-            swaps: PathBuf::from("/proc/swaps"),
+            proc_: PathBuf::from("/proc"),
             dev: PathBuf::from("/dev"),
             settle: Duration::from_secs(2),
+            #[cfg(test)]
+            fake_busy: None,
         }
     }
+}
+
+/// Test-only knob (off unless set): with `GPUNVME_TEST_BIND_PAUSE=PATH`,
+/// `bind` holds its claim on the block devices, creates `PATH.held`, and
+/// waits (at most 60 s) for `PATH` to exist before it unbinds, so a test
+/// can show that nothing takes the disk in that window. On timeout the
+/// bind is abandoned, nothing unbound.
+const TEST_BIND_PAUSE: &str = "GPUNVME_TEST_BIND_PAUSE";
+
+fn test_pause_holding(claim: &Claim) -> Result<()> {
+    let Some(go) = std::env::var_os(TEST_BIND_PAUSE).filter(|v| !v.is_empty()) else {
+        return Ok(());
+    };
+    let go = PathBuf::from(go);
+    let mut held = go.clone().into_os_string();
+    held.push(".held");
+    fs::write(&held, format!("{}\n", claim.held()))
+        .map_err(|e| Error::io("signal the test pause", &held, e))?;
+    let start = Instant::now();
+    while !go.exists() {
+        if start.elapsed() >= Duration::from_secs(60) {
+            return Err(Error::Invalid(format!(
+                "{TEST_BIND_PAUSE}: {} did not appear within 60 s; nothing was unbound",
+                go.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 /// Normalizes a PCI address: `bb:dd.f` gets domain `0000`, hex is
@@ -182,29 +225,8 @@ pub fn parse_node_name(name: &str) -> Option<(u32, Option<u32>)> {
     }
 }
 
-/// Undoes the octal escapes of /proc/self/mounts (`\040` for a space).
-fn unescape_mount_field(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 impl Sysfs {
-    /// The real system: `/sys`, `/proc/self/mounts`, `/proc/swaps`, `/dev`.
+    /// The real system: `/sys`, `/proc`, `/dev`.
     pub fn new() -> Self {
         Self::default()
     }
@@ -217,19 +239,15 @@ impl Sysfs {
         }
     }
 
-    /// Uses `path` in place of `/proc/self/mounts`.
-    pub fn mounts_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.mounts = path.into();
+    /// Uses `path` in place of `/proc` (mount tables, `swaps`, open
+    /// files of processes).
+    pub fn proc_dir(mut self, path: impl Into<PathBuf>) -> Self {
+        self.proc_ = path.into();
         self
     }
 
-    /// Uses `path` in place of `/proc/swaps`.
-    pub fn swaps_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.swaps = path.into();
-        self
-    }
-
-    /// Uses `path` in place of `/dev` when looking for device nodes.
+    /// Uses `path` in place of `/dev` when looking for device nodes (a
+    /// block device without a node there gets a temporary one).
     pub fn dev_dir(mut self, path: impl Into<PathBuf>) -> Self {
         self.dev = path.into();
         self
@@ -420,100 +438,151 @@ impl Sysfs {
         out
     }
 
-    /// Adds `name`, its partitions and (recursively) its holders to `acc`,
-    /// recording device-mapper names for `/dev/mapper/` matching.
+    /// Adds `name` (sysfs directory `dir`), its partitions and, recursively,
+    /// the devices holding any of them (device-mapper, md) to `acc`.
     fn collect_block(
         &self,
         name: &str,
         dir: &Path,
-        acc: &mut BTreeSet<String>,
-        mapper: &mut Vec<(String, String)>,
-        holders: &mut Vec<InUse>,
+        family: Option<usize>,
+        acc: &mut Vec<BlockDev>,
     ) {
-        if !acc.insert(name.to_string()) {
+        if acc.iter().any(|b| b.name == name) {
             return;
-        }
-        if let Ok(dm) = fs::read_to_string(dir.join("dm/name")) {
-            mapper.push((dm.trim().to_string(), name.to_string()));
         }
         let dir = if dir.exists() {
             dir.to_path_buf()
         } else {
             self.root.join("class/block").join(name)
         };
+        let holders: Vec<String> = sorted_dir_names(&dir.join("holders"));
+        let held_by = holders
+            .iter()
+            .map(|h| {
+                match fs::read_to_string(self.root.join("class/block").join(h).join("dm/name")) {
+                    Ok(dm) if !dm.trim().is_empty() => format!("{h} (device-mapper {})", dm.trim()),
+                    _ => h.clone(),
+                }
+            })
+            .collect();
+        // A device without a `dev` attribute cannot be opened (nor mounted):
+        // only its holders matter.
+        let me = match fs::read_to_string(dir.join("dev"))
+            .ok()
+            .and_then(|s| claim::parse_devno(&s))
+        {
+            Some(dev) => {
+                let i = acc.len();
+                acc.push(BlockDev {
+                    name: name.to_string(),
+                    dev,
+                    family: family.unwrap_or(i),
+                    held_by,
+                });
+                Some(i)
+            }
+            None => None,
+        };
         for sub in sorted_dir_names(&dir) {
             if sub.starts_with(name) && dir.join(&sub).join("partition").exists() {
-                self.collect_block(&sub, &dir.join(&sub), acc, mapper, holders);
+                self.collect_block(&sub, &dir.join(&sub), me, acc);
             }
         }
-        for h in sorted_dir_names(&dir.join("holders")) {
-            holders.push(InUse {
-                device: name.to_string(),
-                by: format!("held by {h}"),
-            });
+        for h in holders {
             let hdir = self.root.join("class/block").join(&h);
-            self.collect_block(&h, &hdir, acc, mapper, holders);
+            self.collect_block(&h, &hdir, None, acc);
         }
     }
 
-    /// What makes the namespaces of the controller at `bdf` busy: mounted
-    /// file systems, active swap, device-mapper/md holders. Empty when the
-    /// controller is not bound to `nvme` (it then has no block devices).
-    pub fn in_use(&self, bdf: &str) -> Result<Vec<InUse>> {
-        let ctrl = self.controller(bdf)?;
+    /// The block devices of the controller at `bdf` (namespaces, their
+    /// partitions, their device-mapper/md holders, recursively) and its
+    /// character devices (`nvme0`, `ng0n1`). Empty when it is not bound
+    /// to `nvme`.
+    fn storage_of(&self, ctrl: &NvmeController) -> (Vec<BlockDev>, Vec<(String, claim::DevNo)>) {
+        let mut blocks = Vec::new();
+        let mut chars = Vec::new();
         let Some(nvme_name) = &ctrl.nvme_name else {
-            return Ok(Vec::new());
+            return (blocks, chars);
         };
         let ctrl_dir = self.dev_path(&ctrl.bdf).join("nvme").join(nvme_name);
-        let mut names = BTreeSet::new();
-        let mut mapper = Vec::new();
-        let mut uses = Vec::new();
         for (disk, dir) in self.namespace_disks(&ctrl_dir) {
-            self.collect_block(&disk, &dir, &mut names, &mut mapper, &mut uses);
-        }
-        let owner = |source: &str| -> Option<String> {
-            let rest = source.strip_prefix("/dev/")?;
-            if names.contains(rest) {
-                return Some(rest.to_string());
-            }
-            if let Some(m) = rest.strip_prefix("mapper/") {
-                if let Some((_, dm)) = mapper.iter().find(|(n, _)| n == m) {
-                    return Some(dm.clone());
-                }
-            }
-            // /dev/disk/by-uuid/... and other links, on the real system.
-            let real = fs::canonicalize(source).ok()?;
-            let base = real.strip_prefix("/dev").ok()?.to_str()?.to_string();
-            names.contains(&base).then_some(base)
-        };
-        let mounts = fs::read_to_string(&self.mounts)
-            .map_err(|e| Error::io("read the mount table", &self.mounts, e))?;
-        for line in mounts.lines() {
-            let mut f = line.split_whitespace();
-            let (Some(src), Some(target)) = (f.next(), f.next()) else {
+            // A multipath path device (nvme0c0n1) is hidden: no node opens
+            // it; its head (listed after it) is what users open and hold.
+            if namespace_names(&disk).is_some_and(|(_, head)| head.is_some()) {
                 continue;
-            };
-            if let Some(dev) = owner(&unescape_mount_field(src)) {
-                uses.push(InUse {
-                    device: dev,
-                    by: format!("mounted on {}", unescape_mount_field(target)),
-                });
             }
+            self.collect_block(&disk, &dir, None, &mut blocks);
         }
-        // /proc/swaps may be absent (no swap support): that is not an error.
-        if let Ok(swaps) = fs::read_to_string(&self.swaps) {
-            for line in swaps.lines().skip(1) {
-                if let Some(src) = line.split_whitespace().next() {
-                    if let Some(dev) = owner(&unescape_mount_field(src)) {
-                        uses.push(InUse {
-                            device: dev,
-                            by: "active swap".into(),
-                        });
-                    }
+        let char_dev = |dir: &Path| {
+            fs::read_to_string(dir.join("dev"))
+                .ok()
+                .and_then(|s| claim::parse_devno(&s))
+        };
+        if let Some(d) = char_dev(&ctrl_dir) {
+            chars.push((nvme_name.clone(), d));
+        }
+        for n in sorted_dir_names(&ctrl_dir) {
+            if n.starts_with("ng") {
+                if let Some(d) = char_dev(&ctrl_dir.join(&n)) {
+                    chars.push((n, d));
                 }
             }
         }
-        Ok(uses)
+        (blocks, chars)
+    }
+
+    fn check_storage(&self, ctrl: &NvmeController) -> (Claim, Vec<InUse>) {
+        let (blocks, chars) = self.storage_of(ctrl);
+        #[cfg(test)]
+        let fake_busy = self.fake_busy.as_ref();
+        #[cfg(not(test))]
+        let fake_busy = None;
+        claim::check(
+            &blocks,
+            &chars,
+            &claim::Roots {
+                sys: &self.root,
+                proc_: &self.proc_,
+                dev: &self.dev,
+                fake_busy,
+            },
+        )
+    }
+
+    /// What makes the controller at `bdf` busy: for every block device of
+    /// its namespaces (partitions and device-mapper/md holders included),
+    /// the kernel's answer to an exclusive open, and then who holds it:
+    /// mounts (in any mount namespace, matched by device number), active
+    /// swap, holders, processes with it open (also the controller's and
+    /// namespaces' character devices). Empty when the controller is not
+    /// bound to `nvme` (it then has no block devices) or nothing uses it.
+    pub fn in_use(&self, bdf: &str) -> Result<Vec<InUse>> {
+        let ctrl = self.controller(bdf)?;
+        Ok(self.check_storage(&ctrl).1)
+    }
+
+    /// Claims every block device of `ctrl` exclusively, or refuses (naming
+    /// what uses it) if anything does. The claim is to be held until the
+    /// controller has left its driver.
+    fn claim_free(&self, ctrl: &NvmeController) -> Result<Claim> {
+        let (claim, uses) = self.check_storage(ctrl);
+        if uses.is_empty() {
+            return Ok(claim);
+        }
+        let list: Vec<String> = uses
+            .iter()
+            .map(|u| format!("{} {}", u.device, u.by))
+            .collect();
+        let unchecked = uses
+            .iter()
+            .any(|u| u.by.starts_with("could not be checked"));
+        Err(Error::Refused(format!(
+            "{} ({}) is in use{}: {}; nothing was unbound (unmount, swapoff, remove the holders or stop those processes first)",
+            ctrl.bdf,
+            ctrl.nvme_name.as_deref().unwrap_or("nvme"),
+            if unchecked { " or could not be checked" } else { "" },
+            list.join(", ")
+        )))
     }
 
     fn write_attr(&self, path: &Path, value: &str, what: &str) -> Result<()> {
@@ -538,24 +607,10 @@ impl Sysfs {
         }
     }
 
-    fn refuse_if_in_use(&self, bdf: &str, nvme_name: Option<&str>) -> Result<()> {
-        let uses = self.in_use(bdf)?;
-        if uses.is_empty() {
-            return Ok(());
-        }
-        let list: Vec<String> = uses
-            .iter()
-            .map(|u| format!("{} {}", u.device, u.by))
-            .collect();
-        Err(Error::Refused(format!(
-            "{bdf} ({}) is in use by the kernel nvme driver: {}; unmount/deactivate it first",
-            nvme_name.unwrap_or("nvme"),
-            list.join(", ")
-        )))
-    }
-
     /// Hands the controller at `bdf` to gpunvme: unbinds it from its current
-    /// driver (refused if its namespaces are in use), sets
+    /// driver (refused if its storage is in use, see [`Sysfs::in_use`]; the
+    /// block devices stay opened `O_EXCL` until the unbind is done, so
+    /// nothing can take them in between), sets
     /// `driver_override` to `gpunvme`, triggers `drivers_probe` and checks
     /// that gpunvme bound it. On failure it tries to give the controller
     /// back to its previous driver and says so.
@@ -571,9 +626,13 @@ impl Sysfs {
                 self.pci().join("drivers").join(GPUNVME_DRIVER).display()
             )));
         }
-        if ctrl.driver.as_deref() == Some(NVME_DRIVER) {
-            self.refuse_if_in_use(&bdf, ctrl.nvme_name.as_deref())?;
-        }
+        let claim = if ctrl.driver.as_deref() == Some(NVME_DRIVER) {
+            let c = self.claim_free(&ctrl)?;
+            test_pause_holding(&c)?;
+            Some(c)
+        } else {
+            None
+        };
         let dev = self.dev_path(&bdf);
         if let Some(d) = &ctrl.driver {
             self.write_attr(
@@ -582,6 +641,9 @@ impl Sysfs {
                 &format!("unbind {bdf} from {d}"),
             )?;
         }
+        // The unbind returned: the driver's remove has run and the block
+        // devices are gone; let go of them.
+        drop(claim);
         let result = self
             .write_attr(
                 &dev.join("driver_override"),
@@ -774,7 +836,9 @@ mod tests {
             let c = d4.join("nvme/nvme0");
             write(&c.join("nvme0n1/dev"), "259:0\n");
             write(&c.join("nvme0n1/nvme0n1p1/partition"), "1\n");
+            write(&c.join("nvme0n1/nvme0n1p1/dev"), "259:1\n");
             write(&c.join("nvme0n1/nvme0n1p2/partition"), "2\n");
+            write(&c.join("nvme0n1/nvme0n1p2/dev"), "259:2\n");
             write(&c.join("nvme0n2/dev"), "259:3\n");
             fs::create_dir_all(c.join("nvme0n2/holders")).unwrap();
             symlink(
@@ -783,6 +847,7 @@ mod tests {
             )
             .unwrap();
             write(&sys.join("class/block/dm-0/dm/name"), "vg-data\n");
+            write(&sys.join("class/block/dm-0/dev"), "253:0\n");
             dev("0000:00:05.0", "0x010802", Some("gpunvme"));
             // The controller node and two namespace nodes ("gpunvme0n10"
             // sorts before "gpunvme0n2" by name).
@@ -797,23 +862,45 @@ mod tests {
             dev("0000:00:06.0", "0x010802", None);
             dev("0000:00:01.0", "0x030000", None);
             write(
-                &tmp.0.join("mounts"),
-                "proc /proc proc rw 0 0\n/dev/sda1 / ext4 rw 0 0\n",
+                &tmp.0.join("proc/self/mountinfo"),
+                "22 1 0:21 / /proc rw - proc proc rw\n21 1 8:1 / / rw - ext4 /dev/sda1 rw\n",
             );
-            write(&tmp.0.join("swaps"), "Filename Type Size Used Priority\n");
+            write(
+                &tmp.0.join("proc/swaps"),
+                "Filename Type Size Used Priority\n",
+            );
             Fake { tmp }
         }
 
+        /// The fake: nothing is busy for the kernel.
         fn sysfs(&self) -> Sysfs {
-            Sysfs::with_root(self.tmp.0.join("sys"))
-                .mounts_file(self.tmp.0.join("mounts"))
-                .swaps_file(self.tmp.0.join("swaps"))
-                .dev_dir(self.tmp.0.join("dev"))
-                .settle_time(Duration::ZERO)
+            self.busy(&[])
         }
 
+        /// The fake, where the kernel refuses `O_EXCL` for `names`.
+        fn busy(&self, names: &[&str]) -> Sysfs {
+            let mut s = Sysfs::with_root(self.tmp.0.join("sys"))
+                .proc_dir(self.tmp.0.join("proc"))
+                .dev_dir(self.tmp.0.join("dev"))
+                .settle_time(Duration::ZERO);
+            s.fake_busy = Some(names.iter().map(|n| n.to_string()).collect());
+            s
+        }
+
+        /// Appends mountinfo lines ("ID PARENT MAJ:MIN ROOT POINT OPTS - TYPE
+        /// SOURCE OPTS") to this process's mount table.
         fn mounts(&self, s: &str) {
-            write(&self.tmp.0.join("mounts"), s);
+            let p = self.tmp.0.join("proc/self/mountinfo");
+            let old = fs::read_to_string(&p).unwrap();
+            write(&p, &format!("{old}{s}"));
+        }
+
+        fn no_dm_holder(&self) {
+            fs::remove_file(
+                self.pci()
+                    .join("devices/0000:00:04.0/nvme/nvme0/nvme0n2/holders/dm-0"),
+            )
+            .unwrap();
         }
 
         fn pci(&self) -> PathBuf {
@@ -917,70 +1004,208 @@ mod tests {
     }
 
     #[test]
+    fn storage_lists_namespaces_partitions_and_holders() {
+        let f = Fake::new();
+        let s = f.sysfs();
+        let ctrl = s.controller("0000:00:04.0").unwrap();
+        let (blocks, chars) = s.storage_of(&ctrl);
+        let names: Vec<(&str, claim::DevNo, &str)> = blocks
+            .iter()
+            .map(|b| (b.name.as_str(), b.dev, blocks[b.family].name.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("nvme0n1", (259, 0), "nvme0n1"),
+                ("nvme0n1p1", (259, 1), "nvme0n1"),
+                ("nvme0n1p2", (259, 2), "nvme0n1"),
+                ("nvme0n2", (259, 3), "nvme0n2"),
+                ("dm-0", (253, 0), "dm-0"),
+            ]
+        );
+        assert_eq!(blocks[3].held_by, ["dm-0 (device-mapper vg-data)"]);
+        assert!(chars.is_empty());
+    }
+
+    #[test]
+    fn multipath_checks_the_head_not_the_hidden_path() {
+        // Native NVMe multipath: the controller has the hidden path device
+        // nvme1c1n1; the block device users open (and partition) is the
+        // head nvme1n1, under the subsystem.
+        let f = Fake::new();
+        let d6 = f.pci().join("devices/0000:00:06.0");
+        fs::remove_file(d6.join("driver")).ok();
+        symlink("../../drivers/nvme", d6.join("driver")).unwrap();
+        write(&d6.join("nvme/nvme1/dev"), "240:1\n");
+        write(&d6.join("nvme/nvme1/nvme1c1n1/dev"), "259:8\n");
+        write(&d6.join("nvme/nvme1/ng1n1/dev"), "241:1\n");
+        let head = f.tmp.0.join("sys/class/block/nvme1n1");
+        write(&head.join("dev"), "259:9\n");
+        write(&head.join("nvme1n1p1/partition"), "1\n");
+        write(&head.join("nvme1n1p1/dev"), "259:10\n");
+        let s = f.sysfs();
+        let ctrl = s.controller("0000:00:06.0").unwrap();
+        let (blocks, chars) = s.storage_of(&ctrl);
+        let names: Vec<&str> = blocks.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["nvme1n1", "nvme1n1p1"]);
+        assert_eq!(
+            chars,
+            [
+                ("nvme1".to_string(), (240, 1)),
+                ("ng1n1".to_string(), (241, 1))
+            ]
+        );
+        f.mounts("40 21 259:10 / /home rw - ext4 /dev/nvme1n1p1 rw\n");
+        let msg = f
+            .busy(&["nvme1n1", "nvme1n1p1"])
+            .bind("0000:00:06.0")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("nvme1n1p1 mounted on /home"), "{msg}");
+        assert!(!msg.contains("not visible here"), "{msg}");
+    }
+
+    #[test]
     fn refuses_bind_when_a_partition_is_mounted() {
         let f = Fake::new();
-        f.mounts("/dev/sda1 / ext4 rw 0 0\n/dev/nvme0n1p2 /mnt/my\\040data xfs rw 0 0\n");
-        let s = f.sysfs();
+        f.no_dm_holder();
+        f.mounts("40 21 259:2 / /mnt/my\\040data rw - xfs /dev/nvme0n1p2 rw\n");
+        // The kernel: the partition is claimed, so is its whole disk.
+        let s = f.busy(&["nvme0n1p2", "nvme0n1"]);
         let uses = s.in_use("0000:00:04.0").unwrap();
-        assert!(uses.contains(&InUse {
-            device: "nvme0n1p2".into(),
-            by: "mounted on /mnt/my data".into()
-        }));
+        assert_eq!(
+            uses,
+            [InUse {
+                device: "nvme0n1p2".into(),
+                by: "mounted on /mnt/my data".into()
+            }]
+        );
         let e = s.bind("0000:00:04.0").unwrap_err();
         assert!(matches!(e, Error::Refused(_)), "{e:?}");
         let msg = e.to_string();
         assert!(msg.contains("nvme0n1p2 mounted on /mnt/my data"), "{msg}");
-        assert!(msg.contains("nvme0"), "{msg}");
+        assert!(
+            msg.contains("(nvme0)") && msg.contains("nothing was unbound"),
+            "{msg}"
+        );
         // Nothing was written: still bound to nvme, no override.
         assert_eq!(f.read("drivers/nvme/unbind"), "");
         assert_eq!(f.read("devices/0000:00:04.0/driver_override"), "(null)\n");
     }
 
     #[test]
-    fn refuses_bind_when_a_whole_namespace_or_dm_holder_is_mounted() {
+    fn mounts_match_by_device_number_not_by_name() {
+        // Mounted the way the kernel mounts root: the table says /dev/root.
         let f = Fake::new();
-        f.mounts("/dev/nvme0n1 /data ext4 rw 0 0\n");
-        assert!(matches!(f.sysfs().bind("00:04.0"), Err(Error::Refused(_))));
+        f.no_dm_holder();
+        f.mounts("40 21 259:0 / /data rw - ext4 /dev/root rw\n");
+        let msg = f
+            .busy(&["nvme0n1"])
+            .bind("00:04.0")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("nvme0n1 mounted on /data (as /dev/root, ext4)"),
+            "{msg}"
+        );
+        // A source string naming the disk says nothing: another device.
+        let f = Fake::new();
+        f.no_dm_holder();
+        f.mounts("40 21 8:2 / /x rw - ext4 /dev/nvme0n1 rw\n");
+        assert!(f.sysfs().in_use("0000:00:04.0").unwrap().is_empty());
+    }
 
+    #[test]
+    fn finds_mounts_of_other_mount_namespaces() {
         let f = Fake::new();
-        f.mounts("/dev/mapper/vg-data /srv ext4 rw 0 0\n");
-        let msg = f.sysfs().bind("0000:00:04.0").unwrap_err().to_string();
-        assert!(msg.contains("dm-0 mounted on /srv"), "{msg}");
-        assert!(msg.contains("nvme0n2 held by dm-0"), "{msg}");
+        f.no_dm_holder();
+        write(
+            &f.tmp.0.join("proc/4242/mountinfo"),
+            "21 1 8:1 / / rw - ext4 /dev/sda1 rw\n77 21 259:3 / /srv/other rw - ext4 /dev/nvme0n2 rw\n",
+        );
+        write(&f.tmp.0.join("proc/4242/comm"), "sleep\n");
+        let uses = f.busy(&["nvme0n2"]).in_use("0000:00:04.0").unwrap();
+        assert_eq!(uses.len(), 1, "{uses:?}");
+        assert_eq!(uses[0].device, "nvme0n2");
+        assert!(
+            uses[0]
+                .by
+                .starts_with("mounted on /srv/other as seen by pid 4242 (sleep)"),
+            "{uses:?}"
+        );
+    }
+
+    #[test]
+    fn refuses_bind_when_a_dm_holder_is_mounted() {
+        let f = Fake::new();
+        f.mounts("40 21 253:0 / /srv rw - ext4 /dev/mapper/vg-data rw\n");
+        let msg = f
+            .busy(&["nvme0n2", "dm-0"])
+            .bind("0000:00:04.0")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("dm-0 mounted on /srv (as /dev/mapper/vg-data, ext4)"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("nvme0n2 held by dm-0 (device-mapper vg-data)"),
+            "{msg}"
+        );
+        // The holder alone (not mounted) refuses too.
+        let msg = f.busy(&["nvme0n2"]).bind("0000:00:04.0");
+        let msg = msg.unwrap_err().to_string();
+        assert!(
+            msg.contains("nvme0n2 held by dm-0 (device-mapper vg-data)"),
+            "{msg}"
+        );
+        assert_eq!(f.read("drivers/nvme/unbind"), "");
     }
 
     #[test]
     fn refuses_bind_when_used_as_swap() {
         let f = Fake::new();
+        f.no_dm_holder();
         write(
-            &f.tmp.0.join("swaps"),
+            &f.tmp.0.join("proc/swaps"),
             "Filename Type Size Used Priority\n/dev/nvme0n1p1 partition 1024 0 -2\n",
         );
-        let msg = f.sysfs().bind("0000:00:04.0").unwrap_err().to_string();
+        let msg = f
+            .busy(&["nvme0n1p1", "nvme0n1"])
+            .bind("0000:00:04.0")
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("nvme0n1p1 active swap"), "{msg}");
     }
 
     #[test]
-    fn unmounted_controller_is_not_in_use() {
+    fn a_busy_disk_nobody_explains_is_still_refused() {
         let f = Fake::new();
-        // Remove the dm holder; nothing else is used.
-        fs::remove_file(
-            f.pci()
-                .join("devices/0000:00:04.0/nvme/nvme0/nvme0n2/holders/dm-0"),
-        )
-        .unwrap();
-        f.mounts("/dev/nvme1n1 /other ext4 rw 0 0\n/dev/nvme0n10 /x ext4 rw 0 0\n");
+        f.no_dm_holder();
+        let msg = f
+            .busy(&["nvme0n2"])
+            .bind("0000:00:04.0")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("nvme0n2 held open exclusively by something not visible here"),
+            "{msg}"
+        );
+        assert_eq!(f.read("drivers/nvme/unbind"), "");
+    }
+
+    #[test]
+    fn unused_controller_is_not_in_use() {
+        let f = Fake::new();
+        f.no_dm_holder();
+        f.mounts("40 21 259:9 / /other rw - ext4 /dev/nvme1n1 rw\n");
         assert!(f.sysfs().in_use("0000:00:04.0").unwrap().is_empty());
     }
 
     #[test]
     fn bind_writes_the_sequence_and_verifies() {
         let f = Fake::new();
-        fs::remove_file(
-            f.pci()
-                .join("devices/0000:00:04.0/nvme/nvme0/nvme0n2/holders/dm-0"),
-        )
-        .unwrap();
+        f.no_dm_holder();
         // The fake kernel does not react to the writes, so the driver link
         // still says nvme afterwards: bind must notice and say so.
         let e = f.sysfs().bind("0000:00:04.0").unwrap_err().to_string();
@@ -1047,12 +1272,5 @@ mod tests {
         assert_eq!(f.read("drivers/nvme/unbind"), "");
         // Already where --to-nvme wants it: fine.
         assert!(f.sysfs().unbind("0000:00:04.0", true).is_ok());
-    }
-
-    #[test]
-    fn mount_field_unescaping() {
-        assert_eq!(unescape_mount_field("/mnt/a\\040b"), "/mnt/a b");
-        assert_eq!(unescape_mount_field("/plain"), "/plain");
-        assert_eq!(unescape_mount_field("end\\04"), "end\\04");
     }
 }
