@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The VM suite: the module, the CLI, the GPU stand-in, the device library run
-# as host C++ (kernels/hostrun) and every selftest, in five boots.
+# as host C++ (kernels/hostrun) and every selftest, in six boots.
 #  1. the default bench: one namespace of 512-byte blocks per controller,
 #     IOMMU translating (strict); queue pairs are shared (validated) ones,
 #     the trust-model tests run, and owner mode is claimable;
@@ -102,6 +102,12 @@ bash "$ROOT/tests/vm/run.sh" --append "iommu=pt" --file "$ROOT/gpunvme.ko" "$@" 
     "$B/gpunvme_owner_test" "$B/boot/gpunvme_waiver_test.sh" "$B/boot/gpunvme_lockdown_test.sh" \
     2>&1 | tee "$work/boot5.log"
 add "$work/boot5.log"
+
+echo "=== boot 6: SR-IOV: PF with nvme.ko and a mounted ext4, a VF with gpunvme"
+bash "$ROOT/tests/vm/run.sh" --sriov --file "$ROOT/gpunvme.ko" --file "$cli" \
+    --file "$(command -v mke2fs)" --file "$(command -v e2fsck)" --file /etc/mke2fs.conf:/etc/mke2fs.conf "$@" -- \
+    "$B/boot/gpunvme_sriov_test.sh" 2>&1 | tee "$work/boot6.log"
+add "$work/boot6.log"
 
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
 [ "$fail" = 0 ]
