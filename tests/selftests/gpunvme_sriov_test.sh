@@ -19,8 +19,9 @@ if [ -z "$PF" ] || [ ! -e "/sys/bus/pci/devices/$PF/sriov_totalvfs" ]; then
 	echo "1..0 # SKIP no SR-IOV PF (tests/vm/run.sh --sriov)"
 	exit 4
 fi
-MKFS=$(command -v mke2fs || echo "$DIR/mke2fs")
-FSCK=$(command -v e2fsck || echo "$DIR/e2fsck")
+# e2fsprogs' (busybox's mke2fs makes only ext2).
+MKFS=$DIR/mke2fs
+FSCK=$DIR/e2fsck
 PFDIR=/sys/bus/pci/devices/$PF
 MNT=/mnt/sriov-pf
 SUMS=/tmp/sriov-pf.sha256
@@ -48,7 +49,7 @@ expect_fail() { # expect_fail ERRNO-TEXT cmd...: fails, and says so with that te
 	echo "$out" | grep -q -- "$want"
 }
 
-ktap_plan 34
+ktap_plan 43
 
 # ---- the PF with nvme.ko and an ext4 file system -------------------------------
 pf_up() {
@@ -80,7 +81,7 @@ ktap_check "mkfs.ext4 on the PF's namespace 1, mounted, files written" mkfs_moun
 
 # The PF's files, read from the disk (the page cache dropped), byte for byte.
 pf_files_intact() {
-	mountpoint -q "$MNT" || { echo "$MNT is not mounted"; return 1; }
+	grep -q " $MNT ext4 " /proc/mounts || { echo "$MNT is not mounted"; return 1; }
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
 	(cd "$MNT" && sha256sum -c "$SUMS") || return 1
@@ -140,10 +141,13 @@ ktap_check "VF: verify last blocks" gpunvme verify "$VF" --nsid 2 --lba $((13107
 ktap_check "VF (owner): verify middle" gpunvme verify "$VF" --owner --nsid 2 --lba 4096 --count 512 --pattern 43
 ktap_check "VF: a wrong pattern does not verify" expect_fail mismatch \
 	gpunvme verify "$VF" --nsid 2 --lba 0 --count 8 --pattern 40
-ktap_check "VF cannot reach the PF's namespace 1" expect_fail "" \
-	gpunvme read "$VF" --nsid 1 --lba 0 --count 1 --no-range-check --out "$T/ns1"
+no_ns1() {
+	test -n "$VF" && [ "$(driver_of "$VF")" = gpunvme ] &&
+		expect_fail "" gpunvme read "$VF" --nsid 1 --lba 0 --count 1 --no-range-check --out "$T/ns1"
+}
+ktap_check "VF cannot reach the PF's namespace 1" no_ns1
 during_ok() {
-	gpunvme pattern --seed 9 --lba 0 --count 4096 >"$T/p9" && cmp "$T/p9" "$MNT/during.bin"
+	grep -q " $MNT ext4 " /proc/mounts && gpunvme pattern --seed 9 --lba 0 --count 4096 >"$T/p9" && cmp "$T/p9" "$MNT/during.bin"
 }
 ktap_check "PF files intact after the VF I/O" pf_files_intact
 ktap_check "PF file written during the VF I/O intact" during_ok
@@ -169,10 +173,38 @@ vf_release() {
 		test -z "$(driver_of "$VF")"
 }
 ktap_check "VF unbound from nvme" vf_release
-ktap_check "sriov --vfs 0: namespace 2 detached, VF offline, VFs disabled" gpunvme sriov "$PF" --vfs 0 --nsid 2
+reclaim() {
+	out=$(gpunvme sriov "$PF" --vfs 0 --nsid 2 --reclaim) || { echo "$out"; return 1; }
+	echo "$out"
+	echo "$out" | grep -q "reset (FLR).*the primary holds 4 flexible queues and 2 interrupts"
+}
+ktap_check "sriov --vfs 0 --reclaim: namespace 2 detached, VF offline, VFs disabled, resources back (PF reset)" reclaim
 ktap_check "VF gone, sriov_numvfs 0" test ! -e "/sys/bus/pci/devices/$VF" -a "$(cat "$PFDIR/sriov_numvfs")" = 0
-ktap_check "PF files intact after the VFs are disabled" pf_files_intact
+ktap_check "PF files intact after the VFs are disabled and the PF reset" pf_files_intact
 ktap_check "PF still sees only namespace 1" test -z "$(blk_of "$PFC" 2)" -a -n "$(blk_of "$PFC" 1)"
+
+# ---- again, now the primary must give up resources: a PF reset under the mount ----
+round2() {
+	out=$(gpunvme sriov "$PF" --vfs 1 --queues 2 --interrupts 1 --nsid 2) || { echo "$out"; return 1; }
+	echo "$out"
+	echo "$out" | grep -q "reset (FLR).*the primary holds 2 flexible queues and 1 interrupts" &&
+		echo "$out" | grep -q "online with 2 queues (1 I/O queue pairs) and 1 interrupts"
+}
+ktap_check "sriov --queues 2 --interrupts 1: primary shrunk by a PF reset, VF online" round2
+ktap_check "PF files intact after that PF reset" pf_files_intact
+ktap_check "PF still with nvme, mounted" test "$(driver_of "$PF")" = nvme
+vf_again() {
+	gpunvme bind "$VF" || return 1
+	info=$(gpunvme info "$VF") && echo "$info" | grep -q '^ *I/O queue pairs *1$' &&
+		echo "$info" | grep -q '^ *namespace 2 ' && ! echo "$info" | grep -q '^ *namespace 1 '
+}
+ktap_check "VF bound to gpunvme again: 1 I/O queue pair, namespace 2 only" vf_again
+ktap_check "VF: namespace 2 kept gpunvme's first blocks" gpunvme verify "$VF" --nsid 2 --lba 0 --count 256 --pattern 41
+ktap_check "VF: write + verify with one I/O queue pair" sh -c \
+	"gpunvme write $VF --nsid 2 --lba 8192 --count 1024 --pattern 44 && gpunvme verify $VF --nsid 2 --lba 8192 --count 1024 --pattern 44"
+ktap_check "gpunvme unbind VF (left without a driver)" sh -c "gpunvme unbind $VF && test ! -e /sys/bus/pci/devices/$VF/driver"
+ktap_check "sriov --vfs 0 again" gpunvme sriov "$PF" --vfs 0 --nsid 2
+ktap_check "PF files intact at the end, still mounted" pf_files_intact
 remount_fsck() {
 	umount "$MNT" || return 1
 	"$FSCK" -f -n "/dev/$PFB" || return 1

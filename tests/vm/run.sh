@@ -266,17 +266,18 @@ qemu_args=(
     -device "nvme,id=kernel0,serial=kernel0,drive=kernel0-disk,bus=pcie.0,addr=$KERNEL_NVME_SLOT.0$kernel_opts"
     -device "edu,dma_mask=0xffffffffffffffff,bus=pcie.0,addr=$EDU_SLOT.0"
 )
-# QEMU 7.2's SR-IOV NVMe needs an nvme-subsys; a private namespace may be
-# attached to one controller of it (Namespace Attachment), so "detached" ns 2
-# waits for the VF's controller.
+# QEMU 7.2's SR-IOV NVMe needs an nvme-subsys. Its namespaces default to
+# shared (attached to every controller, VFs included): ns 1 is private to
+# the PF; ns 2 is private and detached until Namespace Attachment gives it
+# to one controller (the VF's).
 [ -z "$sriov" ] || qemu_args+=(
     -device "pcie-root-port,id=sriov-rp,chassis=7,bus=pcie.0,addr=$SRIOV_RP_SLOT.0"
     -device nvme-subsys,id=sriov-subsys,nqn=gpunvme-sriov
     -device "nvme,id=sriov0,serial=sriov0,subsys=sriov-subsys,bus=sriov-rp,addr=00.0,sriov_max_vfs=1,sriov_vq_flexible=4,sriov_vi_flexible=2"
     -drive "file=$imgdir/sriov-ns1.img,if=none,id=sriov-ns1,format=raw"
-    -device nvme-ns,drive=sriov-ns1,bus=sriov0,nsid=1
+    -device nvme-ns,drive=sriov-ns1,bus=sriov0,nsid=1,shared=off
     -drive "file=$imgdir/sriov-ns2.img,if=none,id=sriov-ns2,format=raw"
-    -device nvme-ns,drive=sriov-ns2,bus=sriov0,nsid=2,detached=on
+    -device nvme-ns,drive=sriov-ns2,bus=sriov0,nsid=2,shared=off,detached=on
 )
 # shellcheck disable=SC2206 # word splitting is the documented contract
 [ -z "${QEMU_EXTRA:-}" ] || qemu_args+=($QEMU_EXTRA)

@@ -39,6 +39,10 @@ pub struct SriovArgs {
     /// VF 1, the next to VF 2, ...). With --vfs 0: namespaces to detach.
     #[arg(long, value_name = "NSID")]
     nsid: Vec<u32>,
+    /// With --vfs 0: also give every flexible resource back to the primary
+    /// controller (takes a PF reset, as shrinking it does).
+    #[arg(long)]
+    reclaim: bool,
     /// Change nothing: print the equivalent nvme-cli and sysfs commands.
     #[arg(long)]
     print: bool,
@@ -50,8 +54,9 @@ struct Failed(String, i32);
 
 impl std::fmt::Display for Failed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let os = io::Error::from_raw_os_error(self.1);
-        write!(f, "{} (errno {}: {})", self.0, self.1, os.kind())
+        let os = io::Error::from_raw_os_error(self.1).to_string();
+        let text = os.split(" (os error").next().unwrap_or(&os);
+        write!(f, "{} (errno {}: {text})", self.0, self.1)
     }
 }
 impl std::error::Error for Failed {}
@@ -161,13 +166,7 @@ impl Admin {
     }
 
     fn virt_mgmt(&self, what: &str, cntlid: u16, rt: u8, act: u8, nr: u16) -> Result<u32, Box<dyn std::error::Error>> {
-        let c = PassthruCmd {
-            opcode: OPC_VIRT_MGMT,
-            cdw10: (u32::from(cntlid) << 16) | (u32::from(rt) << 8) | u32::from(act),
-            cdw11: u32::from(nr),
-            ..Default::default()
-        };
-        self.cmd(what, c, None)
+        self.cmd(what, virt_mgmt_cmd(cntlid, rt, act, nr), None)
     }
 
     /// Namespace Attachment (SEL 0 attach, 1 detach) for one controller.
@@ -178,6 +177,17 @@ impl Admin {
         let c = PassthruCmd { opcode: OPC_NS_ATTACH, nsid, cdw10: if attach { 0 } else { 1 }, ..Default::default() };
         let what = format!("Namespace Attachment ({} namespace {nsid}, controller {cntlid})", if attach { "attach" } else { "detach" });
         self.cmd(&what, c, Some(&mut list)).map(|_| ())
+    }
+}
+
+/// Virtualization Management: CDW10 = CNTLID << 16 | RT << 8 | ACT,
+/// CDW11 = NR (what `nvme virt-mgmt -c -r -a -n` sends).
+fn virt_mgmt_cmd(cntlid: u16, rt: u8, act: u8, nr: u16) -> PassthruCmd {
+    PassthruCmd {
+        opcode: OPC_VIRT_MGMT,
+        cdw10: (u32::from(cntlid) << 16) | (u32::from(rt) << 8) | u32::from(act),
+        cdw11: u32::from(nr),
+        ..Default::default()
     }
 }
 
@@ -376,12 +386,18 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
     let read = |admin: &Admin| -> Result<(u16, Flex, Flex, Vec<Secondary>), Box<dyn std::error::Error>> {
         let id = admin.identify(CNS_CTRL, 0, "Identify Controller")?;
         let cntlid = le16(&id, 78);
-        let oacs = le16(&id, 256);
-        if oacs & (1 << 7) == 0 {
-            return fail(libc::EOPNOTSUPP, format!("{}: the controller does not support Virtualization Management (OACS bit 7 clear)", pf.bdf));
-        }
-        let caps = admin.identify(CNS_PRIMARY_CAPS, 0, "Identify Primary Controller Capabilities")?;
-        let list = admin.identify(CNS_SECONDARY_LIST, 0, "Identify Secondary Controller List")?;
+        // OACS bit 7 (Virtualization Management) is what the spec says to
+        // check, but QEMU 7.2 leaves it clear while implementing the
+        // command: the Identify CNS 14h/15h answers decide.
+        let vms = le16(&id, 256) & (1 << 7) != 0;
+        let no_vm = |e: Box<dyn std::error::Error>| -> Box<dyn std::error::Error> {
+            Box::new(Failed(
+                format!("{}: no Virtualization Management (OACS bit 7 {}; {e})", pf.bdf, if vms { "set" } else { "clear" }),
+                libc::EOPNOTSUPP,
+            ))
+        };
+        let caps = admin.identify(CNS_PRIMARY_CAPS, 0, "Identify Primary Controller Capabilities").map_err(no_vm)?;
+        let list = admin.identify(CNS_SECONDARY_LIST, 0, "Identify Secondary Controller List").map_err(no_vm)?;
         Ok((cntlid, flex(&caps, 32), flex(&caps, 64), secondaries(&list)))
     };
     let state = match &admin {
@@ -405,8 +421,11 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
             println!("  secondary controller {}: VF {}, {}, {} queues, {} interrupts", s.scid, s.vfn, if s.online { "online" } else { "offline" }, s.nvq, s.nvi);
         }
     }
+    if a.reclaim && a.vfs != 0 {
+        return fail(libc::EINVAL, "--reclaim goes with --vfs 0");
+    }
     if a.vfs == 0 {
-        return disable(sysfs, &pf, admin.as_ref(), state.as_ref().map(|s| &s.3), a);
+        return disable(sysfs, &pf, admin.as_ref(), state.as_ref(), a);
     }
     let Some((cntlid, vq, vi, secs)) = state else {
         return print_plan(&pf, a, "<PRIMARY CNTLID>", &[], 2, 1, None);
@@ -455,23 +474,9 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
 
     // 1. The primary's flexible allocation takes effect at its next reset.
     if u32::from(vq.primary) > want_vq || u32::from(vi.primary) > want_vi {
-        let r = admin.virt_mgmt("Virtualization Management (primary flexible queues)", cntlid, RT_VQ, ACT_PRIMARY_ALLOC, want_vq as u16)?;
-        println!("primary controller {cntlid}: flexible queue allocation -> {r} (takes effect at reset)");
-        let r = admin.virt_mgmt("Virtualization Management (primary flexible interrupts)", cntlid, RT_VI, ACT_PRIMARY_ALLOC, want_vi as u16)?;
-        println!("primary controller {cntlid}: flexible interrupt allocation -> {r}");
-        // 2. Function Level Reset through the PCI core: nvme quiesces and
-        //    restarts around it, mounted file systems just wait.
-        write_attr(&pf.dir.join("reset"), "1", "reset the PF (FLR)")?;
-        let state = sysfs.root().join("class/nvme").join(&pf.name).join("state");
-        wait_until(&format!("{} back to live after the reset", pf.name), Duration::from_secs(60), || read_attr(&state).as_deref() == Some("live"))?;
-        println!("{}: reset (FLR); {} is live again", pf.bdf, pf.name);
-        let caps = admin.identify(CNS_PRIMARY_CAPS, 0, "Identify Primary Controller Capabilities")?;
-        let (vq2, vi2) = (flex(&caps, 32), flex(&caps, 64));
-        if u32::from(vq2.primary) != want_vq || u32::from(vi2.primary) != want_vi {
-            return fail(libc::EIO, format!("after the reset the primary still holds {} flexible queues and {} interrupts (wanted {want_vq} and {want_vi})", vq2.primary, vi2.primary));
-        }
+        set_primary(sysfs, &pf, &admin, cntlid, want_vq as u16, want_vi as u16)?;
     } else {
-        println!("primary controller {cntlid}: already holds {} flexible queues and {} interrupts, no reset needed", vq.primary, vi.primary);
+        println!("primary controller {cntlid}: holds {} flexible queues and {} interrupts, no reset needed", vq.primary, vi.primary);
     }
 
     // 3. Enable the VFs, with no driver probing them: their controllers
@@ -497,8 +502,31 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
     Ok(())
 }
 
+/// Sets the primary's flexible allocation and resets the PF (FLR through
+/// the PCI core: nvme quiesces and restarts around it, mounted file systems
+/// just wait), then checks that the controller applied it.
+fn set_primary(sysfs: &Sysfs, pf: &Pf, admin: &Admin, cntlid: u16, vq: u16, vi: u16) -> Res {
+    admin.virt_mgmt("Virtualization Management (primary flexible queues)", cntlid, RT_VQ, ACT_PRIMARY_ALLOC, vq)?;
+    admin.virt_mgmt("Virtualization Management (primary flexible interrupts)", cntlid, RT_VI, ACT_PRIMARY_ALLOC, vi)?;
+    println!("primary controller {cntlid}: flexible allocation set to {vq} queues and {vi} interrupts (takes effect at reset)");
+    write_attr(&pf.dir.join("reset"), "1", "reset the PF (FLR)")?;
+    let state = sysfs.root().join("class/nvme").join(&pf.name).join("state");
+    wait_until(&format!("{} back to live after the reset", pf.name), Duration::from_secs(60), || {
+        read_attr(&state).as_deref() == Some("live")
+    })?;
+    let caps = admin.identify(CNS_PRIMARY_CAPS, 0, "Identify Primary Controller Capabilities")?;
+    let (q, i) = (flex(&caps, 32).primary, flex(&caps, 64).primary);
+    if (q, i) != (vq, vi) {
+        return fail(libc::EIO, format!("after the reset the primary holds {q} flexible queues and {i} interrupts, not {vq} and {vi}"));
+    }
+    println!("{}: reset (FLR); {} is live again, the primary holds {q} flexible queues and {i} interrupts", pf.bdf, pf.name);
+    Ok(())
+}
+
 /// `--vfs 0`: secondaries offline (namespaces detached), VFs disabled.
-fn disable(sysfs: &Sysfs, pf: &Pf, admin: Option<&Admin>, secs: Option<&Vec<Secondary>>, a: &SriovArgs) -> Res {
+type State = (u16, Flex, Flex, Vec<Secondary>);
+
+fn disable(sysfs: &Sysfs, pf: &Pf, admin: Option<&Admin>, state: Option<&State>, a: &SriovArgs) -> Res {
     let n = numvfs(pf);
     for vfn in 1..=n {
         if let Some(vf) = vf_bdf(pf, vfn) {
@@ -514,32 +542,50 @@ fn disable(sysfs: &Sysfs, pf: &Pf, admin: Option<&Admin>, secs: Option<&Vec<Seco
             }
         }
     }
-    let secs: Vec<Secondary> = secs.cloned().unwrap_or_default().into_iter().filter(|s| s.vfn >= 1 && s.vfn <= n.max(1)).collect();
+    let secs: Vec<Secondary> = state.map(|s| s.3.clone()).unwrap_or_default();
+    let cntlid = state.map_or("<PRIMARY CNTLID>".to_string(), |s| s.0.to_string());
     if a.print {
-        for (k, s) in secs.iter().enumerate() {
+        let dev = pf.node.display();
+        for (k, s) in secs.iter().filter(|s| s.online || s.nvq > 0 || s.nvi > 0).enumerate() {
             if let Some(nsid) = a.nsid.get(k) {
-                println!("nvme detach-ns {} --namespace-id={nsid} --controllers={}", pf.node.display(), s.scid);
+                println!("nvme detach-ns {dev} --namespace-id={nsid} --controllers={}", s.scid);
             }
-            println!("nvme virt-mgmt {} --cntlid={} --act={ACT_OFFLINE}", pf.node.display(), s.scid);
+            println!("nvme virt-mgmt {dev} --cntlid={} --act={ACT_OFFLINE}", s.scid);
+            println!("nvme virt-mgmt {dev} --cntlid={} --rt={RT_VQ} --act={ACT_SECONDARY_ASSIGN} --nr=0", s.scid);
+            println!("nvme virt-mgmt {dev} --cntlid={} --rt={RT_VI} --act={ACT_SECONDARY_ASSIGN} --nr=0", s.scid);
         }
         println!("echo 0 > {}", pf.dir.join("sriov_numvfs").display());
         println!("echo 1 > {}", pf.dir.join("sriov_drivers_autoprobe").display());
+        if a.reclaim {
+            let (q, i) = state.map_or(("<VQFRT>".into(), "<VIFRT>".into()), |s| (s.1.total.to_string(), s.2.total.to_string()));
+            println!("nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VQ} --act={ACT_PRIMARY_ALLOC} --nr={q}");
+            println!("nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VI} --act={ACT_PRIMARY_ALLOC} --nr={i}");
+            println!("echo 1 > {}", pf.dir.join("reset").display());
+        }
         return Ok(());
     }
     let admin = admin.expect("opened unless --print");
-    for (k, s) in secs.iter().enumerate() {
+    let (pcntlid, vq, vi) = state.map(|s| (s.0, s.1, s.2)).expect("read unless --print");
+    // Secondaries that are online or hold resources: VF order, as attached.
+    for (k, s) in secs.iter().filter(|s| s.online || s.nvq > 0 || s.nvi > 0).enumerate() {
         if let Some(&nsid) = a.nsid.get(k) {
             admin.ns_attach(nsid, s.scid, false)?;
             println!("namespace {nsid} detached from controller {}", s.scid);
         }
         if s.online {
             admin.virt_mgmt("Virtualization Management (offline)", s.scid, 0, ACT_OFFLINE, 0)?;
-            println!("secondary controller {} (VF {}) offline", s.scid, s.vfn);
         }
+        admin.virt_mgmt("Virtualization Management (take queues back)", s.scid, RT_VQ, ACT_SECONDARY_ASSIGN, 0)?;
+        admin.virt_mgmt("Virtualization Management (take interrupts back)", s.scid, RT_VI, ACT_SECONDARY_ASSIGN, 0)?;
+        println!("secondary controller {} (VF {}) offline, its {} queues and {} interrupts taken back", s.scid, s.vfn, s.nvq, s.nvi);
     }
     write_attr(&pf.dir.join("sriov_numvfs"), "0", "disable the VFs")?;
     write_attr(&pf.dir.join("sriov_drivers_autoprobe"), "1", "restore sriov_drivers_autoprobe")?;
-    println!("{}: VFs disabled ({} were enabled)", pf.bdf, n);
+    println!("{}: VFs disabled ({n} were enabled)", pf.bdf);
+    if a.reclaim {
+        let (q, i) = (vq.total.min(u32::from(u16::MAX)) as u16, vi.total.min(u32::from(u16::MAX)) as u16);
+        set_primary(sysfs, pf, admin, pcntlid, q, i)?;
+    }
     Ok(())
 }
 
@@ -567,4 +613,48 @@ fn print_plan(pf: &Pf, a: &SriovArgs, cntlid: &str, chosen: &[Secondary], q: u16
         println!("gpunvme bind {}", vf_bdf_planned(pf, vfn));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn primary_caps_and_secondary_list_decode() {
+        let mut caps = vec![0u8; 4096];
+        caps[32..36].copy_from_slice(&4u32.to_le_bytes()); // VQFRT
+        caps[36..40].copy_from_slice(&1u32.to_le_bytes()); // VQRFA
+        caps[40..42].copy_from_slice(&3u16.to_le_bytes()); // VQRFAP
+        caps[42..44].copy_from_slice(&61u16.to_le_bytes()); // VQPRT
+        caps[44..46].copy_from_slice(&4u16.to_le_bytes()); // VQFRSM
+        caps[64..68].copy_from_slice(&2u32.to_le_bytes()); // VIFRT
+        caps[76..78].copy_from_slice(&2u16.to_le_bytes()); // VIFRSM
+        let vq = flex(&caps, 32);
+        assert_eq!((vq.total, vq.secondaries, vq.primary, vq.private, vq.max_per_secondary), (4, 1, 3, 61, 4));
+        let vi = flex(&caps, 64);
+        assert_eq!((vi.total, vi.max_per_secondary), (2, 2));
+
+        let mut list = vec![0u8; 4096];
+        list[0] = 2;
+        for (i, (scid, vfn, online)) in [(2u16, 1u16, true), (3, 2, false)].into_iter().enumerate() {
+            let e = 32 + 32 * i;
+            list[e..e + 2].copy_from_slice(&scid.to_le_bytes());
+            list[e + 4] = online as u8;
+            list[e + 8..e + 10].copy_from_slice(&vfn.to_le_bytes());
+            list[e + 10..e + 12].copy_from_slice(&4u16.to_le_bytes());
+            list[e + 12..e + 14].copy_from_slice(&1u16.to_le_bytes());
+        }
+        let s = secondaries(&list);
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].scid, s[0].vfn, s[0].online, s[0].nvq, s[0].nvi), (2, 1, true, 4, 1));
+        assert_eq!((s[1].scid, s[1].vfn, s[1].online), (3, 2, false));
+    }
+
+    #[test]
+    fn virt_mgmt_dwords() {
+        let c = virt_mgmt_cmd(2, RT_VI, ACT_SECONDARY_ASSIGN, 3);
+        assert_eq!((c.opcode, c.cdw10, c.cdw11), (0x1C, 0x0002_0108, 3));
+        let c = virt_mgmt_cmd(0x41, RT_VQ, ACT_PRIMARY_ALLOC, 0);
+        assert_eq!((c.cdw10, c.cdw11), (0x0041_0001, 0));
+    }
 }
