@@ -117,7 +117,10 @@ struct Admin {
 impl Admin {
     fn open(path: &Path) -> Result<Self, Box<dyn std::error::Error>> {
         match fs::OpenOptions::new().read(true).write(true).open(path) {
-            Ok(file) => Ok(Admin { file, path: path.to_path_buf() }),
+            Ok(file) => Ok(Admin {
+                file,
+                path: path.to_path_buf(),
+            }),
             Err(e) => fail(
                 e.raw_os_error().unwrap_or(libc::EIO),
                 format!("open {}: {e}", path.display()),
@@ -128,7 +131,12 @@ impl Admin {
     /// One admin command; `data` (if any) is its data buffer. Returns CQE
     /// dword 0. The ioctl is synchronous: the kernel has finished with
     /// `data` when it returns.
-    fn cmd(&self, what: &str, mut c: PassthruCmd, data: Option<&mut [u8]>) -> Result<u32, Box<dyn std::error::Error>> {
+    fn cmd(
+        &self,
+        what: &str,
+        mut c: PassthruCmd,
+        data: Option<&mut [u8]>,
+    ) -> Result<u32, Box<dyn std::error::Error>> {
         if let Some(d) = data {
             c.addr = d.as_mut_ptr() as u64;
             c.data_len = d.len() as u32;
@@ -137,7 +145,13 @@ impl Admin {
         // SAFETY: `c` is a valid nvme_passthru_cmd that lives across the
         // call; its addr/data_len name a live buffer of that length (or 0),
         // which the kernel reads or writes only during this synchronous ioctl.
-        let rc = unsafe { libc::ioctl(self.file.as_raw_fd(), NVME_IOCTL_ADMIN_CMD as _, &mut c as *mut PassthruCmd) };
+        let rc = unsafe {
+            libc::ioctl(
+                self.file.as_raw_fd(),
+                NVME_IOCTL_ADMIN_CMD as _,
+                &mut c as *mut PassthruCmd,
+            )
+        };
         if rc < 0 {
             let e = io::Error::last_os_error();
             let errno = e.raw_os_error().unwrap_or(libc::EIO);
@@ -146,7 +160,10 @@ impl Admin {
             } else {
                 ""
             };
-            return fail(errno, format!("{what} on {}: {e}{hint}", self.path.display()));
+            return fail(
+                errno,
+                format!("{what} on {}: {e}{hint}", self.path.display()),
+            );
         }
         if rc > 0 {
             let (sct, sc) = ((rc >> 8) & 7, rc & 0xff);
@@ -158,24 +175,53 @@ impl Admin {
         Ok(c.result)
     }
 
-    fn identify(&self, cns: u32, cntid: u16, what: &str) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    fn identify(
+        &self,
+        cns: u32,
+        cntid: u16,
+        what: &str,
+    ) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
         let mut buf = vec![0u8; 4096];
-        let c = PassthruCmd { opcode: OPC_IDENTIFY, cdw10: cns | (u32::from(cntid) << 16), ..Default::default() };
+        let c = PassthruCmd {
+            opcode: OPC_IDENTIFY,
+            cdw10: cns | (u32::from(cntid) << 16),
+            ..Default::default()
+        };
         self.cmd(what, c, Some(&mut buf))?;
         Ok(buf)
     }
 
-    fn virt_mgmt(&self, what: &str, cntlid: u16, rt: u8, act: u8, nr: u16) -> Result<u32, Box<dyn std::error::Error>> {
+    fn virt_mgmt(
+        &self,
+        what: &str,
+        cntlid: u16,
+        rt: u8,
+        act: u8,
+        nr: u16,
+    ) -> Result<u32, Box<dyn std::error::Error>> {
         self.cmd(what, virt_mgmt_cmd(cntlid, rt, act, nr), None)
     }
 
     /// Namespace Attachment (SEL 0 attach, 1 detach) for one controller.
-    fn ns_attach(&self, nsid: u32, cntlid: u16, attach: bool) -> Result<(), Box<dyn std::error::Error>> {
+    fn ns_attach(
+        &self,
+        nsid: u32,
+        cntlid: u16,
+        attach: bool,
+    ) -> Result<(), Box<dyn std::error::Error>> {
         let mut list = vec![0u8; 4096];
         list[0..2].copy_from_slice(&1u16.to_le_bytes());
         list[2..4].copy_from_slice(&cntlid.to_le_bytes());
-        let c = PassthruCmd { opcode: OPC_NS_ATTACH, nsid, cdw10: if attach { 0 } else { 1 }, ..Default::default() };
-        let what = format!("Namespace Attachment ({} namespace {nsid}, controller {cntlid})", if attach { "attach" } else { "detach" });
+        let c = PassthruCmd {
+            opcode: OPC_NS_ATTACH,
+            nsid,
+            cdw10: if attach { 0 } else { 1 },
+            ..Default::default()
+        };
+        let what = format!(
+            "Namespace Attachment ({} namespace {nsid}, controller {cntlid})",
+            if attach { "attach" } else { "detach" }
+        );
         self.cmd(&what, c, Some(&mut list)).map(|_| ())
     }
 }
@@ -241,6 +287,10 @@ fn flex(b: &[u8], base: usize) -> Flex {
     }
 }
 
+/// What the PF's Identify answers say: its CNTLID, flexible queues and
+/// interrupts, and the secondary controllers.
+type State = (u16, Flex, Flex, Vec<Secondary>);
+
 /// Secondary Controller List entry (CNS 15h).
 #[derive(Debug, Clone, Copy)]
 struct Secondary {
@@ -256,7 +306,13 @@ fn secondaries(b: &[u8]) -> Vec<Secondary> {
     (0..n)
         .map(|i| {
             let e = &b[32 + 32 * i..64 + 32 * i];
-            Secondary { scid: le16(e, 0), online: e[4] & 1 != 0, vfn: le16(e, 8), nvq: le16(e, 10), nvi: le16(e, 12) }
+            Secondary {
+                scid: le16(e, 0),
+                online: e[4] & 1 != 0,
+                vfn: le16(e, 8),
+                nvq: le16(e, 10),
+                nvi: le16(e, 12),
+            }
         })
         .collect()
 }
@@ -278,23 +334,45 @@ fn read_attr(p: &Path) -> Option<String> {
 fn write_attr(p: &Path, v: &str, what: &str) -> Res {
     if let Err(e) = fs::write(p, v) {
         let errno = e.raw_os_error().unwrap_or(libc::EIO);
-        let hint = if errno == libc::EACCES || errno == libc::EPERM { " (run as root)" } else { "" };
-        return fail(errno, format!("{what}: write {v:?} to {}: {e}{hint}", p.display()));
+        let hint = if errno == libc::EACCES || errno == libc::EPERM {
+            " (run as root)"
+        } else {
+            ""
+        };
+        return fail(
+            errno,
+            format!("{what}: write {v:?} to {}: {e}{hint}", p.display()),
+        );
     }
     Ok(())
 }
 
 fn link_name(p: &Path) -> Option<String> {
-    fs::read_link(p).ok()?.file_name()?.to_str().map(str::to_string)
+    fs::read_link(p)
+        .ok()?
+        .file_name()?
+        .to_str()
+        .map(str::to_string)
 }
 
 fn resolve_pf(sysfs: &Sysfs, arg: &str) -> Result<Pf, Box<dyn std::error::Error>> {
     let pci = sysfs.root().join("bus/pci/devices");
     let bdf = if let Some(name) = arg.strip_prefix("/dev/") {
         let dev = sysfs.root().join("class/nvme").join(name).join("device");
-        match fs::canonicalize(&dev).ok().and_then(|p| p.file_name()?.to_str().map(str::to_string)) {
+        match fs::canonicalize(&dev)
+            .ok()
+            .and_then(|p| p.file_name()?.to_str().map(str::to_string))
+        {
             Some(b) => b,
-            None => return fail(libc::ENODEV, format!("{arg} is not a kernel nvme controller node (no {})", dev.display())),
+            None => {
+                return fail(
+                    libc::ENODEV,
+                    format!(
+                        "{arg} is not a kernel nvme controller node (no {})",
+                        dev.display()
+                    ),
+                )
+            }
         }
     } else {
         normalize_bdf(arg)?
@@ -304,12 +382,22 @@ fn resolve_pf(sysfs: &Sysfs, arg: &str) -> Result<Pf, Box<dyn std::error::Error>
         return fail(libc::ENODEV, format!("no PCI device {bdf}"));
     }
     if link_name(&dir.join("physfn")).is_some() {
-        return fail(libc::EINVAL, format!("{bdf} is a virtual function; give its physical function"));
+        return fail(
+            libc::EINVAL,
+            format!("{bdf} is a virtual function; give its physical function"),
+        );
     }
-    if read_attr(&dir.join("sriov_totalvfs")).and_then(|s| s.parse::<u32>().ok()).unwrap_or(0) == 0 {
+    if read_attr(&dir.join("sriov_totalvfs"))
+        .and_then(|s| s.parse::<u32>().ok())
+        .unwrap_or(0)
+        == 0
+    {
         return fail(
             libc::EOPNOTSUPP,
-            format!("{bdf} does not support SR-IOV (no SR-IOV capability: {} missing or 0)", dir.join("sriov_totalvfs").display()),
+            format!(
+                "{bdf} does not support SR-IOV (no SR-IOV capability: {} missing or 0)",
+                dir.join("sriov_totalvfs").display()
+            ),
         );
     }
     let driver = link_name(&dir.join("driver"));
@@ -325,13 +413,28 @@ fn resolve_pf(sysfs: &Sysfs, arg: &str) -> Result<Pf, Box<dyn std::error::Error>
     let name = fs::read_dir(dir.join("nvme"))
         .ok()
         .and_then(|mut d| d.find_map(|e| e.ok()?.file_name().to_str().map(str::to_string)))
-        .ok_or_else(|| Failed(format!("{bdf}: no nvme controller under {}", dir.join("nvme").display()), libc::ENODEV))?;
+        .ok_or_else(|| {
+            Failed(
+                format!(
+                    "{bdf}: no nvme controller under {}",
+                    dir.join("nvme").display()
+                ),
+                libc::ENODEV,
+            )
+        })?;
     let node = PathBuf::from("/dev").join(&name);
-    Ok(Pf { bdf, dir, name, node })
+    Ok(Pf {
+        bdf,
+        dir,
+        name,
+        node,
+    })
 }
 
 fn numvfs(pf: &Pf) -> u16 {
-    read_attr(&pf.dir.join("sriov_numvfs")).and_then(|s| s.parse().ok()).unwrap_or(0)
+    read_attr(&pf.dir.join("sriov_numvfs"))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 /// VF index (1-based VFN) -> its PCI address, from the PF's virtfnN links.
@@ -350,7 +453,12 @@ fn vf_bdf_planned(pf: &Pf, vfn: u16) -> String {
             | (u32::from_str_radix(dev, 16).ok()? << 3)
             | func.parse::<u32>().ok()?;
         let r = rid + rd("sriov_offset")? + rd("sriov_stride")? * (u32::from(vfn) - 1);
-        Some(format!("{dom}:{:02x}:{:02x}.{}", r >> 8, (r >> 3) & 0x1f, r & 7))
+        Some(format!(
+            "{dom}:{:02x}:{:02x}.{}",
+            r >> 8,
+            (r >> 3) & 0x1f,
+            r & 7
+        ))
     };
     parse().unwrap_or_else(|| format!("<VF {vfn} address>"))
 }
@@ -359,7 +467,10 @@ fn wait_until(what: &str, deadline: Duration, mut ok: impl FnMut() -> bool) -> R
     let start = Instant::now();
     while !ok() {
         if start.elapsed() > deadline {
-            return fail(libc::ETIMEDOUT, format!("{what}: not done after {deadline:?}"));
+            return fail(
+                libc::ETIMEDOUT,
+                format!("{what}: not done after {deadline:?}"),
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -369,21 +480,30 @@ fn wait_until(what: &str, deadline: Duration, mut ok: impl FnMut() -> bool) -> R
 // ---- the command -----------------------------------------------------------------
 
 pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
+    if a.reclaim && a.vfs != 0 {
+        return fail(libc::EINVAL, "--reclaim goes with --vfs 0");
+    }
     let pf = resolve_pf(sysfs, &a.pf)?;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     if euid != 0 && !a.print {
-        return fail(libc::EPERM, "gpunvme sriov changes the PF's resources and sysfs: run it as root (or use --print)");
+        return fail(
+            libc::EPERM,
+            "gpunvme sriov changes the PF's resources and sysfs: run it as root (or use --print)",
+        );
     }
     let admin = match Admin::open(&pf.node) {
         Ok(x) => Some(x),
         Err(e) if a.print => {
-            println!("# cannot read {} ({e}): placeholders below", pf.node.display());
+            println!(
+                "# cannot read {} ({e}): placeholders below",
+                pf.node.display()
+            );
             None
         }
         Err(e) => return Err(e),
     };
-    let read = |admin: &Admin| -> Result<(u16, Flex, Flex, Vec<Secondary>), Box<dyn std::error::Error>> {
+    let read = |admin: &Admin| -> Result<State, Box<dyn std::error::Error>> {
         let id = admin.identify(CNS_CTRL, 0, "Identify Controller")?;
         let cntlid = le16(&id, 78);
         // OACS bit 7 (Virtualization Management) is what the spec says to
@@ -392,12 +512,24 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
         let vms = le16(&id, 256) & (1 << 7) != 0;
         let no_vm = |e: Box<dyn std::error::Error>| -> Box<dyn std::error::Error> {
             Box::new(Failed(
-                format!("{}: no Virtualization Management (OACS bit 7 {}; {e})", pf.bdf, if vms { "set" } else { "clear" }),
+                format!(
+                    "{}: no Virtualization Management (OACS bit 7 {}; {e})",
+                    pf.bdf,
+                    if vms { "set" } else { "clear" }
+                ),
                 libc::EOPNOTSUPP,
             ))
         };
-        let caps = admin.identify(CNS_PRIMARY_CAPS, 0, "Identify Primary Controller Capabilities").map_err(no_vm)?;
-        let list = admin.identify(CNS_SECONDARY_LIST, 0, "Identify Secondary Controller List").map_err(no_vm)?;
+        let caps = admin
+            .identify(
+                CNS_PRIMARY_CAPS,
+                0,
+                "Identify Primary Controller Capabilities",
+            )
+            .map_err(no_vm)?;
+        let list = admin
+            .identify(CNS_SECONDARY_LIST, 0, "Identify Secondary Controller List")
+            .map_err(no_vm)?;
         Ok((cntlid, flex(&caps, 32), flex(&caps, 64), secondaries(&list)))
     };
     let state = match &admin {
@@ -418,11 +550,15 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
             vi.total, vi.primary, vi.secondaries, vi.max_per_secondary, vi.private, secs.len()
         );
         for s in secs {
-            println!("  secondary controller {}: VF {}, {}, {} queues, {} interrupts", s.scid, s.vfn, if s.online { "online" } else { "offline" }, s.nvq, s.nvi);
+            println!(
+                "  secondary controller {}: VF {}, {}, {} queues, {} interrupts",
+                s.scid,
+                s.vfn,
+                if s.online { "online" } else { "offline" },
+                s.nvq,
+                s.nvi
+            );
         }
-    }
-    if a.reclaim && a.vfs != 0 {
-        return fail(libc::EINVAL, "--reclaim goes with --vfs 0");
     }
     if a.vfs == 0 {
         return disable(sysfs, &pf, admin.as_ref(), state.as_ref(), a);
@@ -431,25 +567,57 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
         return print_plan(&pf, a, "<PRIMARY CNTLID>", &[], 2, 1, None);
     };
     if vq.total == 0 || vi.total == 0 {
-        return fail(libc::ENOSPC, format!("{}: no flexible resources to give a VF (VQFRT {}, VIFRT {})", pf.bdf, vq.total, vi.total));
+        return fail(
+            libc::ENOSPC,
+            format!(
+                "{}: no flexible resources to give a VF (VQFRT {}, VIFRT {})",
+                pf.bdf, vq.total, vi.total
+            ),
+        );
     }
-    let total_vfs: u16 = read_attr(&pf.dir.join("sriov_totalvfs")).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let total_vfs: u16 = read_attr(&pf.dir.join("sriov_totalvfs"))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     if a.vfs > total_vfs {
-        return fail(libc::EINVAL, format!("{}: --vfs {} but the PF supports {total_vfs}", pf.bdf, a.vfs));
+        return fail(
+            libc::EINVAL,
+            format!(
+                "{}: --vfs {} but the PF supports {total_vfs}",
+                pf.bdf, a.vfs
+            ),
+        );
     }
-    let mut chosen: Vec<Secondary> = secs.iter().copied().filter(|s| s.vfn >= 1 && s.vfn <= a.vfs).collect();
+    let mut chosen: Vec<Secondary> = secs
+        .iter()
+        .copied()
+        .filter(|s| s.vfn >= 1 && s.vfn <= a.vfs)
+        .collect();
     chosen.sort_by_key(|s| s.vfn);
     if chosen.len() != usize::from(a.vfs) {
-        return fail(libc::ENODEV, format!("{}: the Secondary Controller List names {} of the {} VFs wanted", pf.bdf, chosen.len(), a.vfs));
+        return fail(
+            libc::ENODEV,
+            format!(
+                "{}: the Secondary Controller List names {} of the {} VFs wanted",
+                pf.bdf,
+                chosen.len(),
+                a.vfs
+            ),
+        );
     }
     if a.nsid.len() > usize::from(a.vfs) {
-        return fail(libc::EINVAL, format!("{} --nsid values for {} VFs", a.nsid.len(), a.vfs));
+        return fail(
+            libc::EINVAL,
+            format!("{} --nsid values for {} VFs", a.nsid.len(), a.vfs),
+        );
     }
     let per = |f: &Flex| (f.total / u32::from(a.vfs)).min(u32::from(f.max_per_secondary)) as u16;
     let q = a.queues.unwrap_or_else(|| per(&vq));
     let i = a.interrupts.unwrap_or_else(|| per(&vi));
     if q < 2 {
-        return fail(libc::EINVAL, format!("--queues {q}: a VF needs at least 2 (its admin queue and one I/O queue pair)"));
+        return fail(
+            libc::EINVAL,
+            format!("--queues {q}: a VF needs at least 2 (its admin queue and one I/O queue pair)"),
+        );
     }
     if i < 1 {
         return fail(libc::EINVAL, "--interrupts 0: a VF needs at least 1");
@@ -465,11 +633,29 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
     let want_vq = vq.total - u32::from(q) * u32::from(a.vfs);
     let want_vi = vi.total - u32::from(i) * u32::from(a.vfs);
     if a.print {
-        return print_plan(&pf, a, &cntlid.to_string(), &chosen, q, i, Some((want_vq, want_vi)));
+        return print_plan(
+            &pf,
+            a,
+            &cntlid.to_string(),
+            &chosen,
+            q,
+            i,
+            Some((want_vq, want_vi)),
+        );
     }
-    let Some(admin) = admin else { unreachable!("opened above unless --print") };
+    let Some(admin) = admin else {
+        unreachable!("opened above unless --print")
+    };
     if numvfs(&pf) != 0 {
-        return fail(libc::EBUSY, format!("{}: {} VFs are already enabled; `gpunvme sriov {} --vfs 0` first", pf.bdf, numvfs(&pf), pf.bdf));
+        return fail(
+            libc::EBUSY,
+            format!(
+                "{}: {} VFs are already enabled; `gpunvme sriov {} --vfs 0` first",
+                pf.bdf,
+                numvfs(&pf),
+                pf.bdf
+            ),
+        );
     }
 
     // 1. The primary's flexible allocation takes effect at its next reset.
@@ -481,21 +667,55 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
 
     // 3. Enable the VFs, with no driver probing them: their controllers
     //    are offline until step 4.
-    write_attr(&pf.dir.join("sriov_drivers_autoprobe"), "0", "stop drivers probing the VFs")?;
-    write_attr(&pf.dir.join("sriov_numvfs"), &a.vfs.to_string(), "enable the VFs")?;
-    wait_until("the VFs to appear", Duration::from_secs(30), || (1..=a.vfs).all(|n| vf_bdf(&pf, n).is_some()))?;
-    println!("{}: {} VF(s) enabled (sriov_drivers_autoprobe 0)", pf.bdf, a.vfs);
+    write_attr(
+        &pf.dir.join("sriov_drivers_autoprobe"),
+        "0",
+        "stop drivers probing the VFs",
+    )?;
+    write_attr(
+        &pf.dir.join("sriov_numvfs"),
+        &a.vfs.to_string(),
+        "enable the VFs",
+    )?;
+    wait_until("the VFs to appear", Duration::from_secs(30), || {
+        (1..=a.vfs).all(|n| vf_bdf(&pf, n).is_some())
+    })?;
+    println!(
+        "{}: {} VF(s) enabled (sriov_drivers_autoprobe 0)",
+        pf.bdf, a.vfs
+    );
 
     // 4. Resources to each secondary controller, then online.
     for (k, s) in chosen.iter().enumerate() {
         let vf = vf_bdf(&pf, s.vfn).unwrap_or_default();
-        admin.virt_mgmt("Virtualization Management (assign queues)", s.scid, RT_VQ, ACT_SECONDARY_ASSIGN, q)?;
-        admin.virt_mgmt("Virtualization Management (assign interrupts)", s.scid, RT_VI, ACT_SECONDARY_ASSIGN, i)?;
-        admin.virt_mgmt("Virtualization Management (online)", s.scid, 0, ACT_ONLINE, 0)?;
+        admin.virt_mgmt(
+            "Virtualization Management (assign queues)",
+            s.scid,
+            RT_VQ,
+            ACT_SECONDARY_ASSIGN,
+            q,
+        )?;
+        admin.virt_mgmt(
+            "Virtualization Management (assign interrupts)",
+            s.scid,
+            RT_VI,
+            ACT_SECONDARY_ASSIGN,
+            i,
+        )?;
+        admin.virt_mgmt(
+            "Virtualization Management (online)",
+            s.scid,
+            0,
+            ACT_ONLINE,
+            0,
+        )?;
         println!("VF {} ({vf}): secondary controller {} online with {q} queues ({} I/O queue pairs) and {i} interrupts", s.vfn, s.scid, q - 1);
         if let Some(&nsid) = a.nsid.get(k) {
             admin.ns_attach(nsid, s.scid, true)?;
-            println!("VF {} ({vf}): namespace {nsid} attached to controller {}", s.vfn, s.scid);
+            println!(
+                "VF {} ({vf}): namespace {nsid} attached to controller {}",
+                s.vfn, s.scid
+            );
         }
         println!("  next: gpunvme bind {vf}");
     }
@@ -506,15 +726,33 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
 /// the PCI core: nvme quiesces and restarts around it, mounted file systems
 /// just wait), then checks that the controller applied it.
 fn set_primary(sysfs: &Sysfs, pf: &Pf, admin: &Admin, cntlid: u16, vq: u16, vi: u16) -> Res {
-    admin.virt_mgmt("Virtualization Management (primary flexible queues)", cntlid, RT_VQ, ACT_PRIMARY_ALLOC, vq)?;
-    admin.virt_mgmt("Virtualization Management (primary flexible interrupts)", cntlid, RT_VI, ACT_PRIMARY_ALLOC, vi)?;
+    admin.virt_mgmt(
+        "Virtualization Management (primary flexible queues)",
+        cntlid,
+        RT_VQ,
+        ACT_PRIMARY_ALLOC,
+        vq,
+    )?;
+    admin.virt_mgmt(
+        "Virtualization Management (primary flexible interrupts)",
+        cntlid,
+        RT_VI,
+        ACT_PRIMARY_ALLOC,
+        vi,
+    )?;
     println!("primary controller {cntlid}: flexible allocation set to {vq} queues and {vi} interrupts (takes effect at reset)");
     write_attr(&pf.dir.join("reset"), "1", "reset the PF (FLR)")?;
     let state = sysfs.root().join("class/nvme").join(&pf.name).join("state");
-    wait_until(&format!("{} back to live after the reset", pf.name), Duration::from_secs(60), || {
-        read_attr(&state).as_deref() == Some("live")
-    })?;
-    let caps = admin.identify(CNS_PRIMARY_CAPS, 0, "Identify Primary Controller Capabilities")?;
+    wait_until(
+        &format!("{} back to live after the reset", pf.name),
+        Duration::from_secs(60),
+        || read_attr(&state).as_deref() == Some("live"),
+    )?;
+    let caps = admin.identify(
+        CNS_PRIMARY_CAPS,
+        0,
+        "Identify Primary Controller Capabilities",
+    )?;
     let (q, i) = (flex(&caps, 32).primary, flex(&caps, 64).primary);
     if (q, i) != (vq, vi) {
         return fail(libc::EIO, format!("after the reset the primary holds {q} flexible queues and {i} interrupts, not {vq} and {vi}"));
@@ -524,20 +762,39 @@ fn set_primary(sysfs: &Sysfs, pf: &Pf, admin: &Admin, cntlid: u16, vq: u16, vi: 
 }
 
 /// `--vfs 0`: secondaries offline (namespaces detached), VFs disabled.
-type State = (u16, Flex, Flex, Vec<Secondary>);
-
-fn disable(sysfs: &Sysfs, pf: &Pf, admin: Option<&Admin>, state: Option<&State>, a: &SriovArgs) -> Res {
+fn disable(
+    sysfs: &Sysfs,
+    pf: &Pf,
+    admin: Option<&Admin>,
+    state: Option<&State>,
+    a: &SriovArgs,
+) -> Res {
     let n = numvfs(pf);
     for vfn in 1..=n {
         if let Some(vf) = vf_bdf(pf, vfn) {
-            let drv = link_name(&sysfs.root().join("bus/pci/devices").join(&vf).join("driver"));
+            let drv = link_name(
+                &sysfs
+                    .root()
+                    .join("bus/pci/devices")
+                    .join(&vf)
+                    .join("driver"),
+            );
             if drv.as_deref() == Some(GPUNVME_DRIVER) && !a.print {
-                return fail(libc::EBUSY, format!("VF {vfn} ({vf}) is bound to gpunvme: `gpunvme unbind {vf}` first"));
+                return fail(
+                    libc::EBUSY,
+                    format!("VF {vfn} ({vf}) is bound to gpunvme: `gpunvme unbind {vf}` first"),
+                );
             }
             if drv.is_some() && !a.print {
                 let used = sysfs.in_use(&vf)?;
                 if !used.is_empty() {
-                    return fail(libc::EBUSY, format!("VF {vfn} ({vf}) is in use ({} {})", used[0].device, used[0].by));
+                    return fail(
+                        libc::EBUSY,
+                        format!(
+                            "VF {vfn} ({vf}) is in use ({} {})",
+                            used[0].device, used[0].by
+                        ),
+                    );
                 }
             }
         }
@@ -546,18 +803,39 @@ fn disable(sysfs: &Sysfs, pf: &Pf, admin: Option<&Admin>, state: Option<&State>,
     let cntlid = state.map_or("<PRIMARY CNTLID>".to_string(), |s| s.0.to_string());
     if a.print {
         let dev = pf.node.display();
-        for (k, s) in secs.iter().filter(|s| s.online || s.nvq > 0 || s.nvi > 0).enumerate() {
+        for (k, s) in secs
+            .iter()
+            .filter(|s| s.online || s.nvq > 0 || s.nvi > 0)
+            .enumerate()
+        {
             if let Some(nsid) = a.nsid.get(k) {
-                println!("nvme detach-ns {dev} --namespace-id={nsid} --controllers={}", s.scid);
+                println!(
+                    "nvme detach-ns {dev} --namespace-id={nsid} --controllers={}",
+                    s.scid
+                );
             }
-            println!("nvme virt-mgmt {dev} --cntlid={} --act={ACT_OFFLINE}", s.scid);
-            println!("nvme virt-mgmt {dev} --cntlid={} --rt={RT_VQ} --act={ACT_SECONDARY_ASSIGN} --nr=0", s.scid);
-            println!("nvme virt-mgmt {dev} --cntlid={} --rt={RT_VI} --act={ACT_SECONDARY_ASSIGN} --nr=0", s.scid);
+            println!(
+                "nvme virt-mgmt {dev} --cntlid={} --act={ACT_OFFLINE}",
+                s.scid
+            );
+            println!(
+                "nvme virt-mgmt {dev} --cntlid={} --rt={RT_VQ} --act={ACT_SECONDARY_ASSIGN} --nr=0",
+                s.scid
+            );
+            println!(
+                "nvme virt-mgmt {dev} --cntlid={} --rt={RT_VI} --act={ACT_SECONDARY_ASSIGN} --nr=0",
+                s.scid
+            );
         }
         println!("echo 0 > {}", pf.dir.join("sriov_numvfs").display());
-        println!("echo 1 > {}", pf.dir.join("sriov_drivers_autoprobe").display());
+        println!(
+            "echo 1 > {}",
+            pf.dir.join("sriov_drivers_autoprobe").display()
+        );
         if a.reclaim {
-            let (q, i) = state.map_or(("<VQFRT>".into(), "<VIFRT>".into()), |s| (s.1.total.to_string(), s.2.total.to_string()));
+            let (q, i) = state.map_or(("<VQFRT>".into(), "<VIFRT>".into()), |s| {
+                (s.1.total.to_string(), s.2.total.to_string())
+            });
             println!("nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VQ} --act={ACT_PRIMARY_ALLOC} --nr={q}");
             println!("nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VI} --act={ACT_PRIMARY_ALLOC} --nr={i}");
             println!("echo 1 > {}", pf.dir.join("reset").display());
@@ -567,43 +845,99 @@ fn disable(sysfs: &Sysfs, pf: &Pf, admin: Option<&Admin>, state: Option<&State>,
     let admin = admin.expect("opened unless --print");
     let (pcntlid, vq, vi) = state.map(|s| (s.0, s.1, s.2)).expect("read unless --print");
     // Secondaries that are online or hold resources: VF order, as attached.
-    for (k, s) in secs.iter().filter(|s| s.online || s.nvq > 0 || s.nvi > 0).enumerate() {
+    for (k, s) in secs
+        .iter()
+        .filter(|s| s.online || s.nvq > 0 || s.nvi > 0)
+        .enumerate()
+    {
         if let Some(&nsid) = a.nsid.get(k) {
             admin.ns_attach(nsid, s.scid, false)?;
             println!("namespace {nsid} detached from controller {}", s.scid);
         }
         if s.online {
-            admin.virt_mgmt("Virtualization Management (offline)", s.scid, 0, ACT_OFFLINE, 0)?;
+            admin.virt_mgmt(
+                "Virtualization Management (offline)",
+                s.scid,
+                0,
+                ACT_OFFLINE,
+                0,
+            )?;
         }
-        admin.virt_mgmt("Virtualization Management (take queues back)", s.scid, RT_VQ, ACT_SECONDARY_ASSIGN, 0)?;
-        admin.virt_mgmt("Virtualization Management (take interrupts back)", s.scid, RT_VI, ACT_SECONDARY_ASSIGN, 0)?;
-        println!("secondary controller {} (VF {}) offline, its {} queues and {} interrupts taken back", s.scid, s.vfn, s.nvq, s.nvi);
+        admin.virt_mgmt(
+            "Virtualization Management (take queues back)",
+            s.scid,
+            RT_VQ,
+            ACT_SECONDARY_ASSIGN,
+            0,
+        )?;
+        admin.virt_mgmt(
+            "Virtualization Management (take interrupts back)",
+            s.scid,
+            RT_VI,
+            ACT_SECONDARY_ASSIGN,
+            0,
+        )?;
+        println!(
+            "secondary controller {} (VF {}) offline, its {} queues and {} interrupts taken back",
+            s.scid, s.vfn, s.nvq, s.nvi
+        );
     }
     write_attr(&pf.dir.join("sriov_numvfs"), "0", "disable the VFs")?;
-    write_attr(&pf.dir.join("sriov_drivers_autoprobe"), "1", "restore sriov_drivers_autoprobe")?;
+    write_attr(
+        &pf.dir.join("sriov_drivers_autoprobe"),
+        "1",
+        "restore sriov_drivers_autoprobe",
+    )?;
     println!("{}: VFs disabled ({n} were enabled)", pf.bdf);
     if a.reclaim {
-        let (q, i) = (vq.total.min(u32::from(u16::MAX)) as u16, vi.total.min(u32::from(u16::MAX)) as u16);
+        let (q, i) = (
+            vq.total.min(u32::from(u16::MAX)) as u16,
+            vi.total.min(u32::from(u16::MAX)) as u16,
+        );
         set_primary(sysfs, pf, admin, pcntlid, q, i)?;
     }
     Ok(())
 }
 
 /// `--print`: the same steps as nvme-cli and sysfs commands.
-fn print_plan(pf: &Pf, a: &SriovArgs, cntlid: &str, chosen: &[Secondary], q: u16, i: u16, keep: Option<(u32, u32)>) -> Res {
+fn print_plan(
+    pf: &Pf,
+    a: &SriovArgs,
+    cntlid: &str,
+    chosen: &[Secondary],
+    q: u16,
+    i: u16,
+    keep: Option<(u32, u32)>,
+) -> Res {
     let dev = pf.node.display();
     let (kq, ki) = match keep {
         Some((kq, ki)) => (kq.to_string(), ki.to_string()),
-        None => ("<flexible queues the primary keeps>".into(), "<flexible interrupts the primary keeps>".into()),
+        None => (
+            "<flexible queues the primary keeps>".into(),
+            "<flexible interrupts the primary keeps>".into(),
+        ),
     };
-    println!("# as root; {} stays with the nvme driver throughout", pf.bdf);
-    println!("nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VQ} --act={ACT_PRIMARY_ALLOC} --nr={kq}");
-    println!("nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VI} --act={ACT_PRIMARY_ALLOC} --nr={ki}");
+    println!(
+        "# as root; {} stays with the nvme driver throughout",
+        pf.bdf
+    );
+    println!(
+        "nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VQ} --act={ACT_PRIMARY_ALLOC} --nr={kq}"
+    );
+    println!(
+        "nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VI} --act={ACT_PRIMARY_ALLOC} --nr={ki}"
+    );
     println!("echo 1 > {}", pf.dir.join("reset").display());
-    println!("echo 0 > {}", pf.dir.join("sriov_drivers_autoprobe").display());
+    println!(
+        "echo 0 > {}",
+        pf.dir.join("sriov_drivers_autoprobe").display()
+    );
     println!("echo {} > {}", a.vfs, pf.dir.join("sriov_numvfs").display());
     for vfn in 1..=a.vfs {
-        let scid = chosen.iter().find(|s| s.vfn == vfn).map_or(format!("<SCID of VF {vfn}>"), |s| s.scid.to_string());
+        let scid = chosen
+            .iter()
+            .find(|s| s.vfn == vfn)
+            .map_or(format!("<SCID of VF {vfn}>"), |s| s.scid.to_string());
         println!("nvme virt-mgmt {dev} --cntlid={scid} --rt={RT_VQ} --act={ACT_SECONDARY_ASSIGN} --nr={q}");
         println!("nvme virt-mgmt {dev} --cntlid={scid} --rt={RT_VI} --act={ACT_SECONDARY_ASSIGN} --nr={i}");
         println!("nvme virt-mgmt {dev} --cntlid={scid} --act={ACT_ONLINE}");
@@ -630,13 +964,23 @@ mod tests {
         caps[64..68].copy_from_slice(&2u32.to_le_bytes()); // VIFRT
         caps[76..78].copy_from_slice(&2u16.to_le_bytes()); // VIFRSM
         let vq = flex(&caps, 32);
-        assert_eq!((vq.total, vq.secondaries, vq.primary, vq.private, vq.max_per_secondary), (4, 1, 3, 61, 4));
+        assert_eq!(
+            (
+                vq.total,
+                vq.secondaries,
+                vq.primary,
+                vq.private,
+                vq.max_per_secondary
+            ),
+            (4, 1, 3, 61, 4)
+        );
         let vi = flex(&caps, 64);
         assert_eq!((vi.total, vi.max_per_secondary), (2, 2));
 
         let mut list = vec![0u8; 4096];
         list[0] = 2;
-        for (i, (scid, vfn, online)) in [(2u16, 1u16, true), (3, 2, false)].into_iter().enumerate() {
+        for (i, (scid, vfn, online)) in [(2u16, 1u16, true), (3, 2, false)].into_iter().enumerate()
+        {
             let e = 32 + 32 * i;
             list[e..e + 2].copy_from_slice(&scid.to_le_bytes());
             list[e + 4] = online as u8;
@@ -646,7 +990,10 @@ mod tests {
         }
         let s = secondaries(&list);
         assert_eq!(s.len(), 2);
-        assert_eq!((s[0].scid, s[0].vfn, s[0].online, s[0].nvq, s[0].nvi), (2, 1, true, 4, 1));
+        assert_eq!(
+            (s[0].scid, s[0].vfn, s[0].online, s[0].nvq, s[0].nvi),
+            (2, 1, true, 4, 1)
+        );
         assert_eq!((s[1].scid, s[1].vfn, s[1].online), (3, 2, false));
     }
 
