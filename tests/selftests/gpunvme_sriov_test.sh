@@ -49,7 +49,7 @@ expect_fail() { # expect_fail ERRNO-TEXT cmd...: fails, and says so with that te
 	echo "$out" | grep -q -- "$want"
 }
 
-ktap_plan 43
+ktap_plan 45
 
 # ---- the PF with nvme.ko and an ext4 file system -------------------------------
 pf_up() {
@@ -105,6 +105,20 @@ print_plan() {
 }
 ktap_check "sriov --print prints the nvme-cli commands" print_plan
 ktap_check "... and changes nothing (sriov_numvfs 0)" test "$(cat "$PFDIR/sriov_numvfs")" = 0
+# util-linux setpriv (busybox's cannot change the uid), brought by --file.
+if [ -x "$DIR/setpriv" ]; then
+	nobody() { "$DIR/setpriv" --reuid=65534 --regid=65534 --clear-groups "$@"; }
+	ktap_check "sriov as an unprivileged user: EPERM" expect_fail "errno 1:" nobody gpunvme sriov "$PF" --vfs 1
+	print_unpriv() {
+		out=$(nobody gpunvme sriov "$PF" --print) || return 1
+		echo "$out"
+		echo "$out" | grep -q -- "--cntlid=<SCID of VF 1> --act=9"
+	}
+	ktap_check "sriov --print as an unprivileged user: the commands, with placeholders" print_unpriv
+else
+	ktap_ok "sriov as an unprivileged user: EPERM # SKIP no util-linux setpriv in $DIR"
+	ktap_ok "sriov --print as an unprivileged user # SKIP no util-linux setpriv in $DIR"
+fi
 
 # ---- the VF ------------------------------------------------------------------------
 ktap_check "sriov: resources moved, PF reset, VF enabled, online, namespace 2 attached" \

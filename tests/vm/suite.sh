@@ -104,8 +104,11 @@ bash "$ROOT/tests/vm/run.sh" --append "iommu=pt" --file "$ROOT/gpunvme.ko" "$@" 
 add "$work/boot5.log"
 
 echo "=== boot 6: SR-IOV: PF with nvme.ko and a mounted ext4, a VF with gpunvme"
+# e2fsprogs' mke2fs and e2fsck, util-linux's setpriv: busybox's cannot.
+host_tool() { PATH=$PATH:/usr/sbin:/sbin command -v "$1" || echo "/usr/sbin/$1"; }
 bash "$ROOT/tests/vm/run.sh" --sriov --file "$ROOT/gpunvme.ko" --file "$cli" \
-    --file "$(command -v mke2fs)" --file "$(command -v e2fsck)" --file /etc/mke2fs.conf:/etc/mke2fs.conf "$@" -- \
+    --file "$(host_tool mke2fs)" --file "$(host_tool e2fsck)" --file /etc/mke2fs.conf:/etc/mke2fs.conf \
+    --file "$(host_tool setpriv)" "$@" -- \
     "$B/boot/gpunvme_sriov_test.sh" 2>&1 | tee "$work/boot6.log"
 add "$work/boot6.log"
 
