@@ -26,11 +26,12 @@ Boots the test kernel in QEMU and runs, in command-line order, each TEST
   --log FILE           console log (default: a new file under ${TMPDIR:-/tmp})
   --append ARGS        extra kernel command-line arguments
   --sriov              add an SR-IOV NVMe PF (QEMU's model, in an nvme-subsys)
-                       behind a root port at SRIOV_PF_BDF=0000:01:00.0: 1 VF
-                       (0000:01:00.1), 4 flexible queue and 2 flexible
-                       interrupt resources; namespace 1 (64 MiB) is the PF's,
-                       namespace 2 (64 MiB) is private and detached, for a VF.
-                       The other devices and their BDFs do not change.
+                       behind a root port, at 0000:01:00.0 (SRIOV_PF_BDF in
+                       /etc/gpunvme-vm.env): 1 VF (0000:01:00.1), 4 flexible
+                       queue and 2 flexible interrupt resources; namespace 1
+                       (64 MiB) is the PF's, namespace 2 (64 MiB) is private
+                       and detached, for a VF.  The other devices and their
+                       BDFs do not change.
   -h, --help
 
 Environment:

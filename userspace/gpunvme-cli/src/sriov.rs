@@ -123,7 +123,7 @@ impl Admin {
             }),
             Err(e) => fail(
                 e.raw_os_error().unwrap_or(libc::EIO),
-                format!("open {}: {e}", path.display()),
+                format!("open {}", path.display()),
             ),
         }
     }
