@@ -105,8 +105,9 @@ add "$work/boot5.log"
 
 echo "=== boot 6: SR-IOV: PF with nvme.ko and a mounted ext4, a VF with gpunvme"
 # e2fsprogs' mke2fs and e2fsck, util-linux's setpriv: busybox's cannot.
+# Under the debug kernel (KASAN, TCG) the test takes about 300 s: more time.
 host_tool() { PATH=$PATH:/usr/sbin:/sbin command -v "$1" || echo "/usr/sbin/$1"; }
-bash "$ROOT/tests/vm/run.sh" --sriov --file "$ROOT/gpunvme.ko" --file "$cli" \
+bash "$ROOT/tests/vm/run.sh" --sriov --test-timeout 900 --timeout 1200 --file "$ROOT/gpunvme.ko" --file "$cli" \
     --file "$(host_tool mke2fs)" --file "$(host_tool e2fsck)" --file /etc/mke2fs.conf:/etc/mke2fs.conf \
     --file "$(host_tool setpriv)" "$@" -- \
     "$B/boot/gpunvme_sriov_test.sh" 2>&1 | tee "$work/boot6.log"
