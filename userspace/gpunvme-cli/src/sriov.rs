@@ -510,7 +510,14 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
         // check, but QEMU 7.2 leaves it clear while implementing the
         // command: the Identify CNS 14h/15h answers decide.
         let vms = le16(&id, 256) & (1 << 7) != 0;
+        // Only the controller's refusal (a status: EIO) means "no such
+        // command set"; other errors pass through as they are.
         let no_vm = |e: Box<dyn std::error::Error>| -> Box<dyn std::error::Error> {
+            if e.downcast_ref::<Failed>()
+                .map_or(true, |f| f.1 != libc::EIO)
+            {
+                return e;
+            }
             Box::new(Failed(
                 format!(
                     "{}: no Virtualization Management (OACS bit 7 {}; {e})",
