@@ -25,6 +25,13 @@ Boots the test kernel in QEMU and runs, in command-line order, each TEST
   --boot-timeout SECS  deadline for the VM to reach /init (default 120)
   --log FILE           console log (default: a new file under ${TMPDIR:-/tmp})
   --append ARGS        extra kernel command-line arguments
+  --sriov              add an SR-IOV NVMe PF (QEMU's model, in an nvme-subsys)
+                       behind a root port, at 0000:01:00.0 (SRIOV_PF_BDF in
+                       /etc/gpunvme-vm.env): 1 VF (0000:01:00.1), 4 flexible
+                       queue and 2 flexible interrupt resources; namespace 1
+                       (64 MiB) is the PF's, namespace 2 (64 MiB) is private
+                       and detached, for a VF.  The other devices and their
+                       BDFs do not change.
   -h, --help
 
 Environment:
@@ -63,6 +70,8 @@ readonly GPUNVME_BDF=0000:00:$GPUNVME_SLOT.0
 readonly KERNEL_NVME_BDF=0000:00:$KERNEL_NVME_SLOT.0
 readonly EDU_BDF=0000:00:$EDU_SLOT.0
 readonly DISK_SIZE=64M
+# --sriov: the PF behind a root port at slot 07 (bus 1); its VF is 01:00.1.
+readonly SRIOV_RP_SLOT=07 SRIOV_PF_BDF=0000:01:00.0
 
 # Patterns in the kernel log that fail the run ("kernel log clean").
 # Case-sensitive on purpose: the boot banners "kasan:"/"kfence:" and lockdep's
@@ -71,7 +80,7 @@ readonly DISK_SIZE=64M
 # e.g. from a test module's kunit_test_suite at insmod).
 readonly KLOG_BAD='WARNING:|BUG:|Oops|KASAN|KFENCE|possible circular locking|INFO: possible|inconsistent lock state|lockdep (disabled|off)|DEBUG_LOCKS_WARN_ON|Call Trace:|Kernel panic|general protection fault|UBSAN:|detected stalls|blocked for more than|^\[ *[0-9.]+\] +not ok [0-9]+ '
 
-kdir= keep_images= timeout=600 test_timeout=300 boot_timeout=120 log= append=
+kdir= keep_images= sriov= timeout=600 test_timeout=300 boot_timeout=120 log= append=
 files=() entries=()   # entries: "KIND<TAB>SRC" in command-line order
 
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -89,6 +98,7 @@ while [ $# -gt 0 ]; do
         --boot-timeout) need_arg "$@"; boot_timeout=$2; shift 2 ;;
         --log)          need_arg "$@"; log=$2; shift 2 ;;
         --append)       need_arg "$@"; append=$2; shift 2 ;;
+        --sriov)        sriov=1; shift ;;
         -h|--help)      usage; exit 0 ;;
         --)             shift; for t in "$@"; do entries+=("test	$t"); done; break ;;
         -*)             die "unknown option $1 (see --help)" ;;
@@ -209,6 +219,7 @@ cat >"$root/etc/gpunvme-vm.env" <<EOF
 GPUNVME_BDF=$GPUNVME_BDF
 KERNEL_NVME_BDF=$KERNEL_NVME_BDF
 EDU_BDF=$EDU_BDF
+${sriov:+SRIOV_PF_BDF=$SRIOV_PF_BDF}
 GPUNVME_DIR=/opt/gpunvme
 GPUNVME_TEST_TIMEOUT=$test_timeout
 EOF
@@ -225,7 +236,7 @@ if [ -n "$keep_images" ]; then
     mkdir -p "$keep_images"
     imgdir=$(cd "$keep_images" && pwd)
 fi
-for d in gpunvme0 kernel0; do
+for d in gpunvme0 kernel0 ${sriov:+sriov-ns1 sriov-ns2}; do
     rm -f "$imgdir/$d.img"      # always fresh
     if command -v qemu-img >/dev/null; then
         qemu-img create -q -f raw "$imgdir/$d.img" "$DISK_SIZE"
@@ -255,6 +266,19 @@ qemu_args=(
     -drive "file=$imgdir/kernel0.img,if=none,id=kernel0-disk,format=raw"
     -device "nvme,id=kernel0,serial=kernel0,drive=kernel0-disk,bus=pcie.0,addr=$KERNEL_NVME_SLOT.0$kernel_opts"
     -device "edu,dma_mask=0xffffffffffffffff,bus=pcie.0,addr=$EDU_SLOT.0"
+)
+# QEMU 7.2's SR-IOV NVMe needs an nvme-subsys. Its namespaces default to
+# shared (attached to every controller, VFs included): ns 1 is private to
+# the PF; ns 2 is private and detached until Namespace Attachment gives it
+# to one controller (the VF's).
+[ -z "$sriov" ] || qemu_args+=(
+    -device "pcie-root-port,id=sriov-rp,chassis=7,bus=pcie.0,addr=$SRIOV_RP_SLOT.0"
+    -device nvme-subsys,id=sriov-subsys,nqn=gpunvme-sriov
+    -device "nvme,id=sriov0,serial=sriov0,subsys=sriov-subsys,bus=sriov-rp,addr=00.0,sriov_max_vfs=1,sriov_vq_flexible=4,sriov_vi_flexible=2"
+    -drive "file=$imgdir/sriov-ns1.img,if=none,id=sriov-ns1,format=raw"
+    -device nvme-ns,drive=sriov-ns1,bus=sriov0,nsid=1,shared=off
+    -drive "file=$imgdir/sriov-ns2.img,if=none,id=sriov-ns2,format=raw"
+    -device nvme-ns,drive=sriov-ns2,bus=sriov0,nsid=2,shared=off,detached=on
 )
 # shellcheck disable=SC2206 # word splitting is the documented contract
 [ -z "${QEMU_EXTRA:-}" ] || qemu_args+=($QEMU_EXTRA)

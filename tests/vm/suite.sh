@@ -133,5 +133,21 @@ else
     echo "=== boot 7 (bind safety) runs on the default kernel only"
 fi
 
+# SR-IOV: the PF keeps nvme.ko and a mounted ext4 while a VF is gpunvme's.
+# Like boot 7 it tests the CLI and QEMU's model more than the module (about
+# 300 s under the debug kernel): default kernel only.
+if [ "${KERNEL_VARIANT:-default}" = default ]; then
+    echo "=== boot 8: SR-IOV: PF with nvme.ko and a mounted ext4, a VF with gpunvme"
+    # e2fsprogs' mke2fs and e2fsck, util-linux's setpriv: busybox's cannot.
+    host_tool() { PATH=$PATH:/usr/sbin:/sbin command -v "$1" || echo "/usr/sbin/$1"; }
+    bash "$ROOT/tests/vm/run.sh" --sriov --test-timeout 900 --timeout 1200 --file "$ROOT/gpunvme.ko" --file "$cli" \
+        --file "$(host_tool mke2fs)" --file "$(host_tool e2fsck)" --file /etc/mke2fs.conf:/etc/mke2fs.conf \
+        --file "$(host_tool setpriv)" "$@" -- \
+        "$B/boot/gpunvme_sriov_test.sh" 2>&1 | tee "$work/boot8.log"
+    add "$work/boot8.log"
+else
+    echo "=== boot 8 (SR-IOV) runs on the default kernel only"
+fi
+
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
 [ "$fail" = 0 ]

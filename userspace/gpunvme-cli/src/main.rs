@@ -3,6 +3,7 @@
 mod bench;
 mod blockio;
 mod gpu_run;
+mod sriov;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -146,6 +147,14 @@ enum Cmd {
     /// import route reported. Needs a GPU, ROCm or the NVIDIA driver, and
     /// access to the node (root for --owner).
     GpuRun(gpu_run::GpuRunArgs),
+    /// SR-IOV: keep the physical function with the kernel nvme driver (its
+    /// file systems stay mounted) and prepare virtual functions for
+    /// gpunvme: move flexible queue and interrupt resources from the
+    /// primary to each VF's secondary controller (resetting the PF if its
+    /// own allocation must shrink), enable the VFs, bring them online and
+    /// attach --nsid; then `gpunvme bind VF`. --vfs 0 undoes it; --print
+    /// prints the nvme-cli commands instead. Needs root.
+    Sriov(sriov::SriovArgs),
 }
 
 fn main() -> ExitCode {
@@ -207,6 +216,7 @@ fn run(cli: Cli) -> Res {
         } => blockio::print_pattern(seed, lba, count, lba_size),
         Cmd::Bench(a) => bench::bench(&sysfs, &a),
         Cmd::GpuRun(a) => gpu_run::gpu_run(&sysfs, &a),
+        Cmd::Sriov(a) => sriov::sriov(&sysfs, &a),
     }
 }
 

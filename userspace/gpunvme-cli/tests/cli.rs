@@ -61,13 +61,13 @@ fn help_lists_exactly_the_subcommands() {
         names,
         [
             "list", "info", "bind", "unbind", "probe", "read", "write", "verify", "pattern",
-            "bench", "gpu-run", "help"
+            "bench", "gpu-run", "sriov", "help"
         ],
         "{out}"
     );
     for sub in [
         "list", "info", "bind", "unbind", "probe", "read", "write", "verify", "pattern", "bench",
-        "gpu-run",
+        "gpu-run", "sriov",
     ] {
         let o = gpunvme(&[sub, "--help"]);
         assert!(o.status.success(), "{sub} --help");
@@ -308,4 +308,53 @@ fn probe_reports_each_bound_controller() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["controllers"][0]["bdf"], "0000:04:00.0");
     assert!(v["controllers"][0]["error"].is_string(), "{v}");
+}
+
+#[test]
+fn sriov_refuses_with_errno() {
+    let root = fake_sysfs("sriov");
+    let r = root.to_str().unwrap();
+    let pci = root.join("bus/pci/devices");
+    // An SR-IOV PF with no driver, and its VF.
+    write(&pci.join("0000:04:00.0/sriov_totalvfs"), "2\n");
+    write(&pci.join("0000:04:00.1/class"), "0x010802\n");
+    symlink("../0000:04:00.0", pci.join("0000:04:00.1/physfn")).unwrap();
+    for (args, want) in [
+        (vec!["sriov", "0000:03:00.0"], "does not support SR-IOV"),
+        (
+            vec!["sriov", "0000:04:00.0"],
+            "must be bound to the kernel nvme driver",
+        ),
+        (vec!["sriov", "0000:04:00.1"], "is a virtual function"),
+        (
+            vec!["sriov", "/dev/nvme7"],
+            "not a kernel nvme controller node",
+        ),
+        (
+            vec!["sriov", "0000:03:00.0", "--vfs", "1", "--reclaim"],
+            "--reclaim goes with --vfs 0",
+        ),
+    ] {
+        let mut a = args.clone();
+        a.extend(["--sysfs-root", r]);
+        let o = gpunvme(&a);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains(want) && err.contains("(errno "),
+            "{args:?}: {err}"
+        );
+    }
+    let h = stdout(&gpunvme(&["sriov", "--help"]));
+    for opt in [
+        "--vfs",
+        "--queues",
+        "--interrupts",
+        "--nsid",
+        "--print",
+        "--reclaim",
+    ] {
+        assert!(h.contains(opt), "sriov --help lacks {opt}");
+    }
 }
