@@ -565,12 +565,16 @@ int main(void)
 	int r = bind_gpunvme(gpunvme_bdf());
 	for (uint64_t t1 = now_ms(); r == -ENODEV && now_ms() - t1 < 10000; r = bind_gpunvme(gpunvme_bdf()))
 		usleep(100000);
+	/* The driver link appears when probe starts: give probe (which makes
+	 * the node) up to 10 s to finish, as the PCI core may be running it. */
 	int a2 = r ? -1 : gpunvme_open_ctrl_node(gpunvme_bdf(), NULL);
+	for (uint64_t t1 = now_ms(); !r && a2 < 0 && now_ms() - t1 < 10000; a2 = gpunvme_open_ctrl_node(gpunvme_bdf(), NULL))
+		usleep(100000);
 	struct gpunvme_info info2;
 	int ok_b = a2 >= 0 && !get_info(a2, &info2) && !strcmp(info2.serial, info.serial) &&
 		   info2.num_namespaces >= 1 && info2.ns[0].nsid == nsid;
 	result(ok_b, "replug: device_add brings the controller back and gpunvme binds it again");
-	REQUIRE(ok_b, "bind after replug: %s", r ? strerror(-r) : "GET_INFO differs");
+	REQUIRE(ok_b, "bind after replug: %s", r ? strerror(-r) : a2 < 0 ? "no controller node" : "GET_INFO differs");
 
 	struct hostbuf b2;
 	struct qp q2;

@@ -450,12 +450,42 @@ if grep -q 'Run /init as init process' <<<"$klog"; then
 else
     boot_part="" run_part=$klog
 fi
+# One known report of the kernel's own, only with --hotplug: Linux 7.3's
+# pciehp_unconfigure_device() takes pci_rescan_remove_lock while its IRQ
+# thread holds ctrl->reset_lock, drops reset_lock to unbind the slot's
+# drivers and takes it again under pci_rescan_remove_lock, so lockdep
+# reports a circular dependency on every hot-unplug (reproduced with no
+# gpunvme code loaded). Such a report, if it names no gpunvme function, is
+# taken out of the scan and shown as a skip (lockdep is off for the rest of
+# that boot); any other report still fails the run.
+known_pciehp=0
+if [ "$hotplug" = 1 ]; then
+    run_part=$(awk '
+        function flush(   i) {
+            if (blk ~ /pciehp_unconfigure_device/ && blk ~ /&ctrl->reset_lock/ &&
+                blk ~ /pci_rescan_remove_lock/ && blk !~ /gpunvme/)
+                known++
+            else
+                for (i = 1; i <= n; i++) print lines[i]
+            n = 0; blk = ""; inblk = 0
+        }
+        /WARNING: possible circular locking dependency detected/ { if (inblk) flush(); inblk = 1 }
+        inblk { lines[++n] = $0; blk = blk "\n" $0; if ($0 ~ /<\/TASK>/) flush(); next }
+        { print }
+        END { if (inblk) flush(); print "@@known " known + 0 }' <<<"$run_part")
+    known_pciehp=$(tail -n1 <<<"$run_part" | awk '{ print $2 }')
+    run_part=$(sed '$d' <<<"$run_part")
+fi
 boot_bad=$(grep -E "$KLOG_BAD" <<<"$boot_part" || true)
 bad=$(grep -E "$KLOG_BAD" <<<"$run_part" || true)
 if [ -n "$boot_bad" ]; then
     skipped=$((skipped + 1))
     notes+=$'\n'"SKIP kernel log during early boot (before /init, before any gpunvme code) was not clean:"
     notes+=$'\n'"$(head -n 12 <<<"$boot_bad" | sed 's/^/    /')"
+fi
+if [ "$known_pciehp" -gt 0 ]; then
+    skipped=$((skipped + 1))
+    notes+=$'\n'"SKIP kernel log: $known_pciehp lockdep report(s) of pciehp's own lock order at hot-unplug (pciehp_unconfigure_device re-takes ctrl->reset_lock under pci_rescan_remove_lock; no gpunvme frame) not counted; lockdep was off after it"
 fi
 if [ -n "$bad" ]; then
     failed=$((failed + 1))
