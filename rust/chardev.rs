@@ -76,7 +76,9 @@ impl Drop for Slot {
 }
 
 /// The registered device nodes. Fields drop in order: the nodes
-/// disappear before their number is released.
+/// disappear before their number is released. They are initialised in the
+/// other order, the controller node last: once registered it can be opened
+/// at once, and `open` reads `shared` through it.
 #[pin_data]
 pub(crate) struct Node {
     #[pin]
@@ -88,11 +90,14 @@ pub(crate) struct Node {
 
 impl Node {
     pub(crate) fn new(shared: Arc<Shared>, slot: Slot) -> impl PinInit<Self, Error> {
+        let name = slot.name();
+        // Fields are initialised in the order written here: everything
+        // `open` reads exists before the node does.
         try_pin_init!(Self {
-            misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: slot.name() }),
             namespaces: NsNode::all(&shared, &slot)?,
             shared,
             slot,
+            misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
         })
     }
 
@@ -122,10 +127,11 @@ impl NsNode {
             };
             let name = NS_NAMES[slot.0 * NS_NODES + i];
             let node = KBox::pin_init(
+                // The node last: it can be opened as soon as it exists.
                 try_pin_init!(NsNode {
-                    misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
                     shared: shared.clone(),
                     nsid: ns.nsid,
+                    misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
                 }),
                 GFP_KERNEL,
             )?;
