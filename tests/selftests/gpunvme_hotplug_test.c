@@ -13,10 +13,12 @@
  *    with its SQ, CQ, doorbell cells and PRP pool mmapped, a MAP_HOST
  *    buffer, and I/O in flight: 7 reads accepted by the relay and started
  *    on the controller, 3 more waiting in the shadow SQ (flow control holds
- *    them: the file reaps nothing). The reads target namespace SLOW_NSID,
- *    whose disk QEMU throttles to 512 bytes/s of reads (tests/vm/suite.sh),
- *    so the controller cannot finish them before the unplug: deterministic,
- *    not timing luck. (The controller's reset at unbind drains them.)
+ *    them: the file reaps nothing). The reads target the namespace named
+ *    in $GPUNVME_DIR/hotplug-slow-nsid, whose disk QEMU throttles to 512
+ *    bytes/s of reads (tests/vm/suite.sh, boot 6), so the controller cannot
+ *    finish them before the unplug: deterministic, not timing luck. (The
+ *    controller's reset at unbind drains them.) Without that file the
+ *    reads go to namespace 1 and the in-flight check is skipped.
  *  - file B: the namespace node /dev/gpunvme<N>n1;
  *  - the GPU stand-in (gpunvme_standin on QEMU's edu) holding imports of
  *    A's doorbell cells, SQ, CQ and PRP pool (dma-bufs gpunvme exported).
@@ -27,7 +29,9 @@
  * the pinned buffer's RLIMIT_MEMLOCK charge is given back; the stand-in's
  * imports are revoked (its DMA calls fail with ENODEV, a new import of the
  * same dma-buf is refused); closing everything works. Then device_add,
- * bind again, the data written before the unplug reads back, and a fresh
+ * bind again (opening the node while the PCI core may still be probing:
+ * that open once met a half-initialised node), the data written before the
+ * unplug reads back, and a fresh
  * write/verify with known patterns passes. Last, with every file closed the
  * module holds no references (refcnt 0), and on a kernel with kmemleak
  * (the debug kernel, booted with kmemleak=on) two scans find no leak
