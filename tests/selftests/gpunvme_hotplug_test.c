@@ -14,7 +14,7 @@
  *    buffer, and I/O in flight: 7 reads accepted by the relay and started
  *    on the controller, 3 more waiting in the shadow SQ (flow control holds
  *    them: the file reaps nothing). The reads target the namespace named
- *    in $GPUNVME_DIR/hotplug-slow-nsid, whose disk QEMU throttles to 512
+ *    in $GPUNVME_DIR/hotplug-slow-nsid, whose disk QEMU throttles to 64
  *    bytes/s of reads (tests/vm/suite.sh, boot 6), so the controller cannot
  *    finish them before the unplug: deterministic, not timing luck. (The
  *    controller's reset at unbind drains them.) Without that file the
