@@ -167,9 +167,10 @@ impl MiscDevice for OpenFile {
 
     fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<OpenState>> {
         // SAFETY: `misc` is always the `misc` field of a pinned `Node` (the
-        // only place an `OpenFile` registration is created), and misc_open()
-        // holds the misc lock, so the registration (and its `Node`) cannot be
-        // dropped while this runs.
+        // only place an `OpenFile` registration is created), whose other
+        // fields were initialised before it registered (`Node::new`), and
+        // misc_open() holds the misc lock, so the registration (and its
+        // `Node`) cannot be dropped while this runs.
         let node = unsafe { &*container_of!(misc as *const MiscDeviceRegistration<Self>, Node, misc) };
         node.shared.alive()?;
         OpenState::new(node.shared.clone(), file, 0)
@@ -193,7 +194,8 @@ impl MiscDevice for NsFile {
 
     fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<OpenState>> {
         // SAFETY: `misc` is always the `misc` field of a pinned `NsNode`
-        // (the only place an `NsFile` registration is created), and
+        // (the only place an `NsFile` registration is created), whose other
+        // fields were initialised before it registered (`NsNode::all`), and
         // misc_open() holds the misc lock, so it cannot be dropped meanwhile.
         let node = unsafe { &*container_of!(misc as *const MiscDeviceRegistration<Self>, NsNode, misc) };
         node.shared.alive()?;
