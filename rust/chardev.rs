@@ -78,7 +78,9 @@ impl Drop for Slot {
 }
 
 /// The registered device nodes. Fields drop in order: the nodes
-/// disappear before their number is released.
+/// disappear before their number is released. They are initialised in the
+/// other order, the controller node last: once registered it can be opened
+/// at once, and `open` reads `shared` through it.
 #[pin_data]
 pub(crate) struct Node {
     #[pin]
@@ -90,11 +92,14 @@ pub(crate) struct Node {
 
 impl Node {
     pub(crate) fn new(shared: Arc<Shared>, slot: Slot) -> impl PinInit<Self, Error> {
+        let name = slot.name();
+        // Fields are initialised in the order written here: everything
+        // `open` reads exists before the node does.
         try_pin_init!(Self {
-            misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: slot.name() }),
             namespaces: NsNode::all(&shared, &slot)?,
             shared,
             slot,
+            misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
         })
         .pin_chain(|node| crate::shim::add_poll(node.misc.as_raw()))
     }
@@ -125,10 +130,11 @@ impl NsNode {
             };
             let name = NS_NAMES[slot.0 * NS_NODES + i];
             let node = KBox::pin_init(
+                // The node last: it can be opened as soon as it exists.
                 try_pin_init!(NsNode {
-                    misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
                     shared: shared.clone(),
                     nsid: ns.nsid,
+                    misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
                 })
                 .pin_chain(|node| crate::shim::add_poll(node.misc.as_raw())),
                 GFP_KERNEL,
@@ -165,9 +171,10 @@ impl MiscDevice for OpenFile {
 
     fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<OpenState>> {
         // SAFETY: `misc` is always the `misc` field of a pinned `Node` (the
-        // only place an `OpenFile` registration is created), and misc_open()
-        // holds the misc lock, so the registration (and its `Node`) cannot be
-        // dropped while this runs.
+        // only place an `OpenFile` registration is created), whose other
+        // fields were initialised before it registered (`Node::new`), and
+        // misc_open() holds the misc lock, so the registration (and its
+        // `Node`) cannot be dropped while this runs.
         let node = unsafe { &*container_of!(misc as *const MiscDeviceRegistration<Self>, Node, misc) };
         OpenState::new(node.shared.clone(), file, 0)
     }
@@ -190,7 +197,8 @@ impl MiscDevice for NsFile {
 
     fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<OpenState>> {
         // SAFETY: `misc` is always the `misc` field of a pinned `NsNode`
-        // (the only place an `NsFile` registration is created), and
+        // (the only place an `NsFile` registration is created), whose other
+        // fields were initialised before it registered (`NsNode::all`), and
         // misc_open() holds the misc lock, so it cannot be dropped meanwhile.
         let node = unsafe { &*container_of!(misc as *const MiscDeviceRegistration<Self>, NsNode, misc) };
         OpenState::new(node.shared.clone(), file, node.nsid)

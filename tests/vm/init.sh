@@ -52,7 +52,7 @@ fi
 emit() { echo "$*"; echo "$*" >&3; }
 
 . /etc/gpunvme-vm.env
-export GPUNVME_BDF KERNEL_NVME_BDF EDU_BDF GPUNVME_DIR GPUNVME_TEST_TIMEOUT
+export GPUNVME_BDF KERNEL_NVME_BDF EDU_BDF GPUNVME_DIR GPUNVME_TEST_TIMEOUT GPUNVME_HOTPLUG
 # Dynamically linked --file binaries bring their libraries (run.sh copies
 # what ldd names); make sure the loader looks where they were put.
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64:/usr/lib64

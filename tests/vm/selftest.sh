@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/vm/selftest.sh: test the VM runner itself (three VM boots, ~1 min).
+# tests/vm/selftest.sh: test the VM runner itself (four VM boots, ~1.5 min).
 # Runs known-good and known-bad fixtures from tests/vm/selftest/ and checks
 # run.sh's exit status, its last line and a few of its messages.
 # Extra arguments (e.g. --kdir DIR) are passed to every run.sh call.
@@ -41,7 +41,7 @@ expect() {
 
 common=("$@")
 echo "TAP version 13"
-echo "1..3"
+echo "1..4"
 
 # pass.sh: 2 ok (its indented "not ok" is a subtest); skip.sh: 1 skipped;
 # plus "kernel log clean".
@@ -62,6 +62,14 @@ expect failing 1 "4 passed, 5 failed, 1 skipped" \
 expect deadline nonzero "2 passed, 2 failed" \
     'deadline of 20s hit' 'last 60 console lines' \
     -- --timeout 20 --test-timeout 300 "$FX/hang.sh"
+
+# --hotplug: the host unplugs and replugs the controller when asked; the
+# pciehp-shaped lockdep report is a skip, the one naming gpunvme a failure.
+# hotplug.sh 3/0, the script 1/0, kernel log 0/1, plus one skip.
+expect hotplug 1 "4 passed, 1 failed, 1 skipped" \
+    'hotplug: gpunvme0 deleted' 'hotplug: device_add gpunvme0 done' \
+    'SKIP kernel log: 1 lockdep report' 'FAIL kernel log clean' 'WARNING: possible circular locking' \
+    -- --hotplug "$FX/hotplug.sh" --script "$FX/pciehp-lockdep.sh"
 
 echo "# $((n - failed)) passed, $failed failed"
 [ "$failed" -eq 0 ]
