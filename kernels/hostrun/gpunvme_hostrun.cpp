@@ -74,7 +74,7 @@ using namespace gpunvme;
 
 static constexpr uint32_t PAGE = 4096;
 static constexpr uint64_t TICK_HZ = 1000000000ull; /* host ticks are ns */
-static constexpr uint64_t WAIT_TICKS = 2 * TICK_HZ; /* WAIT_CAP_SECONDS */
+static constexpr uint64_t WAIT_TICKS = gpunvme::WAIT_CAP_SECONDS * TICK_HZ;
 
 /* ---- KTAP ------------------------------------------------------------ */
 
@@ -370,8 +370,8 @@ static void pair_close(pair &p)
  * group (groups of several pairs run side by side).
  */
 static const hostgroup::limits LIMITS{
-	std::chrono::milliseconds(20000),  /* at a barrier: >> the 2 s wait cap */
-	std::chrono::milliseconds(100000), /* a whole group */
+	std::chrono::milliseconds(60000),  /* at a barrier: > the wait cap */
+	std::chrono::milliseconds(300000), /* a whole group */
 };
 
 struct group_shared {
