@@ -55,11 +55,17 @@ cleanup() {
     for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -l "${mounts[i]}" 2>/dev/null || true; done
 }
 trap cleanup EXIT
-rm -rf "$tmp"
 start=$SECONDS
-say "debootstrap --variant=minbase trixie into $tmp"
-debootstrap --variant=minbase trixie "$tmp" "$mirror" >"$TD/debootstrap.log" 2>&1 ||
-    { tail -n 30 "$TD/debootstrap.log" >&2; die "debootstrap failed (log: $TD/debootstrap.log)"; }
+# An interrupted build resumes after its last completed stage
+# (.stage-base: debootstrap done; .stage-pkgs: packages installed).
+if [ ! -f "$tmp/.stage-base" ]; then
+    rm -rf "$tmp"
+    say "debootstrap --variant=minbase trixie into $tmp"
+    debootstrap --variant=minbase trixie "$tmp" "$mirror" >"$TD/debootstrap.log" 2>&1 ||
+        { tail -n 30 "$TD/debootstrap.log" >&2; die "debootstrap failed (log: $TD/debootstrap.log)"; }
+    touch "$tmp/.stage-base"
+fi
+[ -d "$tmp/etc/apt" ] || die "$tmp is not a debootstrapped root"
 
 cat >"$tmp/etc/apt/sources.list" <<EOF
 deb $mirror trixie main
@@ -74,20 +80,38 @@ Pin-Priority: 990
 EOF
 mount -t proc proc "$tmp/proc"; mounts+=("$tmp/proc")
 mount --bind /dev "$tmp/dev"; mounts+=("$tmp/dev")
-in_root() { chroot "$tmp" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-    DEBIAN_FRONTEND=noninteractive "$@"; }
-say "apt-get install ${PKGS[*]}"
-{ in_root apt-get update -q &&
-  in_root apt-get install -y -q --no-install-recommends "${PKGS[@]}" &&
-  in_root sh -c "mkdir -p /opt/linux-image && cd /opt/linux-image &&
-                 apt-get download linux-image-$KREL && dpkg-deb -x linux-image-*.deb . && rm linux-image-*.deb" &&
-  in_root apt-get clean; } >"$TD/apt.log" 2>&1 ||
-    { tail -n 30 "$TD/apt.log" >&2; die "apt in the trixie root failed (log: $TD/apt.log)"; }
-[ -f "$tmp/opt/linux-image/boot/vmlinuz-$KREL" ] || die "linux-image-$KREL has no boot/vmlinuz-$KREL"
+in_root() { chroot "$tmp" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"; }
+if [ ! -f "$tmp/.stage-pkgs" ]; then
+    say "apt-get install ${PKGS[*]}"
+    { in_root apt-get update -q &&
+      in_root apt-get install -y -q --no-install-recommends "${PKGS[@]}"; } >"$TD/apt.log" 2>&1 ||
+        { tail -n 30 "$TD/apt.log" >&2; die "apt in the trixie root failed (log: $TD/apt.log)"; }
+    touch "$tmp/.stage-pkgs"
+fi
+# The kernel itself is unpacked, not installed (no initramfs is needed): the
+# image package and the packages with its vmlinuz and modules (7.3.4's
+# linux-image-* depends on linux-binary-* and linux-modules-*).
+imgpkgs=("linux-image-$KREL")
+imgpkgs+=($(in_root apt-cache show "linux-image-$KREL" | sed -n 's/^Depends: //p' | head -n1 |
+            tr ',' '\n' | sed -nE 's/^ *(linux-(binary|modules)-[^ ]+).*/\1/p'))
+say "unpacking ${imgpkgs[*]} into /opt/linux-image"
+rm -rf "$tmp/opt/linux-image"; mkdir -p "$tmp/opt/linux-image"; chmod 777 "$tmp/opt/linux-image"
+{ in_root sh -c 'cd /opt/linux-image && apt-get download "$@" && for d in *.deb; do dpkg-deb -x "$d" . || exit 1; done && rm ./*.deb' sh "${imgpkgs[@]}" &&
+  in_root apt-get clean; } >>"$TD/apt.log" 2>&1 ||
+    { tail -n 30 "$TD/apt.log" >&2; die "unpacking the kernel image failed (log: $TD/apt.log)"; }
+# Where 7.3.4's packages put them: usr/lib/modules/<release>/{vmlinuz,kernel}
+# (older ones: boot/vmlinuz-<release>, lib/modules/<release>/kernel).
+img=$tmp/opt/linux-image
+mdir=$(ls -d "$img"/usr/lib/modules/"$KREL" "$img"/lib/modules/"$KREL" 2>/dev/null | head -n1 || true)
+vmlinuz=$(ls "$img/boot/vmlinuz-$KREL" "$mdir/vmlinuz" 2>/dev/null | head -n1 || true)
+[ -n "$vmlinuz" ] && [ -d "$mdir/kernel" ] || die "no vmlinuz or modules in ${imgpkgs[*]}"
+ln -sfn "${vmlinuz#"$tmp"}" "$img/vmlinuz"; ln -sfn "${mdir#"$tmp"}" "$img/modules"
 [ -d "$tmp/usr/src/linux-headers-$KREL" ] || die "linux-headers-$KREL not installed"
 in_root dpkg-query -W rustc rust-src bindgen dkms gcc-14 "linux-headers-$KREL" linux-source-7.3 >"$tmp/.versions"
+in_root apt-cache show "${imgpkgs[@]}" | awk '/^Package:/ { p = $2 } /^Version:/ { print p "\t" $2 " (unpacked)" }' >>"$tmp/.versions"
 sed 's/^/debian-root: /' "$tmp/.versions" >&2
 cleanup; mounts=()
+rm -f "$tmp"/.stage-*
 touch "$tmp/.complete"
 mv "$tmp" "$R"
 say "built $R in $((SECONDS - start))s"

@@ -131,20 +131,21 @@ echo "# modinfo: depends='$(modinfo -F depends "$mod" 2>/dev/null)' sig_id='$(mo
 
 # ---- 6: Debian's own kernel image and nvme modules for the VM --------------------------------
 img=$R/opt/linux-image
-vmlinuz=$img/boot/vmlinuz-$KREL
+vmlinuz=$R$(readlink "$img/vmlinuz")   # links made by debian-root.sh
+kmods=$R$(readlink "$img/modules")
 M=$T/modroot/lib/modules/$KREL
 mkdir -p "$M"
-cp "$img/lib/modules/$KREL"/modules.builtin* "$M/" 2>/dev/null
+cp "$kmods"/modules.builtin* "$M/" 2>/dev/null
 # nvme and what it depends on, decompressed (busybox insmod/modprobe read plain .ko).
 declare -A path_of=()
-while IFS= read -r f; do b=${f##*/}; b=${b%%.ko*}; path_of[${b//-/_}]=$f; done < <(find "$img/lib/modules/$KREL/kernel" -name '*.ko*')
+while IFS= read -r f; do b=${f##*/}; b=${b%%.ko*}; path_of[${b//-/_}]=$f; done < <(find "$kmods/kernel" -name '*.ko*')
 todo=(nvme) done_mods=()
 while [ ${#todo[@]} -gt 0 ]; do
     m=${todo[0]}; todo=("${todo[@]:1}"); m=${m//-/_}
     [[ " ${done_mods[*]} " == *" $m "* ]] && continue
     f=${path_of[$m]:-}; [ -n "$f" ] || continue   # built in
     done_mods+=("$m")
-    rel=${f#"$img/lib/modules/$KREL/"}; dest=$M/${rel%.xz}; dest=${dest%.zst}
+    rel=${f#"$kmods/"}; dest=$M/${rel%.xz}; dest=${dest%.zst}
     mkdir -p "$(dirname "$dest")"
     case $f in *.xz) xz -dc "$f" >"$dest" ;; *.zst) zstd -qdc "$f" >"$dest" ;; *) cp "$f" "$dest" ;; esac
     IFS=, read -r -a deps <<<"$(modinfo -F depends "$dest")"
