@@ -34,7 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PLAN=7
+PLAN=8
 n=0 pass=0 fail=0 skip=0
 echo "KTAP version 1"
 echo "1..$PLAN"
@@ -95,6 +95,17 @@ else
     not_ok "a wrong rustc is refused, naming 'apt install rustc=$rver' (exit $rc)"
 fi
 grep 'error' "$T/wrong.log" | head -n 4 | sed 's/^/# /'
+bver=$(in_root dpkg-query -W -f='${Version}' bindgen)
+wantb=$(sed -n 's/^CONFIG_BINDGEN_VERSION_TEXT="\(.*\)"/\1/p' "$R$KDIR/.config")
+printf '#!/bin/sh\necho "bindgen 0.72.0"\n' >"$R/tmp/bindgen-other"; chmod +x "$R/tmp/bindgen-other"
+in_root env BINDGEN=/tmp/bindgen-other /root/gpunvme/tests/dkms/check-toolchain.sh --prepare "$KDIR" >"$T/wrongb.log" 2>&1; rc=$?
+if [ "$rc" != 0 ] && grep -qF "apt install bindgen=$bver" "$T/wrongb.log" && grep -qF "'$wantb'" "$T/wrongb.log" &&
+   [ ! -e "$R$KDIR/rust/libkernel.rmeta" ]; then
+    ok "a bindgen other than '$wantb' is refused: the message says 'apt install bindgen=$bver'"
+else
+    not_ok "a wrong bindgen is refused, naming 'apt install bindgen=$bver' (exit $rc)"
+fi
+grep 'error' "$T/wrongb.log" | head -n 2 | sed 's/^/# /'
 
 # ---- 4: DKMS (make dkms-install's script) in the root ---------------------------------------
 s=$SECONDS

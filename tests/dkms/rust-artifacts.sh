@@ -89,9 +89,11 @@ errs=()
 if [ "$have_rustc" != "$want_rustc" ]; then
     u=$(awk '{ print $2 }' <<<"$want_rustc")
     errs+=("the kernel was built with '$want_rustc' but '$rustc' is '${have_rustc:-not installed}': $(deb_hint rustc "$u") $(deb_hint rust-src "$u" | sed -n 's/^apt install //p')")
+else
+    # The right rustc: its standard library source (rust-src) builds core.
+    rustlib=$("$rustc" --print sysroot 2>/dev/null)/lib/rustlib/src/rust/library/core/src/lib.rs
+    [ -f "$rustlib" ] || errs+=("the Rust standard library source is missing ($rustlib): $(deb_hint rust-src "$(awk '{ print $2 }' <<<"$want_rustc")")")
 fi
-rustlib=$("$rustc" --print sysroot 2>/dev/null)/lib/rustlib/src/rust/library/core/src/lib.rs
-[ -f "$rustlib" ] || errs+=("the Rust standard library source is missing ($rustlib): $(deb_hint rust-src "$(awk '{ print $2 }' <<<"$want_rustc")")")
 if [ -n "$want_bindgen" ] && [ "$have_bindgen" != "$want_bindgen" ]; then
     errs+=("the kernel was built with '$want_bindgen' but '$bindgen' is '${have_bindgen:-not installed}': $(deb_hint bindgen "$(awk '{ print $2 }' <<<"$want_bindgen")")")
 fi
