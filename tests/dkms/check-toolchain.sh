@@ -74,7 +74,7 @@ if { [ -n "$prepare" ] || [ "$mode" = run ]; } && [ "$(kconf RUST)" = y ] &&
    { [ ! -f "$KDIR/rust/libcore.rmeta" ] || [ ! -f "$KDIR/rust/libkernel.rmeta" ]; } &&
    [ -x "$(dirname "$0")/rust-artifacts.sh" ]; then
     RUSTC=${RUSTC:-} "$(dirname "$0")/rust-artifacts.sh" "$KDIR" ||
-        err "the Rust artifacts of $KDIR could not be rebuilt (rust-artifacts.sh says why, above)"
+        { rebuild_failed=1; err "$KDIR lacks rust/*.rmeta and they could not be rebuilt (rust-artifacts.sh says why, above)"; }
 fi
 if [ "$(kconf RUST)" != y ]; then
     err "kernel $KDIR was built without Rust support (CONFIG_RUST is not set in $conf); gpunvme is a Rust module and needs CONFIG_RUST=y"
@@ -83,7 +83,7 @@ missing_rmeta=()
 for m in core kernel; do
     [ -f "$KDIR/rust/lib$m.rmeta" ] || missing_rmeta+=("rust/lib$m.rmeta")
 done
-if [ ${#missing_rmeta[@]} -gt 0 ]; then
+if [ ${#missing_rmeta[@]} -gt 0 ] && [ -z "${rebuild_failed:-}" ]; then
     err "kernel tree $KDIR lacks ${missing_rmeta[*]} (the kernel's Rust crates); build the kernel with CONFIG_RUST=y (a headers package must ship rust/*.rmeta)"
 fi
 
