@@ -29,7 +29,7 @@ RECIPE=1
 # these: rustc 1.85.1, bindgen 0.71.1, gcc-14); trixie-backports also carries
 # newer rustc, so the preferences file below pins the Rust packages to trixie.
 PKGS=(rustc rust-src bindgen libclang-dev dkms gcc-14 make flex bison bc libelf-dev libssl-dev
-      dwarves kmod xz-utils python3 "linux-headers-$KREL" linux-source-7.3)
+      dwarves kmod xz-utils python3 openssl "linux-headers-$KREL" linux-source-7.3)
 key=$(printf '%s\n' "$RECIPE" "$KREL" "${PKGS[@]}" | sha256sum | cut -c1-16)
 TD=$CACHE/trixie
 R=$TD/root-$key

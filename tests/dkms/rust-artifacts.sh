@@ -116,6 +116,14 @@ else
     [ -z "$pre" ] || cross=(CROSS_COMPILE="$pre")
     cc=(CC="$ccbin")
 fi
+# What Kconfig and modules_prepare themselves run: without them olddefconfig
+# gives another .config (e.g. OPENSSL_SUPPORTS_ML_DSA probes the openssl binary).
+need=(make:make flex:flex bison:bison bc:bc)
+[ "$(kconf OPENSSL_SUPPORTS_ML_DSA)" = y ] && need+=(openssl:openssl)
+[ "$(kconf PAHOLE_VERSION)" -gt 0 ] 2>/dev/null && need+=(pahole:dwarves)
+for nd in "${need[@]}"; do
+    command -v "${nd%%:*}" >/dev/null || errs+=("the kernel's build needs ${nd%%:*}: apt install ${nd#*:}")
+done
 if [ ${#errs[@]} -gt 0 ]; then
     for e in "${errs[@]}"; do echo "$prog: error: $e" >&2; done
     die "cannot rebuild the Rust artifacts of $hpkg $hver"
