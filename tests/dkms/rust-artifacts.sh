@@ -34,7 +34,7 @@ die() { echo "$prog: error: $*" >&2; exit 1; }
 
 remove=
 [ "${1:-}" = --remove ] && { remove=1; shift; }
-case ${1:-} in -h|--help) sed -n '3,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h|--help) sed -n '3,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 [ $# -eq 1 ] || { echo "usage: $0 [--remove] KDIR" >&2; exit 2; }
 [ -d "$1" ] || die "no kernel tree at $1"
 KDIR=$(cd "$1" && pwd -P)
