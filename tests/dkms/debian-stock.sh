@@ -60,6 +60,9 @@ if [ -n "$R" ] && [ -f "$R/.complete" ]; then
 else
     not_ok "trixie root (debian-root.sh)"; tailog "$T/root.log" 40; finish
 fi
+# One run at a time in a root (its DKMS state, /root/gpunvme, the mounts).
+exec 9>"$R/.run.lock"
+flock -w 3600 9 || { not_ok "another debian-stock.sh has held $R/.run.lock for an hour"; finish; }
 KDIR=/usr/src/linux-headers-$KREL
 in_root() { chroot "$R" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "$@"; }
 mkdir -p "$CACHE/rust-artifacts" "$R/var/cache/gpunvme/rust-artifacts"
