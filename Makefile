@@ -24,7 +24,7 @@ KLLVM ?= -19
 CARGO ?= cargo
 
 .PHONY: all deps kernel module selftests userspace kernels vm-test host-test \
-	isa-check demo check clean dkms-install dkms-check bench standin hostrun
+	isa-check demo check clean dkms-install dkms-check dkms-debian bench standin hostrun
 
 all: module userspace
 
@@ -86,6 +86,12 @@ dkms-install: deps
 # module test with the DKMS-built module.
 dkms-check: deps selftests
 	bash $(ROOT)/tests/dkms/ci.sh
+
+# DKMS on Debian's stock 7.3 kernel: a cached trixie root builds gpunvme
+# against Debian's own headers (the missing Rust artifacts rebuilt), then the
+# VM boots Debian's own vmlinuz with that module (module, I/O, shared mode).
+dkms-debian: deps selftests userspace
+	bash $(ROOT)/tests/dkms/debian-stock.sh
 
 clean:
 	rm -rf $(ROOT)/tests/selftests/build $(ROOT)/kernels/build $(ROOT)/tests/standin/build

@@ -14,7 +14,7 @@ log() { printf 'deps: %s\n' "$*"; }
 # ---- Debian packages -------------------------------------------------------
 PKGS=(build-essential gcc-12 flex bison bc libelf-dev libssl-dev cpio kmod
       libclang-19-dev clang-19 lld-19 llvm-19 qemu-system-x86 qemu-utils busybox-static
-      python3 xz-utils zstd dkms ca-certificates)
+      python3 xz-utils zstd dkms ca-certificates debootstrap)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")

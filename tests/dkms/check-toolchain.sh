@@ -12,6 +12,10 @@
 #   check-toolchain.sh --run KDIR CMD [ARG..] check, then exec CMD ARG.. <make variables>
 #                                             (DKMS MAKE[0]: the build cannot start on a mismatch;
 #                                             drops the CC=clang LD=ld.lld that dkms 3.0 appends)
+#   check-toolchain.sh --prepare KDIR         check (DKMS PRE_BUILD, make dkms-install)
+# --prepare and --run first give a Debian headers tree that lacks rust/*.rmeta
+# its Rust artifacts (rust-artifacts.sh beside this script: rebuilt from
+# linux-source of the same version, cached per kernel release).
 #
 # What Linux 7.3 records in KDIR/.config and KDIR/include/config/auto.conf:
 #   CONFIG_RUST, CONFIG_RUSTC_VERSION (e.g. 109500), CONFIG_RUSTC_VERSION_TEXT
@@ -24,12 +28,13 @@
 set -uo pipefail
 
 prog=check-toolchain
-mode=check quiet=
+mode=check quiet= prepare=
 case ${1:-} in
     --make-vars) mode=vars; shift ;;
     --run) mode=run; shift ;;
+    --prepare) mode=check prepare=1; shift ;;
     -q|--quiet) quiet=1; shift ;;
-    -h|--help) sed -n '3,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 [ $# -ge 1 ] || { echo "$prog: usage: $0 [-q|--make-vars|--run] KDIR [CMD ARGS...]" >&2; exit 2; }
 KDIR=$1; shift
@@ -64,6 +69,13 @@ kconf() {
 }
 
 # ---- Rust support in the kernel tree ----------------------------------------
+# A distribution's headers (Debian's) lack the Rust artifacts: rebuild them.
+if { [ -n "$prepare" ] || [ "$mode" = run ]; } && [ "$(kconf RUST)" = y ] &&
+   { [ ! -f "$KDIR/rust/libcore.rmeta" ] || [ ! -f "$KDIR/rust/libkernel.rmeta" ]; } &&
+   [ -x "$(dirname "$0")/rust-artifacts.sh" ]; then
+    RUSTC=${RUSTC:-} "$(dirname "$0")/rust-artifacts.sh" "$KDIR" ||
+        { rebuild_failed=1; err "$KDIR lacks rust/*.rmeta and they could not be rebuilt (rust-artifacts.sh says why, above)"; }
+fi
 if [ "$(kconf RUST)" != y ]; then
     err "kernel $KDIR was built without Rust support (CONFIG_RUST is not set in $conf); gpunvme is a Rust module and needs CONFIG_RUST=y"
 fi
@@ -71,11 +83,21 @@ missing_rmeta=()
 for m in core kernel; do
     [ -f "$KDIR/rust/lib$m.rmeta" ] || missing_rmeta+=("rust/lib$m.rmeta")
 done
-if [ ${#missing_rmeta[@]} -gt 0 ]; then
+if [ ${#missing_rmeta[@]} -gt 0 ] && [ -z "${rebuild_failed:-}" ]; then
     err "kernel tree $KDIR lacks ${missing_rmeta[*]} (the kernel's Rust crates); build the kernel with CONFIG_RUST=y (a headers package must ship rust/*.rmeta)"
 fi
 
 # ---- rustc: exactly the kernel's ----------------------------------------------
+# deb_hint RUSTC_VERSION_TEXT: on Debian, the rustc package version to install
+# (from this machine's apt sources), e.g. " (Debian: apt install rustc=1.85.1+dfsg1-1+deb13u1
+# rust-src=1.85.1+dfsg1-1+deb13u1)"; empty elsewhere.
+deb_hint() {
+    local u v
+    command -v apt-cache >/dev/null || return 0
+    u=$(awk '{ print $2 }' <<<"$1")
+    v=$(apt-cache madison rustc 2>/dev/null | awk -v u="$u" '{ v = $3 } index(v, u) == 1 && substr(v, length(u) + 1, 1) ~ /^[-+~]?$/ { print v; exit }')
+    [ -z "$v" ] || printf ' (Debian: apt install rustc=%s rust-src=%s)' "$v" "$v"
+}
 want_rustc=$(kconf RUSTC_VERSION_TEXT)
 want_rustc_num=$(kconf RUSTC_VERSION)
 rustc_path=
@@ -94,7 +116,7 @@ if [ "$(kconf RUST)" = y ]; then
     if [ -z "$want_rustc" ]; then
         err "$conf has CONFIG_RUST=y but no CONFIG_RUSTC_VERSION_TEXT; cannot tell which rustc built the kernel"
     elif [ -z "$rustc_path" ]; then
-        [ -n "${RUSTC:-}" ] || err "no rustc found (PATH=$PATH); the kernel $KDIR was built with '$want_rustc' (CONFIG_RUSTC_VERSION=$want_rustc_num): install that exact rustc or set RUSTC=/path/to/it"
+        [ -n "${RUSTC:-}" ] || err "no rustc found (PATH=$PATH); the kernel $KDIR was built with '$want_rustc' (CONFIG_RUSTC_VERSION=$want_rustc_num): install that exact rustc$(deb_hint "$want_rustc") or set RUSTC=/path/to/it"
     else
         have_rustc=$("$rustc_path" --version 2>/dev/null | head -n1)
         if [ "$have_rustc" != "$want_rustc" ]; then
@@ -104,7 +126,7 @@ if [ "$(kconf RUST)" = y ]; then
                     [ "$("$r" --version 2>/dev/null | head -n1)" = "$want_rustc" ] &&
                     { hint=" ($r is that one: put it first on PATH or set RUSTC=$r)"; break; }
             done
-            err "rustc mismatch: the kernel $KDIR was built with '$want_rustc' (CONFIG_RUSTC_VERSION=$want_rustc_num) but $rustc_path is '${have_rustc:-unknown (--version failed)}'; a Rust module must be built by the kernel's exact rustc$hint"
+            err "rustc mismatch: the kernel $KDIR was built with '$want_rustc' (CONFIG_RUSTC_VERSION=$want_rustc_num) but $rustc_path is '${have_rustc:-unknown (--version failed)}'; a Rust module must be built by the kernel's exact rustc$hint$(deb_hint "$want_rustc")"
         else
             info "rustc ok: $rustc_path is '$have_rustc'"
         fi

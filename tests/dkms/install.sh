@@ -50,8 +50,9 @@ fi
 mkdir -p "$src_tree" ${DKMS_TREE:+"$DKMS_TREE"}
 [ -w "$src_tree" ] || die "$src_tree is not writable (run as root, or set DKMS_SOURCE_TREE/DKMS_TREE/DKMS_INSTALL_TREE)"
 
-# Fail before touching DKMS if this toolchain cannot build for KDIR.
-"$ROOT/tests/dkms/check-toolchain.sh" "$KDIR" || exit 1
+# Fail before touching DKMS if this toolchain cannot build for KDIR (Debian's
+# stock headers first get the Rust artifacts they lack: rust-artifacts.sh).
+"$ROOT/tests/dkms/check-toolchain.sh" --prepare "$KDIR" || exit 1
 
 # ---- remove every registered version (and its /usr/src copy) ---------------------
 while read -r v; do
@@ -66,7 +67,7 @@ done < <("$DKMS" status -m "$NAME" "${trees[@]}" 2>/dev/null | sed -nE "s|^$NAME
 # ---- copy the source: tracked (and new, not ignored) files only -------------------
 dest=$src_tree/$NAME-$VER
 rm -rf "$dest"; mkdir -p "$dest"
-paths=(Kbuild Makefile dkms.conf rust uapi tests/dkms/check-toolchain.sh)
+paths=(Kbuild Makefile dkms.conf rust uapi tests/dkms/check-toolchain.sh tests/dkms/rust-artifacts.sh)
 is_build_product() {
     case ${1##*/} in
         *.o|*.ko|*.mod|*.mod.c|*.cmd|*.order|Module.symvers|*.rmeta|*.tmp|*.d|*~) return 0 ;;

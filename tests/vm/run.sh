@@ -14,6 +14,9 @@ Boots the test kernel in QEMU and runs, in command-line order, each TEST
 (", N skipped" when nonzero).  Exit status 0 iff nothing failed.
 
   --kdir DIR           kernel build dir (default: tests/kernel/build.sh output)
+  --kernel FILE        boot this kernel image instead of DIR/arch/x86/boot/bzImage
+  --modules DIR        a lib/modules directory for the VM instead of
+                       DIR/modinstall/lib/modules (with --kernel: no --kdir needed)
   --file SRC[:DEST]    copy SRC (file or directory) into the VM; DEST defaults
                        to /opt/gpunvme/<basename>, a relative DEST is under
                        /opt/gpunvme.  Dynamically linked ELF files bring their
@@ -91,7 +94,7 @@ readonly SRIOV_RP_SLOT=07 SRIOV_PF_BDF=0000:01:00.0
 # e.g. from a test module's kunit_test_suite at insmod).
 readonly KLOG_BAD='WARNING:|BUG:|Oops|KASAN|KFENCE|possible circular locking|INFO: possible|inconsistent lock state|lockdep (disabled|off)|DEBUG_LOCKS_WARN_ON|Call Trace:|Kernel panic|general protection fault|UBSAN:|detected stalls|blocked for more than|^\[ *[0-9.]+\] +not ok [0-9]+ '
 
-kdir= keep_images= sriov= timeout=600 test_timeout=300 boot_timeout=120 log= append= hotplug=0
+kdir= kimage= kmodules= keep_images= sriov= timeout=600 test_timeout=300 boot_timeout=120 log= append= hotplug=0
 files=() entries=()   # entries: "KIND<TAB>SRC" in command-line order
 
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -101,6 +104,8 @@ is_uint() { [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ]; }
 while [ $# -gt 0 ]; do
     case $1 in
         --kdir)         need_arg "$@"; kdir=$2; shift 2 ;;
+        --kernel)       need_arg "$@"; kimage=$2; shift 2 ;;
+        --modules)      need_arg "$@"; kmodules=$2; shift 2 ;;
         --file)         need_arg "$@"; files+=("$2"); shift 2 ;;
         --script)       need_arg "$@"; entries+=("script	$2"); shift 2 ;;
         --keep-images)  need_arg "$@"; keep_images=$2; shift 2 ;;
@@ -121,13 +126,13 @@ for v in timeout test_timeout boot_timeout; do
     is_uint "${!v}" || die "--${v//_/-} wants a positive number of seconds"
 done
 
-if [ -z "$kdir" ]; then
+if [ -z "$kdir" ] && ! { [ -n "$kimage" ] && [ -n "$kmodules" ]; }; then
     kdir=$(KERNEL_VARIANT=${KERNEL_VARIANT:-default} bash "$REPO/tests/kernel/build.sh" | tail -n1) ||
         die "tests/kernel/build.sh failed"
 fi
-bzimage=$kdir/arch/x86/boot/bzImage
+bzimage=${kimage:-$kdir/arch/x86/boot/bzImage}
 [ -f "$bzimage" ] || die "no kernel image at $bzimage"
-modroot=$kdir/modinstall/lib/modules
+modroot=${kmodules:-$kdir/modinstall/lib/modules}
 [ -d "$modroot" ] || die "no installed modules at $modroot"
 QEMU=${QEMU:-qemu-system-x86_64}
 command -v "$QEMU" >/dev/null || die "$QEMU not found (apt-get install qemu-system-x86)"
