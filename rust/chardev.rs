@@ -88,11 +88,16 @@ pub(crate) struct Node {
 
 impl Node {
     pub(crate) fn new(shared: Arc<Shared>, slot: Slot) -> impl PinInit<Self, Error> {
+        let name = slot.name();
+        // Fields are initialized in the order written here: the node is
+        // registered last, because an open() can run as soon as it is and
+        // reads `shared` through it (found by tests/fuzz: an open racing a
+        // bind read the field before it was written).
         try_pin_init!(Self {
-            misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: slot.name() }),
             namespaces: NsNode::all(&shared, &slot)?,
             shared,
             slot,
+            misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
         })
     }
 
@@ -122,10 +127,11 @@ impl NsNode {
             };
             let name = NS_NAMES[slot.0 * NS_NODES + i];
             let node = KBox::pin_init(
+                // Registered last: an open() may run as soon as it is.
                 try_pin_init!(NsNode {
-                    misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
                     shared: shared.clone(),
                     nsid: ns.nsid,
+                    misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
                 }),
                 GFP_KERNEL,
             )?;
