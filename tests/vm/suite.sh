@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The VM suite: the module, the CLI, the GPU stand-in, the device library run
-# as host C++ (kernels/hostrun) and every selftest, in five boots.
+# as host C++ (kernels/hostrun) and every selftest, in six boots.
 #  1. the default bench: one namespace of 512-byte blocks per controller,
 #     IOMMU translating (strict); queue pairs are shared (validated) ones,
 #     the trust-model tests run, and owner mode is claimable;
@@ -15,8 +15,13 @@
 #  5. iommu=pt: the owner claim is refused (the log names the mode) while
 #     shared mode works; the module is reloaded with allow_unsafe_no_iommu=1
 #     and the claim works, tainting the kernel; last, lockdown is raised and
-#     the claim is refused again.
-# Expects `make module selftests userspace standin hostrun` to have run
+#     the claim is refused again;
+#  6. the fuzzer (tests/fuzz): seeded random call sequences from four
+#     processes, 3 minutes on the debug kernel (KERNEL_VARIANT=debug, with
+#     kmemleak=on), 30 s on the default one; then the controller must still
+#     write and verify patterns, and both modules must unload. FUZZ_SEED
+#     fixes the seed (default: from the clock; it is printed).
+# Expects `make module selftests userspace standin hostrun fuzz` to have run
 # (make vm-test does).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -102,6 +107,13 @@ bash "$ROOT/tests/vm/run.sh" --append "iommu=pt" --file "$ROOT/gpunvme.ko" "$@" 
     "$B/gpunvme_owner_test" "$B/boot/gpunvme_waiver_test.sh" "$B/boot/gpunvme_lockdown_test.sh" \
     2>&1 | tee "$work/boot5.log"
 add "$work/boot5.log"
+
+fuzz_s=30
+[ "${KERNEL_VARIANT:-default}" = debug ] && fuzz_s=180
+echo "=== boot 6: fuzz for ${fuzz_s} s (4 processes), then write/verify and unload"
+bash "$ROOT/tests/fuzz/vm.sh" --seconds "$fuzz_s" --procs 4 ${FUZZ_SEED:+--seed "$FUZZ_SEED"} -- "$@" \
+    2>&1 | tee "$work/boot6.log"
+add "$work/boot6.log"
 
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
 [ "$fail" = 0 ]
