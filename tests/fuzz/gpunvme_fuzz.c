@@ -1632,8 +1632,14 @@ static void show_stack(pid_t pid)
 static regex_t klog_re;
 static int kmsg = -1;
 
+/* Every kernel log record while the fuzzer runs. A report is printed whole:
+ * the records before the first line that matches and the next 80 (its
+ * stack trace), so it survives a ring buffer that wraps, and the console's
+ * loglevel (lowered while fuzzing) does not matter. */
 static void scan_kmsg(void)
 {
+	static char prev[8][300];
+	static unsigned nprev, dump_left, printed;
 	char rec[2048];
 	if (kmsg < 0)
 		return;
@@ -1646,13 +1652,25 @@ static void scan_kmsg(void)
 		rec[n] = 0;
 		char *msg = strchr(rec, ';');
 		msg = msg ? msg + 1 : rec;
-		if (regexec(&klog_re, msg, 0, NULL, 0))
-			continue;
 		msg[strcspn(msg, "\n")] = 0;
-		klog_bad_lines++;
-		if (klog_bad_lines <= 20)
-			printf("# kernel log: %s\n", msg);
-		if (klog_bad_lines == 1) {
+		int bad = !regexec(&klog_re, msg, 0, NULL, 0);
+		if (bad) {
+			klog_bad_lines++;
+			if (!dump_left && printed < 600) {
+				for (unsigned i = nprev > 8 ? nprev - 8 : 0; i < nprev; i++)
+					printf("# klog:   %s\n", prev[i % 8]);
+			}
+			dump_left = 80;
+		}
+		if (dump_left && printed < 600) {
+			printf("# klog: %s %s\n", bad ? "!!" : "  ", msg);
+			dump_left--;
+			printed++;
+		} else if (dump_left) {
+			dump_left--;
+		}
+		snprintf(prev[nprev++ % 8], sizeof(prev[0]), "%s", msg);
+		if (bad && klog_bad_lines == 1) {
 			printf("# the first report; what every worker was doing:\n");
 			for (int w = 0; w < G->procs; w++)
 				show_worker(w, "at the first kernel report");

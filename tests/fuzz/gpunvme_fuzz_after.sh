@@ -30,6 +30,12 @@ bound() {
 			echo "$BDF" > /sys/bus/pci/drivers_probe
 	fi
 	[ "$(driver_of "$BDF")" = gpunvme ] || return 1
+	geometry
+}
+
+# LBA_SIZE and CAP of namespace 1 (each ktap_check runs in a subshell:
+# every check that needs them calls this).
+geometry() {
 	gpunvme info --json "$BDF" > "$T/info.json" || return 1
 	LBA_SIZE=$(sed -n 's/.*"lba_size": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
 	CAP=$(sed -n 's/.*"capacity_lbas": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
@@ -44,6 +50,7 @@ wv() { # seed lba count: write, then verify in a second process
 verify() { gpunvme verify --lba "$2" --count "$3" --pattern "$1" "$BDF"; }
 
 patterns() {
+	geometry || return 1
 	wv 9101 0 256 && wv 9102 $((CAP - 64)) 64 && wv 9103 $((CAP / 2)) 7
 }
 

@@ -37,9 +37,10 @@ append=
 [ "${KERNEL_VARIANT:-default}" = debug ] && append=kmemleak=on
 echo "# fuzz/vm.sh: seed $seed, $procs processes, $seconds s, kernel ${KERNEL_VARIANT:-default}"
 # The fuzzer's grace time for its workers is 2 minutes; the after-checks
-# take one or two (kmemleak scans under TCG).
+# take one or two (kmemleak scans under TCG); the debug kernel can take
+# minutes to boot on a loaded machine.
 bash "$ROOT/tests/vm/run.sh" --append "$append" \
-    --test-timeout $((seconds + 300)) --timeout $((seconds + 900)) \
+    --boot-timeout 400 --test-timeout $((seconds + 300)) --timeout $((seconds + 1200)) \
     --file "$ko:/opt/gpunvme/gpunvme.ko" --file "$cli:/opt/gpunvme/gpunvme" \
     --file "$standin:/opt/gpunvme/gpunvme_standin.ko" --file "$work/fuzz.env:/opt/gpunvme/fuzz.env" \
     "$@" -- "$F/gpunvme_fuzz" "$F/gpunvme_fuzz_after.sh"
