@@ -16,7 +16,7 @@ use kernel::{
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Acquire, Atomic, Relaxed, Release},
+        atomic::{Acquire, Atomic, Full, Relaxed, Release},
         Arc, Mutex,
     },
 };
@@ -79,6 +79,10 @@ pub(crate) struct Shared {
     /// Set at unbind, under the `dma` lock (mmap faults check it there):
     /// from then on the controller is gone for every file.
     gone: Atomic<bool>,
+    /// Calls (close, DESTROY_QPAIR, UNMAP, a failed hand-out) that took DMA
+    /// memory out of `dma` to free or retire it: unbind waits for them, so
+    /// nothing is freed after the device is unbound (see [`Busy`]).
+    busy: Atomic<u32>,
     /// Test knob (debugfs `gpunvme-<bdf>/mmap_delay_ms`): mmap sleeps this
     /// long after its checks, so a test can unbind in that window.
     pub(crate) mmap_delay_ms: Atomic<u32>,
@@ -108,11 +112,22 @@ impl Shared {
                 files <- new_mutex!(KVec::new()),
                 next_file: Atomic::new(1),
                 gone: Atomic::new(false),
+                busy: Atomic::new(0),
                 mmap_delay_ms: Atomic::new(0),
                 drop_admin_doorbells: Atomic::new(0),
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// Mark a call that will take DMA memory out of `dma` and free or
+    /// retire it. Take it before the `dma` lock, and under that lock take
+    /// nothing once the controller is gone: unbind sets `gone` under the
+    /// lock and then waits for every `Busy`, so either it waits for this
+    /// call or this call sees `gone` (and unbind frees that memory itself).
+    pub(crate) fn busy(&self) -> Busy<'_> {
+        self.busy.fetch_add(1, Full);
+        Busy(self)
     }
 
     pub(crate) fn alive(&self) -> Result {
@@ -306,6 +321,20 @@ impl Shared {
         for f in self.files.lock().iter() {
             shim::zap_file(f.0);
         }
+        // Calls that took memory out before `gone` was set free or retire
+        // it while the device is still bound (they fail fast now). Their
+        // admin commands and export revokes have deadlines; after 60 s
+        // their memory is freed when they finish, after the unbind (the
+        // DMA API debug code then reports it).
+        let mut waited = 0;
+        while self.busy.load(Acquire) != 0 {
+            if waited == 60_000 {
+                dev_err!(self.dev, "unbind: a close or destroy still runs after 60 s; not waiting for it\n");
+                break;
+            }
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+            waited += 1;
+        }
         let mut admin = self.admin.lock();
         stop();
         *admin = None;
@@ -314,6 +343,15 @@ impl Shared {
         // holds that lock while it takes this one.
         let mut all = core::mem::take(&mut *self.dma.lock());
         all.clear();
+    }
+}
+
+/// See [`Shared::busy`].
+pub(crate) struct Busy<'a>(&'a Shared);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Full);
     }
 }
 
