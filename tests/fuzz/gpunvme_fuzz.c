@@ -14,7 +14,7 @@
  * there), binds the controller at $GPUNVME_BDF and the edu device, then
  * forks P workers. Worker W runs sequences 0, 1, 2, ...; sequence K starts
  * from the seed mix(seed, W, K), so any sequence can be run again alone.
- * A sequence is 5..64 random calls, then everything it holds is closed:
+ * A sequence is 10..79 random calls, then everything it holds is closed:
  *   open of /dev/gpunvme0 and the namespace nodes (and wild names, flags),
  *   dup, close; every ioctl of uapi/gpunvme.h (GET_INFO, CLAIM_OWNER,
  *   CREATE_QPAIR shared and raw with wild depths and flags, DESTROY_QPAIR,
@@ -100,7 +100,7 @@ static const int op_weight[NOPS] = {
 	[OP_CREATE] = 10, [OP_DESTROY] = 4, [OP_MAP_HOST] = 8, [OP_UNMAP] = 4,
 	[OP_MAP_DMABUF] = 4, [OP_EXPORT] = 6, [OP_WILD_IOCTL] = 4, [OP_FOPS] = 2,
 	[OP_MMAP] = 12, [OP_MUNMAP] = 4, [OP_TOUCH] = 8, [OP_SUBMIT] = 14, [OP_FORK] = 2,
-	[OP_KILL] = 1, [OP_UNBIND] = 2, [OP_BIND] = 1, [OP_EDU_REBIND] = 1,
+	[OP_KILL] = 1, [OP_UNBIND] = 1, [OP_BIND] = 1, [OP_EDU_REBIND] = 1,
 	[OP_SI_OPEN] = 1, [OP_SI_IMPORT] = 4, [OP_SI_DMA] = 3, [OP_SI_RELEASE] = 2,
 	[OP_SI_NOP2P] = 1, [OP_UDMABUF] = 3, [OP_DBUF_IOCTL] = 2, [OP_DBUF_MMAP] = 2,
 	[OP_BUF_MUNMAP] = 1,
@@ -405,13 +405,13 @@ static long ioctl_placed(int op, int fd, unsigned long cmd, void *s, size_t len,
 
 static void op_open(void)
 {
-	static const char *const paths[] = { "/dev/gpunvme0", "/dev/gpunvme0", "/dev/gpunvme0",
-		"/dev/gpunvme0n1", "/dev/gpunvme0n1", "/dev/gpunvme0n2", "/dev/gpunvme0n4",
-		"/dev/gpunvme1", "/dev/gpunvme_standin" };
+	static const char *const wild[] = { "/dev/gpunvme0n2", "/dev/gpunvme0n4", "/dev/gpunvme1",
+		"/dev/gpunvme_standin" };
 	static const int flags[] = { O_RDWR, O_RDWR, O_RDWR, O_RDWR | O_CLOEXEC, O_RDONLY, O_WRONLY,
 		O_RDWR | O_NONBLOCK, O_RDWR | O_SYNC };
 	int fi = free_file();
-	const char *path = paths[rn(sizeof(paths) / sizeof(paths[0]))];
+	int r = rn(100);
+	const char *path = r < 60 ? "/dev/gpunvme0" : r < 85 ? "/dev/gpunvme0n1" : wild[rn(4)];
 	int fl = flags[rn(sizeof(flags) / sizeof(flags[0]))];
 	int fd = CALL(OP_OPEN, open(path, fl), "%s flags=%#x", path, fl);
 	if (fd < 0)
@@ -1056,17 +1056,71 @@ static void mutate_sqe(struct sqe *c, int fi)
 	}
 }
 
+/* A plain shared pair (valid arguments) for file fi; 0 or -1. */
+static int setup_pair(int fi)
+{
+	struct gpunvme_qpair_create c;
+	int qi = free_slot_q(fi);
+	if (qi < 0)
+		return -1;
+	UAPI_INIT(c);
+	c.depth = 2 + rn(31);
+	if (CALL(OP_CREATE, ioctl(F[fi].fd, GPUNVME_IOC_CREATE_QPAIR, &c), "fd=%d depth=%u (for I/O)", F[fi].fd, c.depth))
+		return -1;
+	struct qrec *q = &F[fi].q[qi];
+	memset(q, 0, sizeof(*q));
+	*q = (struct qrec){ .used = 1, .live = 1, .raw = !c.prp_size, .c = c, .phase = 1 };
+	return 0;
+}
+
+/* A plain MAP_HOST buffer of 1..16 pages for file fi. */
+static void setup_buf(int fi)
+{
+	int bi = free_b();
+	struct gpunvme_map_host m;
+	if (bi < 0)
+		return;
+	size_t len = PAGE * (1 + rn(16));
+	uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint64_t *dma = calloc(len / PAGE, sizeof(uint64_t));
+	if (p == MAP_FAILED || !dma) {
+		free(dma);
+		return;
+	}
+	memset(p, 0x5a, len);
+	UAPI_INIT(m);
+	m.addr = (uintptr_t)p;
+	m.len = len;
+	m.dma_addrs = (uintptr_t)dma;
+	if (CALL(OP_MAP_HOST, ioctl(F[fi].fd, GPUNVME_IOC_MAP_HOST, &m), "fd=%d anon len=%#zx (for I/O)", F[fi].fd, len)) {
+		munmap(p, len);
+		free(dma);
+		return;
+	}
+	B[bi] = (struct brec){ .used = 1, .fi = fi, .io_ok = 1, .handle = m.handle, .p = p, .maplen = len,
+			       .npages = len / PAGE, .dma = dma };
+}
+
 static void op_submit(void)
 {
 	int fi = pick_file();
-	if (fi < 0 || !F[fi].have_info)
+	if (fi < 0) {
+		op_open();
+		return;
+	}
+	if (!F[fi].have_info)
 		return;
 	int c[MAXQ], n = 0;
 	for (int i = 0; i < MAXQ; i++)
 		if (F[fi].q[i].used && F[fi].q[i].live && !F[fi].q[i].raw)
 			c[n++] = i;
-	if (!n)
+	if (pick_io_buf(fi) < 0 && pct(70))
+		setup_buf(fi);
+	if (!n) {
+		if (pct(70))
+			setup_pair(fi);
 		return;
+	}
 	struct qrec *q = &F[fi].q[c[rn(n)]];
 	volatile struct sqe *sq = map_obj(fi, q, 1);
 	volatile struct cqe *cq = map_obj(fi, q, 2);
@@ -1192,8 +1246,10 @@ static void op_fork(void)
 	if (slot < 0)
 		return;
 	uint64_t child_seed = rnd();
-	pid_t pid = CALL(OP_FORK, fork(), "");
+	begin(OP_FORK, "");
+	pid_t pid = fork();
 	if (pid == 0) {
+		W->op_start_ms = 0;	/* the parent ends the call */
 		in_child = 1;
 		rs = child_seed;
 		memset(kids, 0, sizeof(kids));
@@ -1204,6 +1260,7 @@ static void op_fork(void)
 			do_op(pick_op());
 		_exit(0);
 	}
+	end(pid);
 	if (pid > 0) {
 		__atomic_fetch_add(&W->forks, 1, __ATOMIC_RELAXED);
 		kids[slot] = pid;
@@ -1256,7 +1313,7 @@ static void op_unbind(void)
 	}
 	if (CALL(OP_UNBIND, sysfs_write("/sys/bus/pci/drivers/gpunvme/unbind", bdf), "%s", bdf) == 0)
 		__atomic_fetch_add(&W->unbinds, 1, __ATOMIC_RELAXED);
-	if (pct(70)) {
+	if (pct(90)) {
 		usleep(rn(300000));
 		do_bind();
 	}
@@ -1552,7 +1609,7 @@ static void run_sequence(uint64_t k)
 	ring("sequence %llu seed %#llx", (unsigned long long)k, (unsigned long long)W->seq_seed);
 	if (me == 0 && !no_unbind && !gpunvme_bound())
 		do_bind();
-	int n = 5 + rn(60);
+	int n = 10 + rn(70);
 	for (int i = 0; i < n && !G->stop; i++)
 		do_op(pick_op());
 	cleanup();
