@@ -40,7 +40,7 @@ echo "# fuzz/vm.sh: seed $seed, $procs processes, $seconds s, kernel ${KERNEL_VA
 # take one or two (kmemleak scans under TCG); the debug kernel can take
 # minutes to boot on a loaded machine.
 bash "$ROOT/tests/vm/run.sh" --append "$append" \
-    --boot-timeout 400 --test-timeout $((seconds + 300)) --timeout $((seconds + 1200)) \
+    --boot-timeout 400 --test-timeout $((seconds + 1000)) --timeout $((seconds + 2400)) \
     --file "$ko:/opt/gpunvme/gpunvme.ko" --file "$cli:/opt/gpunvme/gpunvme" \
     --file "$standin:/opt/gpunvme/gpunvme_standin.ko" --file "$work/fuzz.env:/opt/gpunvme/fuzz.env" \
     "$@" -- "$F/gpunvme_fuzz" "$F/gpunvme_fuzz_after.sh"
