@@ -81,14 +81,14 @@
 #define RINGLEN 120
 
 enum op {
-	OP_OPEN, OP_CLOSE, OP_DUP, OP_GET_INFO, OP_CLAIM, OP_CREATE, OP_DESTROY,
+	OP_OPEN, OP_OPEN_NS, OP_OPEN_WILD, OP_CLOSE, OP_DUP, OP_GET_INFO, OP_CLAIM, OP_CREATE, OP_DESTROY,
 	OP_MAP_HOST, OP_UNMAP, OP_MAP_DMABUF, OP_EXPORT, OP_WILD_IOCTL, OP_FOPS,
 	OP_MMAP, OP_MUNMAP, OP_TOUCH, OP_SUBMIT, OP_FORK, OP_KILL, OP_UNBIND,
 	OP_BIND, OP_EDU_REBIND, OP_SI_OPEN, OP_SI_IMPORT, OP_SI_DMA, OP_SI_RELEASE,
 	OP_SI_NOP2P, OP_UDMABUF, OP_DBUF_IOCTL, OP_DBUF_MMAP, OP_BUF_MUNMAP, NOPS
 };
 static const char *const op_name[NOPS] = {
-	"open", "close", "dup", "GET_INFO", "CLAIM_OWNER", "CREATE_QPAIR", "DESTROY_QPAIR",
+	"open_ctrl", "open_ns", "open_wild", "close", "dup", "GET_INFO", "CLAIM_OWNER", "CREATE_QPAIR", "DESTROY_QPAIR",
 	"MAP_HOST", "UNMAP", "MAP_DMABUF", "EXPORT", "wild_ioctl", "fops",
 	"mmap", "munmap", "touch", "submit", "fork", "kill", "unbind",
 	"bind", "edu_rebind", "standin_open", "standin_IMPORT", "standin_DMA", "standin_RELEASE",
@@ -413,7 +413,7 @@ static void op_open(void)
 	int r = rn(100);
 	const char *path = r < 60 ? "/dev/gpunvme0" : r < 85 ? "/dev/gpunvme0n1" : wild[rn(4)];
 	int fl = flags[rn(sizeof(flags) / sizeof(flags[0]))];
-	int fd = CALL(OP_OPEN, open(path, fl), "%s flags=%#x", path, fl);
+	int fd = CALL(r < 60 ? OP_OPEN : r < 85 ? OP_OPEN_NS : OP_OPEN_WILD, open(path, fl), "%s flags=%#x", path, fl);
 	if (fd < 0)
 		return;
 	if (fi < 0 || strstr(path, "standin")) {
