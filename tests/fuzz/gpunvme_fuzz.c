@@ -100,7 +100,7 @@ static const int op_weight[NOPS] = {
 	[OP_CREATE] = 10, [OP_DESTROY] = 4, [OP_MAP_HOST] = 8, [OP_UNMAP] = 4,
 	[OP_MAP_DMABUF] = 4, [OP_EXPORT] = 6, [OP_WILD_IOCTL] = 4, [OP_FOPS] = 2,
 	[OP_MMAP] = 12, [OP_MUNMAP] = 4, [OP_TOUCH] = 8, [OP_SUBMIT] = 14, [OP_FORK] = 2,
-	[OP_KILL] = 1, [OP_UNBIND] = 1, [OP_BIND] = 1, [OP_EDU_REBIND] = 1,
+	[OP_KILL] = 1, [OP_UNBIND] = 3, [OP_BIND] = 1, [OP_EDU_REBIND] = 1,
 	[OP_SI_OPEN] = 1, [OP_SI_IMPORT] = 4, [OP_SI_DMA] = 3, [OP_SI_RELEASE] = 2,
 	[OP_SI_NOP2P] = 1, [OP_UDMABUF] = 3, [OP_DBUF_IOCTL] = 2, [OP_DBUF_MMAP] = 2,
 	[OP_BUF_MUNMAP] = 1,
