@@ -65,6 +65,7 @@
 #include <regex.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <sys/prctl.h>
@@ -388,7 +389,9 @@ static const char *mangle_hdr(void *s, size_t len)
 	case 1: h[0] = len + (rn(2) ? 8 : -8); return " size=+-8";
 	case 2: h[1] = rn(2) ? 1 : (uint32_t)wild64(); return " version=wild";
 	case 3: ((uint8_t *)s)[len - 1 - rn(16)] = 1 + rn(255); return " tail=nonzero";
-	default: ((uint8_t *)s)[8 + rn(len - 8)] ^= 1 << rn(8); return " bitflip";
+	/* Not in the middle: a flipped length or output pointer would have the
+	 * kernel write past our own buffers, at our request. */
+	default: ((uint8_t *)s)[len - 1 - rn(16)] ^= 1 << rn(8); return " bitflip";
 	}
 }
 
@@ -771,6 +774,12 @@ static void op_wild_ioctl(void)
 		((uint32_t *)buf)[0] = _IOC_SIZE(cmd);
 		((uint32_t *)buf)[1] = GPUNVME_UAPI_VERSION;
 	}
+	/* No random output array pointer: the kernel would write wherever it
+	 * points, our own data included (NULL gets EFAULT). */
+	if (cmd == GPUNVME_IOC_MAP_HOST)
+		memset(buf + offsetof(struct gpunvme_map_host, dma_addrs), 0, 8);
+	if (cmd == GPUNVME_IOC_MAP_DMABUF)
+		memset(buf + offsetof(struct gpunvme_map_dmabuf, dma_addrs), 0, 8);
 	int how = pick_placement();
 	void *arg = how == PL_OK ? buf : place(buf, 64, how);
 	CALL(OP_WILD_IOCTL, ioctl(F[fi].fd, cmd, arg), "fd=%d cmd=%#lx%s", F[fi].fd, cmd, pl_name[how]);
@@ -1038,7 +1047,9 @@ static void mutate_sqe(struct sqe *c, int fi)
 {
 	uint64_t other = 0;
 	int bi = rn(MAXB);
-	if (B[bi].used && B[bi].dma && B[bi].npages)
+	/* Only pages that are ours to overwrite (a buffer made for I/O): a
+	 * wild MAP_HOST may have pinned our own heap or stack. */
+	if (B[bi].used && B[bi].io_ok && B[bi].dma && B[bi].npages)
 		other = B[bi].dma[rn(B[bi].npages)];	/* maybe another file's */
 	switch (rn(12)) {
 	case 0: c->opcode = (uint8_t)rnd(); break;
@@ -1621,8 +1632,7 @@ static void worker_setup(int w)
 	struct sigaction sa = { .sa_handler = on_fault };
 	me = w;
 	W = &G->w[w];
-	W->pid = getpid();
-	W->expect_kill = 0;
+	W->pid = getpid();	/* expect_kill: the parent clears it when it reaps */
 	sigaction(SIGBUS, &sa, NULL);
 	sigaction(SIGSEGV, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
@@ -1956,6 +1966,7 @@ int main(int argc, char **argv)
 			live--;
 			if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
 				s->pid = 0;
+				s->expect_kill = 0;
 				continue;
 			}
 			if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && s->expect_kill) {
