@@ -24,7 +24,7 @@ KLLVM ?= -19
 CARGO ?= cargo
 
 .PHONY: all deps kernel module selftests userspace kernels vm-test host-test \
-	isa-check demo check clean dkms-install dkms-check dkms-debian bench standin hostrun
+	isa-check demo check clean dkms-install dkms-check dkms-debian bench standin hostrun fuzz fuzz-vm
 
 all: module userspace
 
@@ -40,6 +40,16 @@ module: kernel
 
 selftests:
 	$(MAKE) -C $(ROOT)/tests/selftests
+
+# The fuzzer (tests/fuzz): a static binary for the VM, like the selftests.
+fuzz:
+	$(MAKE) -C $(ROOT)/tests/fuzz
+
+# Boot the VM and fuzz for FUZZ_SECONDS (default 30; the debug kernel with
+# KERNEL_VARIANT=debug), then check the controller still works.
+FUZZ_SECONDS ?= 30
+fuzz-vm: module userspace standin fuzz
+	bash $(ROOT)/tests/fuzz/vm.sh --seconds $(FUZZ_SECONDS)
 
 userspace:
 	cd $(ROOT)/userspace && $(CARGO) build --release --locked
@@ -63,7 +73,7 @@ hostrun:
 	$(MAKE) -C $(ROOT)/kernels hostrun
 
 # The VM suite: every selftest against the emulated controllers.
-vm-test: module selftests standin userspace hostrun
+vm-test: module selftests standin userspace hostrun fuzz
 	bash $(ROOT)/tests/vm/suite.sh
 
 demo: deps module userspace hostrun
@@ -94,6 +104,7 @@ dkms-debian: deps selftests userspace
 	bash $(ROOT)/tests/dkms/debian-stock.sh
 
 clean:
-	rm -rf $(ROOT)/tests/selftests/build $(ROOT)/kernels/build $(ROOT)/tests/standin/build
+	rm -rf $(ROOT)/tests/selftests/build $(ROOT)/kernels/build $(ROOT)/tests/standin/build \
+		$(ROOT)/tests/fuzz/build
 	-[ -d "$$(bash $(ROOT)/tests/kernel/build.sh 2>/dev/null)" ] && \
 		$(MAKE) -C "$$(bash $(ROOT)/tests/kernel/build.sh)" M=$(ROOT) LLVM=$(KLLVM) clean

@@ -93,8 +93,10 @@ pub(crate) struct Node {
 impl Node {
     pub(crate) fn new(shared: Arc<Shared>, slot: Slot) -> impl PinInit<Self, Error> {
         let name = slot.name();
-        // Fields are initialised in the order written here: everything
-        // `open` reads exists before the node does.
+        // Fields are initialized in the order written here: the node is
+        // registered last, because an open() can run as soon as it is and
+        // reads `shared` through it (found by tests/fuzz: an open racing a
+        // bind read the field before it was written).
         try_pin_init!(Self {
             namespaces: NsNode::all(&shared, &slot)?,
             shared,

@@ -316,8 +316,13 @@ impl OpenState {
 
     pub(crate) fn destroy_qpair(&self, arg: usize) -> Result<isize> {
         let (req, _) = read_arg!(self, uapi::QpairDestroy, arg, "DESTROY_QPAIR");
-        self.alive()?;
-        let Some(entry) = self.shared.dma.lock().take_live(self.id, req.qid) else {
+        let _busy = self.shared.busy();
+        let taken = {
+            let mut dma = self.shared.dma.lock();
+            self.alive()?;
+            dma.take_live(self.id, req.qid)
+        };
+        let Some(entry) = taken else {
             dev_warn!(self.shared.dev, "DESTROY_QPAIR: qid {} is not a live queue pair of this file\n", req.qid);
             return Err(ENOENT);
         };
@@ -460,7 +465,10 @@ impl OpenState {
             reply()
         })();
         if let Err(e) = copied {
-            self.drop_map(handle);
+            let _busy = self.shared.busy();
+            if !self.shared.unbound() {
+                drop(self.drop_map(handle));
+            }
             return Err(e);
         }
         Ok(0)
@@ -476,9 +484,16 @@ impl OpenState {
     pub(crate) fn unmap(&self, arg: usize) -> Result<isize> {
         let (req, _) = read_arg!(self, uapi::Unmap, arg, "UNMAP");
         let sh = &self.shared;
+        let _busy = sh.busy();
         let map = {
             let mut dma = sh.dma.lock();
-            let Some(i) = dma.maps.iter().position(|m| m.file == self.id && m.handle == req.handle) else {
+            // After unbind every mapping is gone (unbind freed it).
+            let i = if !sh.unbound() {
+                dma.maps.iter().position(|m| m.file == self.id && m.handle == req.handle)
+            } else {
+                None
+            };
+            let Some(i) = i else {
                 dev_warn!(sh.dev, "UNMAP: no mapping with handle {} on this file\n", req.handle);
                 return Err(ENOENT);
             };
@@ -599,7 +614,16 @@ extern "C" fn gpunvme_mmap_fault(state: *const core::ffi::c_void, gen: u64, kind
 impl Drop for OpenState {
     fn drop(&mut self) {
         let sh = &self.shared;
-        let taken = sh.dma.lock().take_file(self.id);
+        let _busy = sh.busy();
+        // Once the controller is gone, unbind frees what this file had.
+        let take = |sh: &Shared| {
+            let mut dma = sh.dma.lock();
+            if sh.unbound() {
+                return Ok((KVec::new(), KVec::new()));
+            }
+            dma.take_file(self.id)
+        };
+        let taken = take(sh);
         let Ok((queues, maps)) = taken else {
             dev_err!(sh.dev, "out of memory at close: this file's queues stay until unbind\n");
             sh.unregister_file(self.file);
@@ -618,7 +642,7 @@ impl Drop for OpenState {
             }
         }
         // `retire` put the deleted queues back as retired: free them now.
-        if let Ok((retired, _)) = sh.dma.lock().take_file(self.id) {
+        if let Ok((retired, _)) = take(sh) {
             drop(retired);
         }
         for m in maps {

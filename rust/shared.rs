@@ -17,7 +17,7 @@ use kernel::{
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Acquire, Atomic, Relaxed, Release},
+        atomic::{Acquire, Atomic, Full, Relaxed, Release},
         poll::PollCondVar,
         Arc, Mutex,
     },
@@ -151,6 +151,10 @@ pub(crate) struct Shared {
     /// Woken when the controller stops serving files: `poll()` waits here.
     #[pin]
     pub(crate) poll_cv: PollCondVar,
+    /// Calls (close, DESTROY_QPAIR, UNMAP, a failed hand-out) that took DMA
+    /// memory out of `dma` to free or retire it: unbind waits for them, so
+    /// nothing is freed after the device is unbound (see [`Busy`]).
+    busy: Atomic<u32>,
     /// Test knob (debugfs `gpunvme-<bdf>/mmap_delay_ms`): mmap sleeps this
     /// long after its checks, so a test can unbind in that window.
     pub(crate) mmap_delay_ms: Atomic<u32>,
@@ -188,12 +192,28 @@ impl Shared {
                 epoch: Atomic::new(1),
                 fail_errno: Atomic::new(ENODEV.to_errno()),
                 poll_cv <- new_poll_condvar!("gpunvme::poll"),
+                busy: Atomic::new(0),
                 mmap_delay_ms: Atomic::new(0),
                 drop_admin_doorbells: Atomic::new(0),
                 fake_csts: Atomic::new(0),
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// Mark a call that will take DMA memory out of `dma` and free or
+    /// retire it. Take it before the `dma` lock, and under that lock take
+    /// nothing once the controller is unbound: unbind sets GONE under the
+    /// lock and then waits for every `Busy`, so either it waits for this
+    /// call or this call sees GONE (and unbind frees that memory itself).
+    pub(crate) fn busy(&self) -> Busy<'_> {
+        self.busy.fetch_add(1, Full);
+        Busy(self)
+    }
+
+    /// Has unbind begun? (Read under the `dma` lock by the `Busy` callers.)
+    pub(crate) fn unbound(&self) -> bool {
+        self.state.load(Acquire) == GONE
     }
 
     /// The epoch a file opened now belongs to; ENODEV (or the failure's
@@ -454,6 +474,9 @@ impl Shared {
         // Woken after the zap: a file that poll() reports cut off has no
         // page of the module mapped any more.
         self.poll_cv.notify_all();
+        if why == Failure::Unbind {
+            self.wait_for_busy();
+        }
         // Taking the lock waits out an admin command in flight (bounded);
         // afterwards none starts for a file that was cut off.
         let mut guard = self.admin.lock();
@@ -634,6 +657,34 @@ impl Shared {
 
     pub(crate) fn unregister_file(&self, file: *mut bindings::file) {
         self.files.lock().retain(|f| f.0 != file);
+    }
+}
+
+impl Shared {
+    /// Unbind: calls that took memory out of `dma` before GONE was set
+    /// free or retire it while the device is still bound (they fail fast
+    /// now; their admin commands and export revokes have deadlines). After
+    /// 60 s their memory is freed when they finish, after the unbind (the
+    /// DMA API debug code then reports it).
+    fn wait_for_busy(&self) {
+        let mut waited = 0;
+        while self.busy.load(Acquire) != 0 {
+            if waited == 60_000 {
+                dev_err!(self.dev, "unbind: a close or destroy still runs after 60 s; not waiting for it\n");
+                break;
+            }
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+            waited += 1;
+        }
+    }
+}
+
+/// See [`Shared::busy`].
+pub(crate) struct Busy<'a>(&'a Shared);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Full);
     }
 }
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The VM suite: the module, the CLI, the GPU stand-in, the device library run
-# as host C++ (kernels/hostrun) and every selftest, in six boots.
+# as host C++ (kernels/hostrun) and every selftest, in ten boots.
 #  1. the default bench: one namespace of 512-byte blocks per controller,
 #     IOMMU translating (strict); queue pairs are shared (validated) ones,
-#     the trust-model tests run, and owner mode is claimable;
+#     the trust-model and failure tests run, and owner mode is claimable;
 #  2. a Zen CPU model, under which the stand-in reaches the real doorbell
 #     (owner mode) by P2P;
 #  3. a variant: the gpunvme controller gets a second namespace with 4 KiB
@@ -16,13 +16,24 @@
 #     shared mode works; the module is reloaded with allow_unsafe_no_iommu=1
 #     and the claim works, tainting the kernel; last, lockdown is raised and
 #     the claim is refused again;
-#  6. hot-unplug: the controller behind a pcie-root-port (run.sh --hotplug)
+#  6. nine controllers for eight device nodes: the ninth probe fails before
+#     it touches its controller, and binds once a node is free;
+#  7. bind safety (default kernel only): `gpunvme bind` refuses a disk the
+#     kernel uses (mounts, /dev/root, swap, dm, openers, other namespaces);
+#  8. SR-IOV (default kernel only): the PF keeps nvme.ko and a mounted ext4,
+#     a VF is bound to gpunvme, written and verified, and handed back;
+#  9. hot-unplug: the controller behind a pcie-root-port (run.sh --hotplug)
 #     is removed with device_del while a shared pair has reads in flight
 #     (on a second namespace QEMU throttles), a namespace file is open and
 #     the stand-in holds imports of the pair's dma-bufs; then device_add,
 #     bind and write/verify; kmemleak=on, so the debug kernel's kmemleak
-#     scans for leaks from gpunvme at the end.
-# Expects `make module selftests userspace standin hostrun` to have run
+#     scans for leaks from gpunvme at the end;
+# 10. the fuzzer (tests/fuzz): seeded random call sequences from four
+#     processes, 3 minutes on the debug kernel (KERNEL_VARIANT=debug, with
+#     kmemleak=on), 30 s on the default one; then the controller must still
+#     write and verify patterns, and both modules must unload. FUZZ_SEED
+#     fixes the seed (default: from the clock; it is printed).
+# Expects `make module selftests userspace standin hostrun fuzz` to have run
 # (make vm-test does).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -169,6 +180,13 @@ bash "$ROOT/tests/vm/run.sh" --hotplug --append "kmemleak=on" --timeout 900 --te
     --file "$S/gpunvme_standin.ko" --file "$work/slow-nsid:/opt/gpunvme/hotplug-slow-nsid" "$@" -- \
     "$B/boot/gpunvme_hotplug_test" 2>&1 | tee "$work/boot9.log"
 add "$work/boot9.log"
+
+fuzz_s=30
+[ "${KERNEL_VARIANT:-default}" = debug ] && fuzz_s=180
+echo "=== boot 10: fuzz for ${fuzz_s} s (4 processes), then write/verify and unload"
+bash "$ROOT/tests/fuzz/vm.sh" --seconds "$fuzz_s" --procs 4 ${FUZZ_SEED:+--seed "$FUZZ_SEED"} -- "$@" \
+    2>&1 | tee "$work/boot10.log"
+add "$work/boot10.log"
 
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
 [ "$fail" = 0 ]
