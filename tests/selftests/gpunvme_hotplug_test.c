@@ -14,10 +14,10 @@
  *    buffer, and I/O in flight: 7 reads accepted by the relay and started
  *    on the controller, 3 more waiting in the shadow SQ (flow control holds
  *    them: the file reaps nothing). The reads target the namespace named
- *    in $GPUNVME_DIR/hotplug-slow-nsid, whose disk QEMU throttles to 64
- *    bytes/s of reads (tests/vm/suite.sh, boot 6), so the controller cannot
- *    finish them before the unplug: deterministic, not timing luck. (The
- *    controller's reset at unbind drains them.) Without that file the
+ *    in $GPUNVME_DIR/hotplug-slow-nsid, whose disk QEMU throttles to 1
+ *    KiB/s of reads (tests/vm/suite.sh, boot 9): the 7 take 28 s, so the
+ *    controller cannot finish them before the unplug (~5 s): deterministic,
+ *    not timing luck. (Unbind's Delete I/O SQ waits for them.) Without that file the
  *    reads go to namespace 1 and the in-flight check is skipped.
  *  - file B: the namespace node /dev/gpunvme<N>n1;
  *  - the GPU stand-in (gpunvme_standin on QEMU's edu) holding imports of

@@ -166,16 +166,18 @@ else
     echo "=== boot 8 (SR-IOV) runs on the default kernel only"
 fi
 
-# The slow namespace: reads at 64 bytes/s (a 4 KiB read a minute after the
-# first), so reads started before the unplug are still in flight when the
-# kernel removes the device, however loaded the host (writes are not
-# throttled; the controller's reset at unbind drains the reads at once). kmemleak=on only matters to the debug kernel (the
-# default kernel passes the unknown parameter on to /init, harmlessly);
-# there its two scans take 20-80 s under TCG, hence the longer deadlines.
+# The slow namespace: reads at 1 KiB/s, so the 7 reads of 4 KiB the test
+# starts take 28 s: still in flight when the kernel removes the device about
+# 5 s after device_del (pciehp's button delay). Not slower: unbind deletes
+# the I/O queues first, and QEMU's Delete I/O SQ waits for the queue's
+# requests with the whole VM stopped (a throttle of 64 B/s froze it for
+# 6 minutes). kmemleak=on only matters to the debug kernel (the default
+# kernel passes the unknown parameter on to /init, harmlessly); there its
+# two scans take 20-80 s under TCG, hence the longer deadlines.
 echo "=== boot 9: hot-unplug with I/O in flight, open files and imported dma-bufs; replug, bind, write/verify"
 truncate -s 16M "$work/slow.img"
 echo 2 > "$work/slow-nsid"
-QEMU_EXTRA="${QEMU_EXTRA:-} -object throttle-group,id=slow,x-bps-read=64 -blockdev driver=file,filename=$work/slow.img,node-name=slow-file -blockdev driver=throttle,throttle-group=slow,file=slow-file,node-name=slow -device nvme-ns,drive=slow,bus=gpunvme0,nsid=2" \
+QEMU_EXTRA="${QEMU_EXTRA:-} -object throttle-group,id=slow,x-bps-read=1024 -blockdev driver=file,filename=$work/slow.img,node-name=slow-file -blockdev driver=throttle,throttle-group=slow,file=slow-file,node-name=slow -device nvme-ns,drive=slow,bus=gpunvme0,nsid=2" \
 bash "$ROOT/tests/vm/run.sh" --hotplug --append "kmemleak=on" --timeout 900 --test-timeout 600 --file "$ROOT/gpunvme.ko" \
     --file "$S/gpunvme_standin.ko" --file "$work/slow-nsid:/opt/gpunvme/hotplug-slow-nsid" "$@" -- \
     "$B/boot/gpunvme_hotplug_test" 2>&1 | tee "$work/boot9.log"
