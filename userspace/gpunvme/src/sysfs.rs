@@ -8,7 +8,7 @@
 //! `O_EXCL`: the move is refused if the kernel says any is busy (mounted in
 //! any namespace, swap, held, opened exclusively) or a process has one
 //! open, and the exclusive opens are held until the unbind is done (see
-//! [`claim`](self::claim) for the details).
+//! [`Claim`] for the details).
 //!
 //! Every path is relative to an injectable root (`/sys`, `/proc`, `/dev`
 //! by default) so the logic is tested on fake trees.
