@@ -1464,8 +1464,15 @@ static void op_dbuf_ioctl(void)
 	int di = pick_d();
 	if (di < 0)
 		return;
-	struct dma_buf_sync s = { .flags = pct(80) ? (rn(2) ? DMA_BUF_SYNC_START : DMA_BUF_SYNC_END) |
-						     (1 + rn(3)) : wild64() };
+	int valid = pct(80);
+	struct dma_buf_sync s = { .flags = valid ? (rn(2) ? DMA_BUF_SYNC_START : DMA_BUF_SYNC_END) |
+						   (1 + rn(3)) : wild64() };
+	/* The kernel's udmabuf maps its table with the direction of the first
+	 * SYNC_START and syncs later calls with theirs, which DMA-API debug
+	 * reports as a driver bug (udmabuf's, not gpunvme's): on udmabufs
+	 * every SYNC uses one direction. */
+	if (D[di].kind == 2 && valid)
+		s.flags = (s.flags & DMA_BUF_SYNC_END) | DMA_BUF_SYNC_RW;
 	char name[40];
 	switch (rn(3)) {
 	case 0:
