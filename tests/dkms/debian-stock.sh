@@ -185,7 +185,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 echo "# subtest: VM booting Debian's own $KREL with the DKMS-built gpunvme.ko"
 s=$SECONDS
-bash "$ROOT/tests/vm/run.sh" --kernel "$vmlinuz" --modules "$T/modroot/lib/modules" \
+# tsc=unstable: under TCG the clocksource watchdog marks the TSC unstable
+# about 2 s into boot, and Debian's kernel then live-patches the
+# sched_clock static branch while the other vCPU runs it; TCG can execute
+# the stale int3 ("Oops: int3" in sched_clock_cpu, seen once in CI). Starting
+# with the TSC unstable leaves nothing to patch.
+bash "$ROOT/tests/vm/run.sh" --kernel "$vmlinuz" --modules "$T/modroot/lib/modules" --append "tsc=unstable" \
     --file "$mod" --file "$CLI" -- "${tests[@]}" >"$T/vm.log" 2>&1; rc=$?
 vm_s=$((SECONDS - s))
 grep -aE '^(TAP |KTAP |1\.\.|ok |not ok |# |[0-9]+ passed)' "$T/vm.log" | sed 's/^/    /'
@@ -210,7 +215,7 @@ fi
 # (lazy: the claim works, with the module's warning); shared mode works.
 echo "# subtest: Debian's IOMMU default (lazy, DMA-FQ): owner claim and shared queue pairs"
 s=$SECONDS
-bash "$ROOT/tests/vm/run.sh" --kernel "$vmlinuz" --modules "$T/modroot/lib/modules" --append "iommu.strict=0" \
+bash "$ROOT/tests/vm/run.sh" --kernel "$vmlinuz" --modules "$T/modroot/lib/modules" --append "iommu.strict=0 tsc=unstable" \
     --file "$mod" -- "$B/gpunvme_owner_test" "$B/gpunvme_qpair_test" >"$T/vm2.log" 2>&1; rc=$?
 vm2_s=$((SECONDS - s))
 grep -aE '^(TAP |KTAP |1\.\.|ok |not ok |# |[0-9]+ passed)' "$T/vm2.log" | sed 's/^/    /'
