@@ -474,11 +474,21 @@ impl OpenState {
         Ok(0)
     }
 
+    /// Undo a mapping the file never got: the returned memory is for the
+    /// caller to free outside the lock. Its pages were in `buffers`, so, as
+    /// UNMAP refuses for the same reason, while this file has live pairs a
+    /// command may already name them: then they are kept (quarantined, freed
+    /// once the controller is disabled) and `None` is returned.
     fn drop_map(&self, handle: u32) -> Option<Mapped> {
         self.buffers.remove(handle);
         let mut dma = self.shared.dma.lock();
         let i = dma.maps.iter().position(|m| m.file == self.id && m.handle == handle)?;
-        dma.maps.remove(i).ok().map(|m| m.map)
+        let map = dma.maps.remove(i).ok()?.map;
+        if dma.live_count(self.id) != 0 {
+            dma.quarantine(Quarantined::Buffer(map));
+            return None;
+        }
+        Some(map)
     }
 
     pub(crate) fn unmap(&self, arg: usize) -> Result<isize> {
