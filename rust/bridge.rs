@@ -36,7 +36,7 @@ use kernel::{
     },
 };
 
-use crate::buffers::{Buffers, Pages};
+use crate::buffers::{Buffers, Epoch, Pages};
 use crate::command::{Cqe, Sqe};
 use crate::regs::Cap;
 use crate::shared::Shared;
@@ -70,8 +70,13 @@ pub(crate) trait Port {
     fn shadow_cq_head(&self) -> u32;
     /// A copy of shadow SQ slot `slot`: read once, then only the copy is used.
     fn shadow_sqe(&self, slot: u32) -> Sqe;
-    /// Check `sqe`; the PRP list, if any, goes to command `cid`'s kernel list.
-    fn validate(&self, sqe: &Sqe, cid: u16) -> Result<Sqe, Reject>;
+    /// Check `sqe`; the PRP list, if any, goes to command `cid`'s kernel
+    /// list. What passes is counted in flight in the returned epoch.
+    fn validate(&self, sqe: &Sqe, cid: u16) -> Result<(Sqe, Epoch), Reject>;
+    /// A command counted in epoch `e` completed.
+    fn completed(&self, e: Epoch);
+    /// Test knob: leave the real CQ alone (completions stay unseen).
+    fn hold_completions(&self) -> bool;
     fn write_real_sqe(&self, slot: u32, sqe: &Sqe);
     fn ring_sq(&self, tail: u32);
     fn ring_cq(&self, head: u32);
@@ -94,8 +99,9 @@ pub(crate) struct Relay {
     cq_tail: u32,
     cq_phase: bool,
     user_head: u32,
-    /// The file's command ID of each kernel command ID in flight.
-    inflight: KVec<Option<u16>>,
+    /// The file's command ID (and admission epoch) of each kernel command
+    /// ID in flight.
+    inflight: KVec<Option<(u16, Epoch)>>,
     in_flight: u32,
     next_cid: u32,
     last_bad_tail: u32,
@@ -130,6 +136,15 @@ impl Relay {
     /// Commands started on the controller and not yet completed.
     pub(crate) fn in_flight(&self) -> u32 {
         self.in_flight
+    }
+
+    /// The commands in flight, per admission epoch.
+    pub(crate) fn outstanding(&self) -> [u32; 2] {
+        let mut n = [0u32; 2];
+        for (_, e) in self.inflight.iter().flatten() {
+            n[usize::from(*e & 1)] += 1;
+        }
+        n
     }
 
     fn next(&self, i: u32) -> u32 {
@@ -184,7 +199,7 @@ impl Relay {
 
         // Completions first: they make room for new commands.
         let mut reaped = false;
-        while self.cq_room() > 0 {
+        while self.cq_room() > 0 && !port.hold_completions() {
             let cqe = port.real_cqe(self.real_head);
             if cqe.phase() != self.real_phase {
                 break;
@@ -196,11 +211,12 @@ impl Relay {
             reaped = true;
             // Only the relay submits on this queue, so every command ID is
             // one it gave out; anything else is dropped, not mirrored.
-            let Some(user_cid) = self.inflight.get_mut(cqe.cid as usize).and_then(Option::take) else {
+            let Some((user_cid, epoch)) = self.inflight.get_mut(cqe.cid as usize).and_then(Option::take) else {
                 continue;
             };
             self.in_flight -= 1;
             self.post(port, user_cid, cqe.result, cqe.status);
+            port.completed(epoch);
             c.cqes_mirrored += 1;
         }
         if reaped {
@@ -231,11 +247,11 @@ impl Relay {
             self.sq_head = self.next(self.sq_head);
             progress = true;
             match port.validate(&sqe, cid) {
-                Ok(mut real) => {
+                Ok((mut real, epoch)) => {
                     real.cid = cid;
                     port.write_real_sqe(self.real_tail, &real);
                     self.real_tail = self.next(self.real_tail);
-                    self.inflight[cid as usize] = Some(sqe.cid);
+                    self.inflight[cid as usize] = Some((sqe.cid, epoch));
                     self.in_flight += 1;
                     c.sqes_accepted += 1;
                     submitted = true;
@@ -327,7 +343,7 @@ impl Port for KernelPort {
         // valid value, and this copy is all that is used afterwards.
         unsafe { core::ptr::read_volatile(self.mem.shadow_sq.add(slot as usize)) }
     }
-    fn validate(&self, sqe: &Sqe, cid: u16) -> Result<Sqe, Reject> {
+    fn validate(&self, sqe: &Sqe, cid: u16) -> Result<(Sqe, Epoch), Reject> {
         let n = self.mem.list_entries;
         let at = usize::from(cid) * n;
         // SAFETY: `cid < depth` (Relay) and the kernel list area holds
@@ -336,7 +352,16 @@ impl Port for KernelPort {
         // neither the controller nor anyone else reads it now.
         let list = unsafe { core::slice::from_raw_parts_mut(self.mem.lists.add(at), n) };
         let reach = Reach(self, self.buffers.lock());
-        validate::check(sqe, &self.limits, &reach, list, self.mem.lists_dma + at as u64 * 8)
+        let real = validate::check(sqe, &self.limits, &reach, list, self.mem.lists_dma + at as u64 * 8)?;
+        Ok((real, reach.1.admit()))
+    }
+    fn completed(&self, e: Epoch) {
+        self.buffers.complete(e, 1);
+    }
+    fn hold_completions(&self) -> bool {
+        // SAFETY: `shared` outlives every bridge (type invariant).
+        let shared = unsafe { &*self.shared };
+        shared.relay_hold_qid.load(kernel::sync::atomic::Relaxed) == u32::from(self.qid)
     }
     fn write_real_sqe(&self, slot: u32, sqe: &Sqe) {
         // SAFETY: `slot < depth` and the real SQ has `depth` entries; the
@@ -472,6 +497,37 @@ impl Bridge {
     }
 }
 
+/// Commands a stopped relay had in flight: still counted against its
+/// file's buffers (so revokes keep waiting for them) until `release` says
+/// the controller will never run them (their queue's deletion confirmed).
+/// Dropped unreleased, they stay counted: what is unknown is kept.
+pub(crate) struct Outstanding {
+    buffers: Arc<Buffers>,
+    n: [u32; 2],
+}
+
+impl Outstanding {
+    pub(crate) fn release(self) {
+        for (e, n) in self.n.iter().enumerate() {
+            self.buffers.complete(e as Epoch, *n);
+        }
+    }
+}
+
+impl Bridge {
+    /// Take the pair off the relay pool; returns what it left in flight.
+    pub(crate) fn stop(self) -> Outstanding {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: as in `drop`, which will not run for `this`: the thread
+        // no longer touches `ctx`, which is ours and freed here, once.
+        let ctx = unsafe {
+            gpunvme_shim_bridge_stop(this.thread.as_ptr());
+            KBox::from_raw(this.ctx)
+        };
+        Outstanding { buffers: ctx.port.buffers.clone(), n: ctx.relay.outstanding() }
+    }
+}
+
 impl Drop for Bridge {
     fn drop(&mut self) {
         // SAFETY: `thread` came from bridge_start; stop takes the pair off
@@ -501,15 +557,23 @@ mod tests {
         cq_rings: RefCell<KVec<u32>>,
         real: RefCell<[Cqe; D]>,
         shadow: RefCell<[Cqe; D]>,
+        epoch: Cell<Epoch>,
+        admitted: Cell<u32>,
+        done: [Cell<u32>; 2],
+        hold: Cell<bool>,
     }
 
     impl Port for Model {
         fn shadow_sq_tail(&self) -> u32 { self.tail.get() }
         fn shadow_cq_head(&self) -> u32 { self.head.get() }
         fn shadow_sqe(&self, s: u32) -> Sqe { self.shadow_sq.borrow()[s as usize] }
-        fn validate(&self, sqe: &Sqe, _cid: u16) -> Result<Sqe, Reject> {
-            if sqe.opcode == 0x7f { Err(Reject::Opcode) } else { Ok(Sqe { opcode: sqe.opcode, ..Default::default() }) }
+        fn validate(&self, sqe: &Sqe, _cid: u16) -> Result<(Sqe, Epoch), Reject> {
+            if sqe.opcode == 0x7f { return Err(Reject::Opcode); }
+            self.admitted.set(self.admitted.get() + 1);
+            Ok((Sqe { opcode: sqe.opcode, ..Default::default() }, self.epoch.get()))
         }
+        fn completed(&self, e: Epoch) { self.done[usize::from(e)].set(self.done[usize::from(e)].get() + 1); }
+        fn hold_completions(&self) -> bool { self.hold.get() }
         fn write_real_sqe(&self, s: u32, sqe: &Sqe) { self.real_sq.borrow_mut()[s as usize] = *sqe; }
         fn ring_sq(&self, t: u32) { let _ = self.sq_rings.borrow_mut().push(t, GFP_KERNEL); }
         fn ring_cq(&self, h: u32) { let _ = self.cq_rings.borrow_mut().push(h, GFP_KERNEL); }
@@ -527,6 +591,10 @@ mod tests {
             cq_rings: RefCell::new(KVec::new()),
             real: RefCell::new([Cqe::default(); D]),
             shadow: RefCell::new([Cqe::default(); D]),
+            epoch: Cell::new(0),
+            admitted: Cell::new(0),
+            done: [Cell::new(0), Cell::new(0)],
+            hold: Cell::new(false),
         }
     }
 
@@ -537,7 +605,7 @@ mod tests {
     /// The controller completes the command in real SQ slot `sq_slot` into real CQ slot `slot`.
     fn complete(m: &Model, slot: usize, sq_slot: usize, phase: bool) {
         let cid = m.real_sq.borrow()[sq_slot].cid;
-        m.real.borrow_mut()[slot] = Cqe { cid, result: 0xabc, status: phase as u16, ..Default::default() };
+        m.real.borrow_mut()[slot] = Cqe { cid, result: 0xabc, status: u16::from(phase), ..Default::default() };
     }
 
     #[test]
@@ -625,6 +693,30 @@ mod tests {
         m.tail.set(1);
         r.step(&m, &mut c);
         assert_eq!(c.sqes_accepted, 1);
+    }
+
+    #[test]
+    fn every_accepted_command_is_reported_complete_in_its_epoch() {
+        let (m, mut r, mut c) = (model(), Relay::new(1, D as u32).unwrap(), Counters::default());
+        submit(&m, 0, 0x02, 10);
+        m.tail.set(1);
+        r.step(&m, &mut c);
+        m.epoch.set(1);
+        submit(&m, 1, 0x02, 11);
+        submit(&m, 2, 0x7f, 12); // rejected: never counted
+        m.tail.set(3);
+        r.step(&m, &mut c);
+        assert_eq!((m.admitted.get(), r.outstanding()), (2, [1, 1]));
+        // Held completions are neither mirrored nor reported.
+        complete(&m, 0, 0, true);
+        complete(&m, 1, 1, true);
+        m.hold.set(true);
+        r.step(&m, &mut c);
+        assert_eq!((c.cqes_mirrored, m.done[0].get() + m.done[1].get()), (0, 0));
+        m.hold.set(false);
+        r.step(&m, &mut c);
+        assert_eq!((c.cqes_mirrored, m.done[0].get(), m.done[1].get()), (2, 1, 1));
+        assert_eq!(r.outstanding(), [0, 0]);
     }
 
     #[test]

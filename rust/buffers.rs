@@ -3,8 +3,23 @@
 //! The DMA pages one open file mapped (MAP_HOST, MAP_DMABUF): the only
 //! pages its shared-mode commands may name. Shared by the file and the
 //! relay threads of its queue pairs.
+//!
+//! It also counts the commands its relays accepted and the controller has
+//! not completed, so that an exporter's revoke of an imported buffer can
+//! wait for the commands that may still name it (`revoke`, `drain`).
+//! Counting is by epoch, as SRCU does: a command is counted in the epoch
+//! current when it was checked (under the same lock as the check), and a
+//! revoke flips the epoch with the same lock held, so the commands that
+//! may name the revoked pages are exactly those of the old epoch.
 
-use kernel::{new_mutex, prelude::*, sync::Mutex};
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{
+        atomic::{Acquire, Atomic, Relaxed, Release},
+        Mutex,
+    },
+};
 
 const PAGE: u64 = 4096;
 
@@ -21,17 +36,49 @@ struct Range {
 pub(crate) struct Ranges {
     list: KVec<Range>,
     longest: u64,
+    /// The epoch newly accepted commands are counted in (0 or 1).
+    epoch: Epoch,
 }
+
+/// The admission epoch a command was counted in (see the module comment).
+pub(crate) type Epoch = u8;
+
+/// What a revoke must wait for before the pages may be unmapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pending {
+    /// The commands of one epoch.
+    Epoch(Epoch),
+    /// Every counted command: the other epoch had not drained (an earlier
+    /// revoke gave up on it), so either may name the pages.
+    All,
+    /// This file has raw pairs: their commands are not seen by the module,
+    /// so whether one still names the pages is unknown.
+    Unknown,
+}
+
+/// How long a revoke waits for accepted commands before it keeps the
+/// mapping instead (an NVMe command normally takes micro- to milliseconds).
+pub(crate) const REVOKE_WAIT_MS: u32 = 1000;
 
 #[pin_data]
 pub(crate) struct Buffers {
     #[pin]
     ranges: Mutex<Ranges>,
+    /// Commands the file's relays accepted and saw no completion for, per
+    /// epoch; including those of stopped relays whose queue deletion the
+    /// controller never confirmed (see `Outstanding`).
+    in_flight: [Atomic<u32>; 2],
+    /// The file's raw pairs that the controller may still run.
+    raw_pairs: Atomic<u32>,
 }
 
 impl Buffers {
     pub(crate) fn new() -> impl PinInit<Self> {
-        pin_init!(Self { ranges <- new_mutex!(Ranges::default()) })
+        pin_init!(Self {
+            ranges <- new_mutex!(Ranges::default()),
+            in_flight: [Atomic::new(0), Atomic::new(0)],
+            raw_pairs: Atomic::new(0),
+        })
     }
 
     /// Record the pages of mapping `handle` (one DMA address per 4 KiB
@@ -63,7 +110,68 @@ impl Buffers {
     /// The pages as they are now, held still for one command's checks (one
     /// lock per command, not per PRP entry).
     pub(crate) fn lock(&self) -> Pages<'_> {
-        Pages(self.ranges.lock())
+        Pages(self, self.ranges.lock())
+    }
+
+    /// A command counted in epoch `e` completed (or its relay learned that
+    /// the controller will never run it).
+    pub(crate) fn complete(&self, e: Epoch, n: u32) {
+        if n != 0 {
+            self.in_flight[usize::from(e & 1)].fetch_sub(n, Release);
+        }
+    }
+
+    /// A raw pair of this file was created on the controller.
+    pub(crate) fn raw_pair_created(&self) {
+        self.raw_pairs.fetch_add(1, Relaxed);
+    }
+
+    /// The controller confirmed the deletion of one of this file's raw pairs.
+    pub(crate) fn raw_pair_deleted(&self) {
+        self.raw_pairs.fetch_sub(1, Release);
+    }
+
+    /// An exporter revokes mapping `handle`: no new command may name its
+    /// pages from now on. Returns what must drain before they may be
+    /// unmapped, and how many commands that is now.
+    pub(crate) fn revoke(&self, handle: u32) -> (Pending, u32) {
+        let pending = {
+            let mut g = self.ranges.lock();
+            g.list.retain(|r| r.handle != handle);
+            let old = g.epoch;
+            if self.in_flight[usize::from(old ^ 1)].load(Relaxed) == 0 {
+                // Commands checked from now on cannot name the pages.
+                g.epoch = old ^ 1;
+                Pending::Epoch(old)
+            } else {
+                Pending::All
+            }
+        };
+        if self.raw_pairs.load(Acquire) != 0 {
+            return (Pending::Unknown, 0);
+        }
+        (pending, self.count(pending))
+    }
+
+    fn count(&self, p: Pending) -> u32 {
+        let [a, b] = &self.in_flight;
+        match p {
+            Pending::Epoch(e) => self.in_flight[usize::from(e & 1)].load(Acquire),
+            Pending::All => a.load(Acquire).saturating_add(b.load(Acquire)),
+            Pending::Unknown => u32::MAX,
+        }
+    }
+
+    /// Wait up to `ms` milliseconds for `p` to drain; true when it did (the
+    /// controller completed every command that might name the pages).
+    pub(crate) fn drain(&self, p: Pending, ms: u32) -> bool {
+        for _ in 0..ms {
+            if self.count(p) == 0 {
+                return true;
+            }
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+        }
+        self.count(p) == 0
     }
 
     /// Is the 4 KiB page at DMA address `page` one of this file's?
@@ -74,12 +182,21 @@ impl Buffers {
 }
 
 /// The file's pages, locked: MAP/UNMAP and revokes wait meanwhile.
-pub(crate) struct Pages<'a>(kernel::sync::lock::Guard<'a, Ranges, kernel::sync::lock::mutex::MutexBackend>);
+pub(crate) struct Pages<'a>(&'a Buffers, kernel::sync::lock::Guard<'a, Ranges, kernel::sync::lock::mutex::MutexBackend>);
 
 impl Pages<'_> {
+    /// Count a command whose checks passed as in flight; the lock is still
+    /// held, so a revoke either came before the checks or flips the epoch
+    /// after this count. Returns the epoch for `Buffers::complete`.
+    pub(crate) fn admit(&self) -> Epoch {
+        let e = self.1.epoch;
+        self.0.in_flight[usize::from(e)].fetch_add(1, Relaxed);
+        e
+    }
+
     /// Is the 4 KiB page at DMA address `page` one of this file's?
     pub(crate) fn owns_page(&self, page: u64) -> bool {
-        let g = &self.0;
+        let g = &self.1;
         let at = g.list.partition_point(|r| r.start <= page);
         g.list[..at]
             .iter()
@@ -111,6 +228,57 @@ mod tests {
         assert!(b.owns_page(0x12000));
         b.remove(1);
         assert!(!b.owns_page(0x10000) && !b.owns_page(0x40000));
+    }
+
+    #[test]
+    fn a_revoke_waits_only_for_commands_checked_before_it() {
+        let b = Arc::pin_init(Buffers::new(), GFP_KERNEL).unwrap();
+        b.add(1, &[0x10000]).unwrap();
+        b.add(2, &[0x20000]).unwrap();
+        let before = b.lock().admit();
+        let (p, n) = b.revoke(1);
+        assert_eq!((p, n), (Pending::Epoch(before), 1));
+        assert!(!b.owns_page(0x10000));
+        // A command checked after the revoke is not waited for...
+        let after = b.lock().admit();
+        assert!(after != before);
+        assert!(!b.drain(p, 0));
+        b.complete(before, 1);
+        assert!(b.drain(p, 0));
+        // ...but a second revoke while it runs waits for it.
+        let (p2, n2) = b.revoke(2);
+        assert_eq!((p2, n2), (Pending::Epoch(after), 1));
+        b.complete(after, 1);
+        assert!(b.drain(p2, 0));
+    }
+
+    #[test]
+    fn an_undrained_epoch_makes_later_revokes_wait_for_everything() {
+        let b = Arc::pin_init(Buffers::new(), GFP_KERNEL).unwrap();
+        b.add(1, &[0x10000]).unwrap();
+        b.add(2, &[0x20000]).unwrap();
+        let stuck = b.lock().admit();
+        let (p, _) = b.revoke(1);
+        assert!(!b.drain(p, 0)); // given up on: the mapping is kept
+        let newer = b.lock().admit();
+        // The stuck command may name mapping 2 as well.
+        assert_eq!(b.revoke(2), (Pending::All, 2));
+        b.complete(newer, 1);
+        assert!(!b.drain(Pending::All, 0));
+        b.complete(stuck, 1);
+        assert!(b.drain(Pending::All, 0));
+    }
+
+    #[test]
+    fn raw_pairs_make_the_outcome_unknown() {
+        let b = Arc::pin_init(Buffers::new(), GFP_KERNEL).unwrap();
+        b.add(1, &[0x10000]).unwrap();
+        b.raw_pair_created();
+        assert_eq!(b.revoke(1), (Pending::Unknown, 0));
+        assert!(!b.drain(Pending::Unknown, 0));
+        b.raw_pair_deleted();
+        b.add(2, &[0x20000]).unwrap();
+        assert_eq!(b.revoke(2).1, 0);
     }
 
     #[test]

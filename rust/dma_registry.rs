@@ -9,7 +9,7 @@
 
 use kernel::prelude::*;
 
-use crate::bridge::Bridge;
+use crate::bridge::{Bridge, Outstanding};
 use crate::qpair::QPair;
 use crate::shim::{Export, HostMap, Import};
 
@@ -47,14 +47,16 @@ impl QueueEntry {
     /// Revoke the exports and take the pair off the relay, in that order:
     /// afterwards neither a peer nor a kernel thread reaches its memory,
     /// unless an importer held on (`false`): then the memory must be kept.
-    pub(crate) fn let_go(self) -> (QPair, bool) {
+    /// The relay's commands still in flight come back too: release them
+    /// once the controller confirms the queue's deletion.
+    pub(crate) fn let_go(self) -> (QPair, bool, Option<Outstanding>) {
         let QueueEntry { exports, bridge, q, .. } = self;
         let mut clean = true;
         for x in exports {
             clean &= x.revoke();
         }
-        drop(bridge);
-        (q, clean)
+        let outstanding = bridge.map(Bridge::stop);
+        (q, clean, outstanding)
     }
 }
 
@@ -129,7 +131,7 @@ impl DmaRegistry {
     /// What an importer still maps is leaked, never freed.
     pub(crate) fn clear(&mut self) {
         for e in self.queues.drain_all() {
-            let (q, clean) = e.let_go();
+            let (q, clean, _) = e.let_go();
             if !clean {
                 core::mem::forget(q);
             }

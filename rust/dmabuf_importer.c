@@ -11,7 +11,13 @@
  *
  * When the exporter invalidates the mapping, its pages are first taken out
  * of the importing file's own pages (rust/buffers.rs), so shared-mode
- * commands naming them are refused from then on, and then it is unmapped.
+ * commands naming them are refused from then on. It is unmapped only once
+ * every command the file's relays accepted before that has completed
+ * (waited for, bounded). When they do not complete in time, or the file has
+ * raw pairs (whose commands the module never sees), whether the controller
+ * may still write the pages is unknown: the mapping is kept until the
+ * import is dropped (UNMAP, which needs the file's pairs gone, or close),
+ * and the exporter learns it from the mapping it still sees.
  */
 #include <linux/dma-buf.h>
 #include <linux/dma-resv.h>
@@ -19,8 +25,15 @@
 #include <linux/slab.h>
 #include "shim.h"
 
-/* rust/file.rs: forget mapping `handle` of the file whose pages are `buffers`. */
-void gpunvme_buffers_revoke(void *buffers, u32 handle);
+/*
+ * rust/shim.rs: forget mapping `handle` of the file whose pages are
+ * `buffers`; returns how many accepted commands may still name them and
+ * sets *pending to what drain must wait for (GPUNVME_PENDING_UNKNOWN: raw
+ * pairs, not knowable). drain waits up to 1 s; true when all completed.
+ */
+#define GPUNVME_PENDING_UNKNOWN 3
+u32 gpunvme_buffers_revoke(void *buffers, u32 handle, u32 *pending);
+bool gpunvme_buffers_drain(void *buffers, u32 pending);
 
 struct gpunvme_import {
 	struct dma_buf *dmabuf;
@@ -35,10 +48,24 @@ struct gpunvme_import {
 static void gpunvme_import_invalidate(struct dma_buf_attachment *attach)
 {
 	struct gpunvme_import *imp = attach->importer_priv;
+	u32 pending, n;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
 	WRITE_ONCE(imp->revoked, true);
-	gpunvme_buffers_revoke(imp->buffers, imp->handle);
+	if (!imp->sgt)
+		return; /* not mapped yet (MAP_DMABUF sees `revoked`) or already unmapped */
+	n = gpunvme_buffers_revoke(imp->buffers, imp->handle, &pending);
+	if (pending == GPUNVME_PENDING_UNKNOWN) {
+		dev_warn(attach->dev, "dma-buf import invalidated by its exporter while this file has raw queue pairs, whose commands may still name it: the mapping is kept until it is unmapped or the file closed\n");
+		return;
+	}
+	if (n) {
+		dev_info(attach->dev, "dma-buf import invalidated by its exporter: waiting up to 1 s for %u accepted command(s) that may name it\n", n);
+		if (!gpunvme_buffers_drain(imp->buffers, pending)) {
+			dev_warn(attach->dev, "dma-buf import invalidated by its exporter: accepted commands still in flight after 1 s: the mapping is kept until it is unmapped or the file closed\n");
+			return;
+		}
+	}
 	if (imp->sgt) {
 		dma_buf_unmap_attachment(attach, imp->sgt, DMA_BIDIRECTIONAL);
 		imp->sgt = NULL;

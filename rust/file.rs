@@ -20,7 +20,7 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
-use crate::bridge::{Bridge, PairMemory};
+use crate::bridge::{Bridge, Outstanding, PairMemory};
 use crate::buffers::Buffers;
 use crate::command;
 use crate::dma_registry::{FileId, MapEntry, Mapped, QueueEntry, QueueState, Quarantined};
@@ -249,6 +249,10 @@ impl OpenState {
             };
             let sizes = (q.visible_sq().size() as u64, q.visible_cq().size() as u64);
             let pool = q.shadow.as_ref().map_or((0, 0), |s| (s.pool.size() as u64, s.pool.dma_address()));
+            if q.shadow.is_none() {
+                // Counted before it can be used: its commands are unseen.
+                self.buffers.raw_pair_created();
+            }
             let entry = QueueEntry { file: self.id, state: QueueState::Live, exports: KVec::new(), bridge, q };
             let _ = dma.queues.push_within_capacity(entry);
             Ok((sizes, pool))
@@ -278,7 +282,9 @@ impl OpenState {
     /// Delete `q` on the controller, SQ before CQ. Its memory goes back to
     /// the registry as retired (it may still be mapped until close), or to
     /// the quarantine when the controller did not confirm the delete.
-    fn retire(&self, q: QPair, exported: bool) -> Result {
+    /// Only a confirmed delete ends the count of the commands in flight on
+    /// it (`outstanding`, or the raw pair itself) in the file's buffers.
+    fn retire(&self, q: QPair, exported: bool, outstanding: Option<Outstanding>) -> Result {
         let sh = &self.shared;
         let res = sh.with_admin(self.epoch, |_, admin, ring| {
             for cmd in q.delete_cmds() {
@@ -286,6 +292,13 @@ impl OpenState {
             }
             Ok(())
         });
+        if res.is_ok() {
+            match outstanding {
+                Some(o) => o.release(),
+                None if q.shadow.is_none() => self.buffers.raw_pair_deleted(),
+                None => {}
+            }
+        }
         match res {
             Ok(()) if exported => {
                 // The controller is done with it, but an importer is not.
@@ -327,14 +340,16 @@ impl OpenState {
             return Err(ENOENT);
         };
         // Peers and the relay let go before the controller forgets the queue.
-        let (q, clean) = entry.let_go();
-        self.retire(q, !clean)?;
+        let (q, clean, outstanding) = entry.let_go();
+        self.retire(q, !clean, outstanding)?;
         Ok(0)
     }
 
     pub(crate) fn export(&self, arg: usize) -> Result<isize> {
         let (mut req, mut writer) = read_arg!(self, uapi::Export, arg, "EXPORT");
         let sh = &self.shared;
+        // The cast is a no-op here, not with every bindgen (Debian's kernel).
+        #[allow(clippy::unnecessary_cast)]
         let allowed = (bindings::O_CLOEXEC | bindings::O_RDWR) as u32;
         if req.flags & !allowed != 0 || req.pad0 != 0 {
             dev_warn!(sh.dev, "EXPORT: flags {:#x}: only O_CLOEXEC and O_RDWR are allowed\n", req.flags);
@@ -524,7 +539,10 @@ impl OpenState {
         // SAFETY: `vma` is a valid VMA being set up; reading a field is fine.
         let pgoff = unsafe { (*vma.as_ptr()).vm_pgoff } as u64;
         let len = vma.end() - vma.start();
-        if vma.flags() & bindings::VM_SHARED as usize == 0 {
+        // As above: bindgen may type VM_SHARED differently.
+        #[allow(clippy::unnecessary_cast)]
+        let shared_vma = vma.flags() & bindings::VM_SHARED as usize != 0;
+        if !shared_vma {
             dev_warn!(sh.dev, "mmap: must be MAP_SHARED\n");
             return Err(EINVAL);
         }
@@ -644,9 +662,9 @@ impl Drop for OpenState {
             // Peers and the relay let go before the queues are deleted and
             // their qid can be handed out again.
             let live = e.state == QueueState::Live;
-            let (q, clean) = e.let_go();
+            let (q, clean, outstanding) = e.let_go();
             if live {
-                stuck |= self.retire(q, !clean).is_err();
+                stuck |= self.retire(q, !clean, outstanding).is_err();
             } else if !clean {
                 sh.quarantine(Quarantined::Exported(q));
             }

@@ -160,7 +160,7 @@ impl pci::Driver for GpunvmeDriver {
             let hooks = lifecycle::Hooks::new(dev, &shared)?;
             Ok(try_pin_init!(Bound {
                 hooks,
-                debug: shim::DebugDir::new(dev, &shared.mmap_delay_ms, &shared.drop_admin_doorbells, &shared.fake_csts),
+                debug: shim::DebugDir::new(dev, &shared.mmap_delay_ms, &shared.drop_admin_doorbells, &shared.fake_csts, &shared.relay_hold_qid),
                 node <- chardev::Node::new(shared.clone(), slot),
                 shared,
             }))

@@ -167,6 +167,10 @@ pub(crate) struct Shared {
     /// reset clears a real CFS), or every register read all-ones
     /// (`FAKE_ONES`, as after a surprise removal, until unbind).
     pub(crate) fake_csts: Atomic<u32>,
+    /// Test knob (debugfs `gpunvme-<bdf>/relay_hold_qid`): the relay of
+    /// shared pair `qid` leaves its real CQ alone, so the commands it
+    /// accepted stay in flight as far as the module can tell.
+    pub(crate) relay_hold_qid: Atomic<u32>,
 }
 
 impl Shared {
@@ -195,6 +199,7 @@ impl Shared {
                 busy: Atomic::new(0),
                 mmap_delay_ms: Atomic::new(0),
                 drop_admin_doorbells: Atomic::new(0),
+                relay_hold_qid: Atomic::new(0),
                 fake_csts: Atomic::new(0),
             }),
             GFP_KERNEL,
@@ -499,7 +504,8 @@ impl Shared {
         let mut kept = DmaRegistry::default();
         for e in queues {
             let is_live = e.state == crate::dma_registry::QueueState::Live;
-            let (q, clean) = e.let_go();
+            // The file is cut off: its in-flight counts may stay.
+            let (q, clean, _) = e.let_go();
             if !clean {
                 kept.quarantine(Quarantined::Exported(q));
             } else if is_live && listed {

@@ -294,6 +294,12 @@ struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms,
 	return d;
 }
 
+/* One more u32 knob in the directory. */
+void gpunvme_shim_debugfs_u32(struct dentry *d, const char *name, u32 *value)
+{
+	debugfs_create_u32(name, 0600, d, value);
+}
+
 void gpunvme_shim_debugfs_remove(struct dentry *d)
 {
 	debugfs_remove_recursive(d);

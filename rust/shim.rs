@@ -14,7 +14,7 @@ use kernel::{
     sync::{atomic::Atomic, Arc},
 };
 
-use crate::buffers::Buffers;
+use crate::buffers::{Buffers, Pending, REVOKE_WAIT_MS};
 
 // `struct device`, `struct file` and `struct vm_area_struct` are passed as
 // void pointers: the shim's prototypes are in rust/shim.h.
@@ -222,7 +222,9 @@ extern "C" {
 /// A dma-buf imported for the controller's DMA (see `rust/dmabuf_importer.c`):
 /// attached peer-to-peer, pinned and mapped; detached on drop. When the
 /// exporter revokes it, its pages leave the importing file's `Buffers`
-/// first (`gpunvme_buffers_revoke`), so no new command can name them.
+/// first (`gpunvme_buffers_revoke`), so no new command can name them, and
+/// it is unmapped only once the commands that might still name them are
+/// done (`gpunvme_buffers_drain`); otherwise it stays mapped until drop.
 pub(crate) struct Import {
     imp: NonNull<c_void>,
     /// The reference on the file's pages that the revoke callback uses,
@@ -279,14 +281,43 @@ impl Drop for Import {
     }
 }
 
-/// The importer's revoke callback: forget mapping `handle` in `buffers`.
+/// The importer's revoke callback, first half: forget mapping `handle` in
+/// `buffers`; `*pending` gets what must drain before its pages may be
+/// unmapped (`PENDING_*`), the return value how many commands that is now.
 #[no_mangle]
-extern "C" fn gpunvme_buffers_revoke(buffers: *mut c_void, handle: u32) {
+extern "C" fn gpunvme_buffers_revoke(buffers: *mut c_void, handle: u32, pending: *mut u32) -> u32 {
     // SAFETY: `buffers` is the `Arc<Buffers>` reference an `Import` holds
     // until its attachment is gone, and the exporter calls this only while
     // attached.
     let b = unsafe { &*buffers.cast_const().cast::<Buffers>() };
-    b.remove(handle);
+    let (p, n) = b.revoke(handle);
+    // SAFETY: `pending` points at the caller's u32.
+    unsafe { *pending = pending_to_c(p) };
+    n
+}
+
+/// Second half: wait (up to `REVOKE_WAIT_MS`) for what the first half
+/// returned; true when the pages may be unmapped.
+#[no_mangle]
+extern "C" fn gpunvme_buffers_drain(buffers: *mut c_void, pending: u32) -> bool {
+    // SAFETY: as for `gpunvme_buffers_revoke`.
+    let b = unsafe { &*buffers.cast_const().cast::<Buffers>() };
+    let p = match pending {
+        0 | 1 => Pending::Epoch(pending as u8),
+        2 => Pending::All,
+        _ => Pending::Unknown,
+    };
+    b.drain(p, REVOKE_WAIT_MS)
+}
+
+/// `Pending` as `rust/dmabuf_importer.c` sees it: 0 and 1 are epochs, 2
+/// every counted command, 3 unknown (raw pairs).
+fn pending_to_c(p: Pending) -> u32 {
+    match p {
+        Pending::Epoch(e) => u32::from(e & 1),
+        Pending::All => 2,
+        Pending::Unknown => 3,
+    }
 }
 
 extern "C" {
@@ -316,6 +347,7 @@ pub(crate) fn taint_no_iommu() {
 extern "C" {
     fn gpunvme_shim_debugfs_ctrl(dev: *mut c_void, mmap_delay_ms: *mut u32, drop_admin_doorbells: *mut u32) -> *mut c_void;
     fn gpunvme_shim_debugfs_remove(d: *mut c_void);
+    fn gpunvme_shim_debugfs_u32(d: *mut c_void, name: *const kernel::ffi::c_char, value: *mut u32);
     fn gpunvme_shim_debugfs_fake_csts(d: *mut c_void, fake: *mut u32);
     fn gpunvme_shim_debugfs_pci_event(d: *mut c_void, dev: *mut c_void);
     fn gpunvme_shim_add_poll(misc: *mut c_void) -> i32;
@@ -341,13 +373,21 @@ unsafe impl Sync for DebugDir {}
 impl DebugDir {
     /// The knobs must outlive the returned value (they are read and
     /// written through debugfs until the directory is removed).
-    pub(crate) fn new(dev: &Device, mmap_delay_ms: &Atomic<u32>, drop_admin_doorbells: &Atomic<u32>, fake_csts: &Atomic<u32>) -> Self {
+    pub(crate) fn new(
+        dev: &Device,
+        mmap_delay_ms: &Atomic<u32>,
+        drop_admin_doorbells: &Atomic<u32>,
+        fake_csts: &Atomic<u32>,
+        relay_hold_qid: &Atomic<u32>,
+    ) -> Self {
         // SAFETY: `Atomic<u32>` has the layout of a `u32`; debugfs reads and
         // writes them whole; the caller keeps them alive until drop.
         let d = unsafe { gpunvme_shim_debugfs_ctrl(raw(dev), mmap_delay_ms.as_ptr(), drop_admin_doorbells.as_ptr()) };
         // SAFETY: as above; `d` is the directory just made (or an error
         // pointer, which debugfs accepts).
         unsafe { gpunvme_shim_debugfs_fake_csts(d, fake_csts.as_ptr()) };
+        // SAFETY: as above; the name is a static C string.
+        unsafe { gpunvme_shim_debugfs_u32(d, c"relay_hold_qid".as_char_ptr(), relay_hold_qid.as_ptr()) };
         // SAFETY: `dev` is the bound PCI device; the file is removed with
         // the directory (at drop, during unbind), before the device goes.
         unsafe { gpunvme_shim_debugfs_pci_event(d, raw(dev)) };

@@ -338,10 +338,13 @@ struct gpunvme_map_host {
  * peer-to-peer path) is refused with EOPNOTSUPP, never silently migrated.
  * When the exporter revokes or moves the buffer, its pages leave the file's
  * own pages first (a shared-mode command naming them is refused with
- * Invalid Field from then on), and then the mapping is removed: a raw
- * command aimed at them fails in the IOMMU. Commands the relay accepted
- * before the revoke are not waited for: keep no I/O in flight on a buffer
- * whose exporter may revoke it.
+ * Invalid Field from then on). The mapping is removed only once every
+ * command this file's relays accepted before the revoke has completed
+ * (waited for, up to 1 s); if one has not, or if the file has raw queue
+ * pairs (whose commands the module never sees), the mapping is kept until
+ * the file unmaps it (UNMAP, after its queue pairs are destroyed) or
+ * closes, and the exporter sees it still mapped (it must keep the memory).
+ * After a removal a raw command aimed at the pages fails in the IOMMU.
  * Errors: EBADF, EINVAL (size not 4 KiB multiple, more pages than
  * max_pages, max_pages out of range, unaligned segments), EOPNOTSUPP,
  * ETIMEDOUT (exporter fences), EINTR/ERESTARTSYS (a signal during that

@@ -8,6 +8,7 @@
  * the file mapped, so its addresses pass the validator until it is revoked.
  */
 #include <linux/udmabuf.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 
 #include "kselftest_harness.h"
@@ -29,6 +30,22 @@ static int make_udmabuf(size_t len, uint8_t **mem)
 	close(dev);
 	close(memfd);
 	return fd;
+}
+
+/* Kernel log lines of the importer (rust/dmabuf_importer.c) and exporter. */
+#define KEPT_RAW "invalidated by its exporter while this file has raw queue pairs"
+#define WAITING "invalidated by its exporter: waiting up to 1 s for"
+#define KEPT_INFLIGHT "invalidated by its exporter: accepted commands still in flight after 1 s"
+#define EXPORT_HELD "importer mapping(s) of the queue memory still held"
+
+/* Test knob: the relay of shared pair `qid` leaves its real CQ alone. */
+static int hold_relay(uint16_t qid)
+{
+	char path[160], val[16];
+
+	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/relay_hold_qid", gpunvme_bdf());
+	snprintf(val, sizeof(val), "%u", qid);
+	return sysfs_write(path, val);
 }
 
 static int map_dmabuf(int fd, int buf_fd, uint64_t *addrs, uint64_t max_pages, struct gpunvme_map_dmabuf *m)
@@ -163,7 +180,24 @@ TEST_F(dmabuf, revoked_import_fails_io)
 	struct gpunvme_qpair_destroy d;
 	UAPI_INIT(d);
 	d.qid = a.c.qid;
+	int kept0 = klog_count(KEPT_RAW, NULL), held0 = klog_count(EXPORT_HELD, NULL);
 	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_DESTROY_QPAIR, &d)); /* revokes the export */
+	if (qp_is_raw(&b)) {
+		/* The module never sees a raw pair's commands, so one may still
+		 * name the import: it stays mapped (and the exporter keeps its
+		 * memory) until B is gone and the import is unmapped. */
+		EXPECT_EQ(kept0 + 1, klog_count(KEPT_RAW, NULL));
+		EXPECT_EQ(held0 + 1, klog_count(EXPORT_HELD, NULL));
+		EXPECT_EQ(0, qp_destroy(&b));
+		struct gpunvme_unmap u;
+		UAPI_INIT(u);
+		u.handle = m.handle;
+		EXPECT_EQ(0, ioctl(self->fd, GPUNVME_IOC_UNMAP, &u));
+		close(e.fd);
+		return;
+	}
+	EXPECT_EQ(kept0, klog_count(KEPT_RAW, NULL));
+	EXPECT_EQ(held0, klog_count(EXPORT_HELD, NULL)) TH_LOG("an idle shared file's import was not unmapped");
 	volatile uint8_t *w = (volatile uint8_t *)a.sq + 4096;
 	for (int i = 0; i < 4096; i++)
 		w[i] = 0x5a;
@@ -187,6 +221,138 @@ TEST_F(dmabuf, revoked_import_fails_io)
 	u.handle = m.handle;
 	EXPECT_EQ(0, ioctl(self->fd, GPUNVME_IOC_UNMAP, &u));
 	close(e.fd);
+}
+
+/*
+ * Revocation with a command in flight on the revoked buffer (shared pairs,
+ * whose commands the relay counts). Queue pair B reads into the import of
+ * A's SQ memory; the relay is held (debugfs relay_hold_qid) after it
+ * started the read, so as far as the module can tell the command is in
+ * flight. Destroying A revokes the import: the importer must not unmap it
+ * while that command may still write it.
+ */
+struct revoke_fixture {
+	struct qp a, b;
+	struct gpunvme_export e;
+	struct gpunvme_map_dmabuf m;
+	uint64_t addrs[16];
+	uint32_t per;
+	uint16_t cid;
+};
+
+static int revoke_setup(int fd, uint32_t lbs, struct revoke_fixture *r)
+{
+	struct hostbuf hb;
+
+	memset(r, 0, sizeof(*r));
+	if (qp_create(fd, 256, &r->a) || qp_create(fd, 16, &r->b))
+		return -1;
+	UAPI_INIT(r->e);
+	r->e.qid = r->a.c.qid;
+	r->e.kind = GPUNVME_EXPORT_SQ;
+	if (ioctl(fd, GPUNVME_IOC_EXPORT, &r->e) || map_dmabuf(fd, r->e.fd, r->addrs, 16, &r->m))
+		return -1;
+	r->per = 4096 / lbs;
+	if (hostbuf_map(fd, 4096, &hb))
+		return -1;
+	for (int i = 0; i < 4096; i++)
+		hb.p[i] = pattern_byte(33, 6000 + i / lbs, i % lbs);
+	if (qp_sync(&r->b, rw_cmd(OPC_WRITE, 1, 6000, r->per, hb.dma[0], 0)))
+		return -1;
+	memset((void *)((uint8_t *)r->a.sq + 4096), 0, 4096);
+	/* Hold B's relay, then start the read into A's SQ page 1. */
+	if (hold_relay(r->b.c.qid))
+		return -1;
+	long long accepted = qp_counter(r->b.c.qid, "sqes_accepted");
+	r->cid = qp_push(&r->b, rw_cmd(OPC_READ, 1, 6000, r->per, r->addrs[1], 0));
+	qp_ring(&r->b);
+	return qp_counter_settles(r->b.c.qid, "sqes_accepted", accepted + 1) == accepted + 1 ? 0 : -1;
+}
+
+static int destroy_a(int fd, struct revoke_fixture *r)
+{
+	struct gpunvme_qpair_destroy d;
+
+	UAPI_INIT(d);
+	d.qid = r->a.c.qid;
+	return ioctl(fd, GPUNVME_IOC_DESTROY_QPAIR, &d) ? -errno : 0;
+}
+
+static void revoke_cleanup(int fd, struct revoke_fixture *r)
+{
+	struct gpunvme_unmap u;
+
+	hold_relay(0);
+	qp_destroy(&r->b);
+	UAPI_INIT(u);
+	u.handle = r->m.handle;
+	ioctl(fd, GPUNVME_IOC_UNMAP, &u);
+	close(r->e.fd);
+}
+
+/* Lets the relay go once the importer says it waits for the command. */
+static void *release_when_waiting(void *before)
+{
+	int seen = klog_wait_more(WAITING, NULL, (int)(intptr_t)before, 10000);
+
+	if (seen > (int)(intptr_t)before)
+		hold_relay(0);
+	return (void *)(intptr_t)(seen > (int)(intptr_t)before);
+}
+
+/* The importer waits for the command: when the revoke returns, the read
+ * has completed (its completion is already in B's CQ) and its data landed. */
+TEST_F(dmabuf, revoke_waits_for_accepted_commands)
+{
+	struct revoke_fixture r;
+	pthread_t t;
+	void *released;
+
+	if (gpunvme_test_owner_mode())
+		SKIP(return, "raw pairs: the module does not see their commands (revoked_import_fails_io covers them)");
+	ASSERT_EQ(0, revoke_setup(self->fd, self->lbs, &r));
+	int waiting = klog_count(WAITING, NULL), kept = klog_count(KEPT_INFLIGHT, NULL);
+	ASSERT_EQ(0, pthread_create(&t, NULL, release_when_waiting, (void *)(intptr_t)waiting));
+	EXPECT_EQ(0, destroy_a(self->fd, &r));
+	struct cqe c;
+	int reaped = qp_reap(&r.b, &c, 0); /* no waiting: it must be there already */
+	pthread_join(t, &released);
+	EXPECT_TRUE(released != NULL) TH_LOG("the importer never waited for the command in flight");
+	EXPECT_EQ(0, reaped) TH_LOG("the revoke returned while the read into the buffer was in flight");
+	if (!reaped) {
+		EXPECT_EQ(r.cid, c.cid);
+		EXPECT_EQ(0, c.status >> 1);
+	}
+	EXPECT_EQ(-1, pattern_check((uint8_t *)r.a.sq + 4096, 4096, 33, 6000, self->lbs));
+	EXPECT_EQ(kept, klog_count(KEPT_INFLIGHT, NULL));
+	revoke_cleanup(self->fd, &r);
+}
+
+/* A command that does not complete within the bound: the importer keeps
+ * the mapping (so the exporter keeps the memory), and the command, when it
+ * completes, completes normally into memory that still exists. */
+TEST_F(dmabuf, revoke_keeps_mapping_of_stuck_commands)
+{
+	struct revoke_fixture r;
+
+	if (gpunvme_test_owner_mode())
+		SKIP(return, "raw pairs: the module does not see their commands (revoked_import_fails_io covers them)");
+	ASSERT_EQ(0, revoke_setup(self->fd, self->lbs, &r));
+	int kept = klog_count(KEPT_INFLIGHT, NULL), held = klog_count(EXPORT_HELD, NULL);
+	EXPECT_EQ(0, destroy_a(self->fd, &r));
+	EXPECT_EQ(kept + 1, klog_count(KEPT_INFLIGHT, NULL)) TH_LOG("the import was unmapped under a command in flight");
+	EXPECT_EQ(held + 1, klog_count(EXPORT_HELD, NULL)) TH_LOG("the exporter was not told the mapping is still held");
+	struct cqe c;
+	EXPECT_EQ(-ETIMEDOUT, qp_reap(&r.b, &c, 50));
+	ASSERT_EQ(0, hold_relay(0));
+	ASSERT_EQ(0, qp_reap(&r.b, &c, 5000));
+	EXPECT_EQ(r.cid, c.cid);
+	EXPECT_EQ(0, c.status >> 1);
+	EXPECT_EQ(-1, pattern_check((uint8_t *)r.a.sq + 4096, 4096, 33, 6000, self->lbs));
+	/* B's later commands cannot name the revoked pages. */
+	EXPECT_EQ(NVME_SC_INVALID_FIELD | NVME_DNR,
+		  qp_sync(&r.b, rw_cmd(OPC_READ, 1, 6000, r.per, r.addrs[1], 0)) & (0x7ff | NVME_DNR));
+	revoke_cleanup(self->fd, &r);
 }
 
 TEST_HARNESS_MAIN
