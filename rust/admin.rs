@@ -74,7 +74,12 @@ impl AdminQueue {
             self.write_sqe(slot, Sqe::default());
             // SAFETY: `slot` is within the allocation; the controller is
             // disabled, so nothing else writes the CQ.
-            unsafe { core::ptr::write_volatile(self.cq.as_mut_ptr().cast::<Cqe>().add(slot.into()), Cqe::default()) };
+            unsafe {
+                core::ptr::write_volatile(
+                    self.cq.as_mut_ptr().cast::<Cqe>().add(slot.into()),
+                    Cqe::default(),
+                )
+            };
         }
         self.tail = 0;
         self.head = 0;
@@ -96,7 +101,9 @@ impl AdminQueue {
         // integers; the controller may read the slot at any time (a stray
         // doorbell), and sees either the old or the new entry, both of
         // which it can execute without harm (zero, or the kernel's command).
-        unsafe { core::ptr::write_volatile(self.sq.as_mut_ptr().cast::<Sqe>().add(slot.into()), sqe) }
+        unsafe {
+            core::ptr::write_volatile(self.sq.as_mut_ptr().cast::<Sqe>().add(slot.into()), sqe)
+        }
     }
 
     fn read_cqe(&self, slot: u16) -> Cqe {
@@ -121,12 +128,24 @@ impl AdminQueue {
     /// (command ID 0, which the kernel never uses, and the same phase, so
     /// the next lap still sees it as old), move the head past it and tell
     /// the controller.
-    fn consumed(&mut self, slot: u16, phase: bool, cap: Cap, ring: &dyn Fn(usize, u32) -> Result) -> Result {
-        let blank = Cqe { sq_id: u16::MAX, status: u16::from(phase), ..Default::default() };
+    fn consumed(
+        &mut self,
+        slot: u16,
+        phase: bool,
+        cap: Cap,
+        ring: &dyn Fn(usize, u32) -> Result,
+    ) -> Result {
+        let blank = Cqe {
+            sq_id: u16::MAX,
+            status: u16::from(phase),
+            ..Default::default()
+        };
         // SAFETY: `slot` is within the allocation. The controller writes a
         // slot again only after the head has passed it, which it learns
         // from the doorbell below.
-        unsafe { core::ptr::write_volatile(self.cq.as_mut_ptr().cast::<Cqe>().add(slot.into()), blank) };
+        unsafe {
+            core::ptr::write_volatile(self.cq.as_mut_ptr().cast::<Cqe>().add(slot.into()), blank)
+        };
         self.head = (slot + 1) % ADMIN_DEPTH;
         self.phase = if self.head == 0 { !phase } else { phase };
         ring(cap.cq_doorbell(0), self.head.into())
@@ -135,7 +154,12 @@ impl AdminQueue {
     /// Our completion by command ID anywhere in the CQ: after stray head
     /// writes the controller's tail may have lapped the kernel's head, so
     /// the entry may not be where the phase walk looks.
-    fn find(&mut self, cid: u16, cap: Cap, ring: &dyn Fn(usize, u32) -> Result) -> Result<Option<Cqe>> {
+    fn find(
+        &mut self,
+        cid: u16,
+        cap: Cap,
+        ring: &dyn Fn(usize, u32) -> Result,
+    ) -> Result<Option<Cqe>> {
         for slot in 0..ADMIN_DEPTH {
             let cqe = self.read_cqe(slot);
             if cqe.sq_id == 0 && cqe.cid == cid {
@@ -152,8 +176,13 @@ impl AdminQueue {
     fn skip(&mut self, dev: &Device, cqe: &Cqe) {
         self.foreign += 1;
         if self.foreign.is_power_of_two() {
-            dev_warn!(dev, "admin completion not from the kernel (SQ {} cid {}): skipped ({} so far)\n",
-                      cqe.sq_id, cqe.cid, self.foreign);
+            dev_warn!(
+                dev,
+                "admin completion not from the kernel (SQ {} cid {}): skipped ({} so far)\n",
+                cqe.sq_id,
+                cqe.cid,
+                self.foreign
+            );
         }
     }
 
@@ -174,7 +203,11 @@ impl AdminQueue {
             self.skip(dev, &junk);
         }
         ring(cap.cq_doorbell(0), self.head.into())?;
-        self.cid = if self.cid == u16::MAX { 1 } else { self.cid + 1 };
+        self.cid = if self.cid == u16::MAX {
+            1
+        } else {
+            self.cid + 1
+        };
         sqe.cid = self.cid;
         let slot = self.tail;
         self.write_sqe(slot, sqe);
@@ -219,7 +252,13 @@ impl AdminQueue {
         };
         if !cqe.succeeded() {
             let (sct, sc) = cqe.status_code();
-            dev_err!(dev, "admin command {:#04x} failed: SCT {:#x} SC {:#x}\n", sqe.opcode, sct, sc);
+            dev_err!(
+                dev,
+                "admin command {:#04x} failed: SCT {:#x} SC {:#x}\n",
+                sqe.opcode,
+                sct,
+                sc
+            );
             return Err(EIO);
         }
         Ok(cqe)

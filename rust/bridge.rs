@@ -148,7 +148,11 @@ impl Relay {
     }
 
     fn next(&self, i: u32) -> u32 {
-        if i + 1 == self.depth { 0 } else { i + 1 }
+        if i + 1 == self.depth {
+            0
+        } else {
+            i + 1
+        }
     }
 
     /// Free entries of the shadow CQ, as the file's head says.
@@ -211,7 +215,11 @@ impl Relay {
             reaped = true;
             // Only the relay submits on this queue, so every command ID is
             // one it gave out; anything else is dropped, not mirrored.
-            let Some((user_cid, epoch)) = self.inflight.get_mut(cqe.cid as usize).and_then(Option::take) else {
+            let Some((user_cid, epoch)) = self
+                .inflight
+                .get_mut(cqe.cid as usize)
+                .and_then(Option::take)
+            else {
                 continue;
             };
             self.in_flight -= 1;
@@ -331,11 +339,15 @@ impl validate::Memory for Reach<'_> {
 impl Port for KernelPort {
     fn shadow_sq_tail(&self) -> u32 {
         // SAFETY: `cells` points at the live 4 KiB shadow page (type invariant).
-        unsafe { core::ptr::read_volatile(self.mem.cells.add(SHADOW_SQ_TAIL as usize).cast::<u32>()) }
+        unsafe {
+            core::ptr::read_volatile(self.mem.cells.add(SHADOW_SQ_TAIL as usize).cast::<u32>())
+        }
     }
     fn shadow_cq_head(&self) -> u32 {
         // SAFETY: as above.
-        unsafe { core::ptr::read_volatile(self.mem.cells.add(SHADOW_CQ_HEAD as usize).cast::<u32>()) }
+        unsafe {
+            core::ptr::read_volatile(self.mem.cells.add(SHADOW_CQ_HEAD as usize).cast::<u32>())
+        }
     }
     fn shadow_sqe(&self, slot: u32) -> Sqe {
         // SAFETY: `slot < depth` (Relay) and the shadow SQ has `depth`
@@ -352,7 +364,13 @@ impl Port for KernelPort {
         // neither the controller nor anyone else reads it now.
         let list = unsafe { core::slice::from_raw_parts_mut(self.mem.lists.add(at), n) };
         let reach = Reach(self, self.buffers.lock());
-        let real = validate::check(sqe, &self.limits, &reach, list, self.mem.lists_dma + at as u64 * 8)?;
+        let real = validate::check(
+            sqe,
+            &self.limits,
+            &reach,
+            list,
+            self.mem.lists_dma + at as u64 * 8,
+        )?;
         Ok((real, reach.1.admit()))
     }
     fn completed(&self, e: Epoch) {
@@ -431,7 +449,14 @@ extern "C" fn gpunvme_bridge_step(ctx: *mut c_void) -> bool {
 }
 
 extern "C" {
-    fn gpunvme_shim_bridge_start(ctx: *mut c_void, counters: *mut u64, dev: *mut c_void, qid: u16, threads: u32, err: *mut i32) -> *mut c_void;
+    fn gpunvme_shim_bridge_start(
+        ctx: *mut c_void,
+        counters: *mut u64,
+        dev: *mut c_void,
+        qid: u16,
+        threads: u32,
+        err: *mut i32,
+    ) -> *mut c_void;
     fn gpunvme_shim_bridge_stop(bridge: *mut c_void);
 }
 
@@ -468,7 +493,14 @@ impl Bridge {
             Ctx {
                 relay: Relay::new(qid, depth)?,
                 counters: Counters::default(),
-                port: KernelPort { shared: core::ptr::from_ref(shared), cap: shared.cap, qid, mem, buffers, limits },
+                port: KernelPort {
+                    shared: core::ptr::from_ref(shared),
+                    cap: shared.cap,
+                    qid,
+                    mem,
+                    buffers,
+                    limits,
+                },
             },
             GFP_KERNEL,
         )?;
@@ -524,7 +556,10 @@ impl Bridge {
             gpunvme_shim_bridge_stop(this.thread.as_ptr());
             KBox::from_raw(this.ctx)
         };
-        Outstanding { buffers: ctx.port.buffers.clone(), n: ctx.relay.outstanding() }
+        Outstanding {
+            buffers: ctx.port.buffers.clone(),
+            n: ctx.relay.outstanding(),
+        }
     }
 }
 
@@ -564,21 +599,49 @@ mod tests {
     }
 
     impl Port for Model {
-        fn shadow_sq_tail(&self) -> u32 { self.tail.get() }
-        fn shadow_cq_head(&self) -> u32 { self.head.get() }
-        fn shadow_sqe(&self, s: u32) -> Sqe { self.shadow_sq.borrow()[s as usize] }
-        fn validate(&self, sqe: &Sqe, _cid: u16) -> Result<(Sqe, Epoch), Reject> {
-            if sqe.opcode == 0x7f { return Err(Reject::Opcode); }
-            self.admitted.set(self.admitted.get() + 1);
-            Ok((Sqe { opcode: sqe.opcode, ..Default::default() }, self.epoch.get()))
+        fn shadow_sq_tail(&self) -> u32 {
+            self.tail.get()
         }
-        fn completed(&self, e: Epoch) { self.done[usize::from(e)].set(self.done[usize::from(e)].get() + 1); }
-        fn hold_completions(&self) -> bool { self.hold.get() }
-        fn write_real_sqe(&self, s: u32, sqe: &Sqe) { self.real_sq.borrow_mut()[s as usize] = *sqe; }
-        fn ring_sq(&self, t: u32) { let _ = self.sq_rings.borrow_mut().push(t, GFP_KERNEL); }
-        fn ring_cq(&self, h: u32) { let _ = self.cq_rings.borrow_mut().push(h, GFP_KERNEL); }
-        fn real_cqe(&self, s: u32) -> Cqe { self.real.borrow()[s as usize] }
-        fn mirror_cqe(&self, s: u32, c: &Cqe) { self.shadow.borrow_mut()[s as usize] = *c; }
+        fn shadow_cq_head(&self) -> u32 {
+            self.head.get()
+        }
+        fn shadow_sqe(&self, s: u32) -> Sqe {
+            self.shadow_sq.borrow()[s as usize]
+        }
+        fn validate(&self, sqe: &Sqe, _cid: u16) -> Result<(Sqe, Epoch), Reject> {
+            if sqe.opcode == 0x7f {
+                return Err(Reject::Opcode);
+            }
+            self.admitted.set(self.admitted.get() + 1);
+            Ok((
+                Sqe {
+                    opcode: sqe.opcode,
+                    ..Default::default()
+                },
+                self.epoch.get(),
+            ))
+        }
+        fn completed(&self, e: Epoch) {
+            self.done[usize::from(e)].set(self.done[usize::from(e)].get() + 1);
+        }
+        fn hold_completions(&self) -> bool {
+            self.hold.get()
+        }
+        fn write_real_sqe(&self, s: u32, sqe: &Sqe) {
+            self.real_sq.borrow_mut()[s as usize] = *sqe;
+        }
+        fn ring_sq(&self, t: u32) {
+            let _ = self.sq_rings.borrow_mut().push(t, GFP_KERNEL);
+        }
+        fn ring_cq(&self, h: u32) {
+            let _ = self.cq_rings.borrow_mut().push(h, GFP_KERNEL);
+        }
+        fn real_cqe(&self, s: u32) -> Cqe {
+            self.real.borrow()[s as usize]
+        }
+        fn mirror_cqe(&self, s: u32, c: &Cqe) {
+            self.shadow.borrow_mut()[s as usize] = *c;
+        }
     }
 
     fn model() -> Model {
@@ -599,18 +662,31 @@ mod tests {
     }
 
     fn submit(m: &Model, slot: usize, opcode: u8, cid: u16) {
-        m.shadow_sq.borrow_mut()[slot] = Sqe { opcode, cid, ..Default::default() };
+        m.shadow_sq.borrow_mut()[slot] = Sqe {
+            opcode,
+            cid,
+            ..Default::default()
+        };
     }
 
     /// The controller completes the command in real SQ slot `sq_slot` into real CQ slot `slot`.
     fn complete(m: &Model, slot: usize, sq_slot: usize, phase: bool) {
         let cid = m.real_sq.borrow()[sq_slot].cid;
-        m.real.borrow_mut()[slot] = Cqe { cid, result: 0xabc, status: u16::from(phase), ..Default::default() };
+        m.real.borrow_mut()[slot] = Cqe {
+            cid,
+            result: 0xabc,
+            status: u16::from(phase),
+            ..Default::default()
+        };
     }
 
     #[test]
     fn accepted_commands_go_out_under_kernel_ids_and_come_back_under_the_files() {
-        let (m, mut r, mut c) = (model(), Relay::new(7, D as u32).unwrap(), Counters::default());
+        let (m, mut r, mut c) = (
+            model(),
+            Relay::new(7, D as u32).unwrap(),
+            Counters::default(),
+        );
         submit(&m, 0, 0x02, 0x1234);
         submit(&m, 1, 0x01, 0x5678);
         m.tail.set(2);
@@ -623,7 +699,16 @@ mod tests {
         complete(&m, 1, 0, true);
         r.step(&m, &mut c);
         let sh = m.shadow.borrow();
-        assert_eq!((sh[0].cid, sh[0].sq_id, sh[0].sq_head, sh[0].result, sh[0].phase()), (0x5678, 7, 2, 0xabc, true));
+        assert_eq!(
+            (
+                sh[0].cid,
+                sh[0].sq_id,
+                sh[0].sq_head,
+                sh[0].result,
+                sh[0].phase()
+            ),
+            (0x5678, 7, 2, 0xabc, true)
+        );
         assert_eq!(sh[1].cid, 0x1234);
         assert_eq!(&m.cq_rings.borrow()[..], &[2]);
         assert_eq!(r.in_flight(), 0);
@@ -631,19 +716,30 @@ mod tests {
 
     #[test]
     fn rejected_commands_never_reach_the_controller() {
-        let (m, mut r, mut c) = (model(), Relay::new(1, D as u32).unwrap(), Counters::default());
+        let (m, mut r, mut c) = (
+            model(),
+            Relay::new(1, D as u32).unwrap(),
+            Counters::default(),
+        );
         submit(&m, 0, 0x7f, 42);
         m.tail.set(1);
         r.step(&m, &mut c);
         assert_eq!(m.sq_rings.borrow().len(), 0);
         assert_eq!((c.sqes_rejected, c.sqes_accepted), (1, 0));
         let cqe = m.shadow.borrow()[0];
-        assert_eq!((cqe.cid, cqe.phase(), cqe.status_code(), cqe.status >> 15), (42, true, (0, 0x01), 1));
+        assert_eq!(
+            (cqe.cid, cqe.phase(), cqe.status_code(), cqe.status >> 15),
+            (42, true, (0, 0x01), 1)
+        );
     }
 
     #[test]
     fn rings_only_on_change() {
-        let (m, mut r, mut c) = (model(), Relay::new(1, D as u32).unwrap(), Counters::default());
+        let (m, mut r, mut c) = (
+            model(),
+            Relay::new(1, D as u32).unwrap(),
+            Counters::default(),
+        );
         for _ in 0..100 {
             r.step(&m, &mut c);
         }
@@ -653,12 +749,19 @@ mod tests {
             r.step(&m, &mut c);
         }
         assert_eq!(&m.sq_rings.borrow()[..], &[1]);
-        assert_eq!((c.polls, c.sq_doorbell_writes, c.cq_doorbell_writes), (200, 1, 0));
+        assert_eq!(
+            (c.polls, c.sq_doorbell_writes, c.cq_doorbell_writes),
+            (200, 1, 0)
+        );
     }
 
     #[test]
     fn a_full_shadow_cq_holds_back_new_commands() {
-        let (m, mut r, mut c) = (model(), Relay::new(1, D as u32).unwrap(), Counters::default());
+        let (m, mut r, mut c) = (
+            model(),
+            Relay::new(1, D as u32).unwrap(),
+            Counters::default(),
+        );
         // Three rejected commands fill the shadow CQ (depth 4 holds 3).
         for s in 0..3 {
             submit(&m, s, 0x7f, s as u16);
@@ -678,7 +781,11 @@ mod tests {
 
     #[test]
     fn out_of_range_values_are_counted_not_used() {
-        let (m, mut r, mut c) = (model(), Relay::new(1, D as u32).unwrap(), Counters::default());
+        let (m, mut r, mut c) = (
+            model(),
+            Relay::new(1, D as u32).unwrap(),
+            Counters::default(),
+        );
         m.tail.set(9);
         m.head.set(7);
         r.step(&m, &mut c);
@@ -697,7 +804,11 @@ mod tests {
 
     #[test]
     fn every_accepted_command_is_reported_complete_in_its_epoch() {
-        let (m, mut r, mut c) = (model(), Relay::new(1, D as u32).unwrap(), Counters::default());
+        let (m, mut r, mut c) = (
+            model(),
+            Relay::new(1, D as u32).unwrap(),
+            Counters::default(),
+        );
         submit(&m, 0, 0x02, 10);
         m.tail.set(1);
         r.step(&m, &mut c);
@@ -715,14 +826,25 @@ mod tests {
         assert_eq!((c.cqes_mirrored, m.done[0].get() + m.done[1].get()), (0, 0));
         m.hold.set(false);
         r.step(&m, &mut c);
-        assert_eq!((c.cqes_mirrored, m.done[0].get(), m.done[1].get()), (2, 1, 1));
+        assert_eq!(
+            (c.cqes_mirrored, m.done[0].get(), m.done[1].get()),
+            (2, 1, 1)
+        );
         assert_eq!(r.outstanding(), [0, 0]);
     }
 
     #[test]
     fn completions_for_unknown_ids_are_dropped() {
-        let (m, mut r, mut c) = (model(), Relay::new(1, D as u32).unwrap(), Counters::default());
-        m.real.borrow_mut()[0] = Cqe { cid: 3, status: 1, ..Default::default() };
+        let (m, mut r, mut c) = (
+            model(),
+            Relay::new(1, D as u32).unwrap(),
+            Counters::default(),
+        );
+        m.real.borrow_mut()[0] = Cqe {
+            cid: 3,
+            status: 1,
+            ..Default::default()
+        };
         r.step(&m, &mut c);
         assert_eq!(c.cqes_mirrored, 0);
         assert!(!m.shadow.borrow()[0].phase());

@@ -88,7 +88,14 @@ impl Buffers {
         for &p in pages {
             match runs.last_mut() {
                 Some(r) if r.end == p => r.end += PAGE,
-                _ => runs.push(Range { start: p, end: p + PAGE, handle }, GFP_KERNEL)?,
+                _ => runs.push(
+                    Range {
+                        start: p,
+                        end: p + PAGE,
+                        handle,
+                    },
+                    GFP_KERNEL,
+                )?,
             }
         }
         let mut g = self.ranges.lock();
@@ -182,7 +189,10 @@ impl Buffers {
 }
 
 /// The file's pages, locked: MAP/UNMAP and revokes wait meanwhile.
-pub(crate) struct Pages<'a>(&'a Buffers, kernel::sync::lock::Guard<'a, Ranges, kernel::sync::lock::mutex::MutexBackend>);
+pub(crate) struct Pages<'a>(
+    &'a Buffers,
+    kernel::sync::lock::Guard<'a, Ranges, kernel::sync::lock::mutex::MutexBackend>,
+);
 
 impl Pages<'_> {
     /// Count a command whose checks passed as in flight; the lock is still

@@ -33,15 +33,52 @@ use crate::uapi;
 /// Device-node numbers in use, one bit each; names are static strings.
 static SLOTS: Atomic<u32> = Atomic::new(0);
 const NAMES: [&CStr; 8] = [
-    c"gpunvme0", c"gpunvme1", c"gpunvme2", c"gpunvme3",
-    c"gpunvme4", c"gpunvme5", c"gpunvme6", c"gpunvme7",
+    c"gpunvme0",
+    c"gpunvme1",
+    c"gpunvme2",
+    c"gpunvme3",
+    c"gpunvme4",
+    c"gpunvme5",
+    c"gpunvme6",
+    c"gpunvme7",
 ];
 
 /// Namespace nodes per controller (NSIDs 1..=NS_NODES).
 pub(crate) const NS_NODES: usize = 4;
 /// `NS_NAMES[slot * NS_NODES + nsid - 1]`.
 const NS_NAMES: [&CStr; 8 * NS_NODES] = [
-    c"gpunvme0n1", c"gpunvme0n2", c"gpunvme0n3", c"gpunvme0n4", c"gpunvme1n1", c"gpunvme1n2", c"gpunvme1n3", c"gpunvme1n4", c"gpunvme2n1", c"gpunvme2n2", c"gpunvme2n3", c"gpunvme2n4", c"gpunvme3n1", c"gpunvme3n2", c"gpunvme3n3", c"gpunvme3n4", c"gpunvme4n1", c"gpunvme4n2", c"gpunvme4n3", c"gpunvme4n4", c"gpunvme5n1", c"gpunvme5n2", c"gpunvme5n3", c"gpunvme5n4", c"gpunvme6n1", c"gpunvme6n2", c"gpunvme6n3", c"gpunvme6n4", c"gpunvme7n1", c"gpunvme7n2", c"gpunvme7n3", c"gpunvme7n4"
+    c"gpunvme0n1",
+    c"gpunvme0n2",
+    c"gpunvme0n3",
+    c"gpunvme0n4",
+    c"gpunvme1n1",
+    c"gpunvme1n2",
+    c"gpunvme1n3",
+    c"gpunvme1n4",
+    c"gpunvme2n1",
+    c"gpunvme2n2",
+    c"gpunvme2n3",
+    c"gpunvme2n4",
+    c"gpunvme3n1",
+    c"gpunvme3n2",
+    c"gpunvme3n3",
+    c"gpunvme3n4",
+    c"gpunvme4n1",
+    c"gpunvme4n2",
+    c"gpunvme4n3",
+    c"gpunvme4n4",
+    c"gpunvme5n1",
+    c"gpunvme5n2",
+    c"gpunvme5n3",
+    c"gpunvme5n4",
+    c"gpunvme6n1",
+    c"gpunvme6n2",
+    c"gpunvme6n3",
+    c"gpunvme6n4",
+    c"gpunvme7n1",
+    c"gpunvme7n2",
+    c"gpunvme7n3",
+    c"gpunvme7n4",
 ];
 
 /// A claimed device-node number, released on drop.
@@ -127,7 +164,12 @@ impl NsNode {
         let info = &shared.info;
         for ns in &info.ns[..info.num_namespaces as usize] {
             let Some(i) = (ns.nsid as usize).checked_sub(1).filter(|&i| i < NS_NODES) else {
-                dev_info!(shared.dev, "namespace {}: no namespace node (only NSIDs 1..={} get one)\n", ns.nsid, NS_NODES);
+                dev_info!(
+                    shared.dev,
+                    "namespace {}: no namespace node (only NSIDs 1..={} get one)\n",
+                    ns.nsid,
+                    NS_NODES
+                );
                 continue;
             };
             let name = NS_NAMES[slot.0 * NS_NODES + i];
@@ -177,7 +219,13 @@ impl MiscDevice for OpenFile {
         // fields were initialised before it registered (`Node::new`), and
         // misc_open() holds the misc lock, so the registration (and its
         // `Node`) cannot be dropped while this runs.
-        let node = unsafe { &*container_of!(misc as *const MiscDeviceRegistration<Self>, Node, misc) };
+        let node = unsafe {
+            &*container_of!(
+                core::ptr::from_ref::<MiscDeviceRegistration<Self>>(misc),
+                Node,
+                misc
+            )
+        };
         OpenState::new(node.shared.clone(), file, 0)
     }
 
@@ -202,7 +250,13 @@ impl MiscDevice for NsFile {
         // (the only place an `NsFile` registration is created), whose other
         // fields were initialised before it registered (`NsNode::all`), and
         // misc_open() holds the misc lock, so it cannot be dropped meanwhile.
-        let node = unsafe { &*container_of!(misc as *const MiscDeviceRegistration<Self>, NsNode, misc) };
+        let node = unsafe {
+            &*container_of!(
+                core::ptr::from_ref::<MiscDeviceRegistration<Self>>(misc),
+                NsNode,
+                misc
+            )
+        };
         OpenState::new(node.shared.clone(), file, node.nsid)
     }
 

@@ -59,7 +59,10 @@ impl Cqe {
 
     /// Status code type and status code; (0, 0) is success.
     pub(crate) fn status_code(&self) -> (u8, u8) {
-        (((self.status >> 9) & 0x7) as u8, ((self.status >> 1) & 0xff) as u8)
+        (
+            ((self.status >> 9) & 0x7) as u8,
+            ((self.status >> 1) & 0xff) as u8,
+        )
     }
 
     pub(crate) fn succeeded(&self) -> bool {
@@ -88,13 +91,24 @@ pub(crate) mod cns {
 const FEAT_NUM_QUEUES: u32 = 0x07;
 
 pub(crate) fn identify(cns: u32, nsid: u32, buf: u64) -> Sqe {
-    Sqe { opcode: admin::IDENTIFY, nsid, prp1: buf, cdw10: cns, ..Default::default() }
+    Sqe {
+        opcode: admin::IDENTIFY,
+        nsid,
+        prp1: buf,
+        cdw10: cns,
+        ..Default::default()
+    }
 }
 
 /// Ask for `n` I/O SQs and `n` I/O CQs (both 0-based in the command).
 pub(crate) fn set_num_queues(n: u16) -> Sqe {
     let n = u32::from(n.max(1) - 1);
-    Sqe { opcode: admin::SET_FEATURES, cdw10: FEAT_NUM_QUEUES, cdw11: (n << 16) | n, ..Default::default() }
+    Sqe {
+        opcode: admin::SET_FEATURES,
+        cdw10: FEAT_NUM_QUEUES,
+        cdw11: (n << 16) | n,
+        ..Default::default()
+    }
 }
 
 /// Granted I/O queue pairs from a Number of Queues completion.
@@ -126,11 +140,19 @@ pub(crate) fn create_io_sq(qid: u16, depth: u32, base: u64) -> Sqe {
 }
 
 pub(crate) fn delete_io_sq(qid: u16) -> Sqe {
-    Sqe { opcode: admin::DELETE_IO_SQ, cdw10: u32::from(qid), ..Default::default() }
+    Sqe {
+        opcode: admin::DELETE_IO_SQ,
+        cdw10: u32::from(qid),
+        ..Default::default()
+    }
 }
 
 pub(crate) fn delete_io_cq(qid: u16) -> Sqe {
-    Sqe { opcode: admin::DELETE_IO_CQ, cdw10: u32::from(qid), ..Default::default() }
+    Sqe {
+        opcode: admin::DELETE_IO_CQ,
+        cdw10: u32::from(qid),
+        ..Default::default()
+    }
 }
 
 #[kernel::prelude::kunit_tests(gpunvme_command)]
@@ -140,9 +162,15 @@ mod tests {
     #[test]
     fn create_queue_dwords() {
         let cq = create_io_cq(3, 64, 0x1000);
-        assert_eq!((cq.opcode, cq.cdw10, cq.cdw11, cq.prp1), (0x05, (63 << 16) | 3, 1, 0x1000));
+        assert_eq!(
+            (cq.opcode, cq.cdw10, cq.cdw11, cq.prp1),
+            (0x05, (63 << 16) | 3, 1, 0x1000)
+        );
         let sq = create_io_sq(3, 64, 0x2000);
-        assert_eq!((sq.opcode, sq.cdw10, sq.cdw11), (0x01, (63 << 16) | 3, (3 << 16) | 1));
+        assert_eq!(
+            (sq.opcode, sq.cdw10, sq.cdw11),
+            (0x01, (63 << 16) | 3, (3 << 16) | 1)
+        );
         assert_eq!(delete_io_sq(3).cdw10, 3);
         assert_eq!(delete_io_cq(3).opcode, 0x04);
         assert_eq!(create_io_cq(1, 65536, 0).cdw10, 0xffff_0001);
@@ -158,14 +186,23 @@ mod tests {
 
     #[test]
     fn completion_status() {
-        let ok = Cqe { status: 1, ..Default::default() };
+        let ok = Cqe {
+            status: 1,
+            ..Default::default()
+        };
         assert!(ok.phase() && ok.succeeded());
         // SCT 0, SC 0x80 (LBA out of range), phase 0.
-        let oor = Cqe { status: 0x80 << 1, ..Default::default() };
+        let oor = Cqe {
+            status: 0x80 << 1,
+            ..Default::default()
+        };
         assert!(!oor.phase());
         assert_eq!(oor.status_code(), (0, 0x80));
         // SCT 1 (command specific), SC 0x01 (invalid queue identifier), DNR.
-        let bad_q = Cqe { status: (1 << 15) | (1 << 9) | (1 << 1), ..Default::default() };
+        let bad_q = Cqe {
+            status: (1 << 15) | (1 << 9) | (1 << 1),
+            ..Default::default()
+        };
         assert_eq!(bad_q.status_code(), (1, 1));
     }
 }

@@ -63,13 +63,23 @@ pub(crate) fn disable(dev: &Device, bar: &Bar0<'_>, cap: Cap, fake: &Atomic<u32>
         ready_timeout(cap),
     )
     .map(|_| ())
-    .inspect_err(|_| dev_err!(dev, "controller did not become idle within {} ms\n", ready_timeout(cap).as_millis()))
+    .inspect_err(|_| {
+        dev_err!(
+            dev,
+            "controller did not become idle within {} ms\n",
+            ready_timeout(cap).as_millis()
+        )
+    })
 }
 
 /// Program the admin queue and set CC.EN; wait for CSTS.RDY (or CFS).
 pub(crate) fn enable(dev: &Device, bar: &Bar0<'_>, cap: Cap, admin: &AdminQueue) -> Result {
     if cap.min_page_size() > regs::PAGE_SIZE as u64 || !cap.supports_nvm_command_set() {
-        dev_err!(dev, "controller needs pages of {} bytes or lacks the NVM command set\n", cap.min_page_size());
+        dev_err!(
+            dev,
+            "controller needs pages of {} bytes or lacks the NVM command set\n",
+            cap.min_page_size()
+        );
         return Err(ENODEV);
     }
     bar.write32(regs::aqa(ADMIN_DEPTH), regs::AQA);
@@ -82,9 +92,19 @@ pub(crate) fn enable(dev: &Device, bar: &Bar0<'_>, cap: Cap, admin: &AdminQueue)
         Delta::from_millis(1),
         ready_timeout(cap),
     )
-    .inspect_err(|_| dev_err!(dev, "controller not ready within {} ms\n", ready_timeout(cap).as_millis()))?;
+    .inspect_err(|_| {
+        dev_err!(
+            dev,
+            "controller not ready within {} ms\n",
+            ready_timeout(cap).as_millis()
+        )
+    })?;
     if csts & regs::CSTS_FATAL != 0 {
-        dev_err!(dev, "controller fatal status (CSTS {:#x}) during enable\n", csts);
+        dev_err!(
+            dev,
+            "controller fatal status (CSTS {:#x}) during enable\n",
+            csts
+        );
         return Err(EIO);
     }
     Ok(())
@@ -100,8 +120,17 @@ pub(crate) fn identify(
     buf: &Coherent<[u8]>,
     info: &mut uapi::Info,
 ) -> Result {
-    let read = |admin: &mut AdminQueue, cns: u32, nsid: u32, out: &mut [u8; identify::IDENTIFY_LEN]| -> Result {
-        admin.submit(dev, cap, command::identify(cns, nsid, buf.dma_address()), ring)?;
+    let read = |admin: &mut AdminQueue,
+                cns: u32,
+                nsid: u32,
+                out: &mut [u8; identify::IDENTIFY_LEN]|
+     -> Result {
+        admin.submit(
+            dev,
+            cap,
+            command::identify(cns, nsid, buf.dma_address()),
+            ring,
+        )?;
         // SAFETY: the command completed, so the controller is done writing
         // `buf`, and nothing else touches it.
         out.copy_from_slice(unsafe { buf.as_ref() });
@@ -123,7 +152,11 @@ pub(crate) fn identify(
     let mut count = 0;
     for nsid in identify::active_nsids(&list[..]) {
         if count == info.ns.len() {
-            dev_warn!(dev, "more than {} namespaces; the rest are not used\n", info.ns.len());
+            dev_warn!(
+                dev,
+                "more than {} namespaces; the rest are not used\n",
+                info.ns.len()
+            );
             break;
         }
         read(admin, command::cns::NAMESPACE, nsid, &mut data)?;
@@ -142,7 +175,12 @@ pub(crate) fn identify(
     dev_info!(
         dev,
         "{} (fw {}): {} of {} namespaces, {} I/O queue pairs, MDTS {} bytes\n",
-        cstr(&info.model), cstr(&info.firmware), count, nn, info.io_queues, info.mdts_bytes
+        cstr(&info.model),
+        cstr(&info.firmware),
+        count,
+        nn,
+        info.io_queues,
+        info.mdts_bytes
     );
     Ok(())
 }

@@ -50,7 +50,9 @@ impl QueueEntry {
     /// The relay's commands still in flight come back too: release them
     /// once the controller confirms the queue's deletion.
     pub(crate) fn let_go(self) -> (QPair, bool, Option<Outstanding>) {
-        let QueueEntry { exports, bridge, q, .. } = self;
+        let QueueEntry {
+            exports, bridge, q, ..
+        } = self;
         let mut clean = true;
         for x in exports {
             clean &= x.revoke();
@@ -85,28 +87,45 @@ pub(crate) struct DmaRegistry {
 
 impl DmaRegistry {
     pub(crate) fn live_queue(&self, file: FileId, qid: u16) -> Option<&QPair> {
-        self.queues.iter().find(|e| e.file == file && e.state == QueueState::Live && e.q.qid == qid).map(|e| &e.q)
+        self.queues
+            .iter()
+            .find(|e| e.file == file && e.state == QueueState::Live && e.q.qid == qid)
+            .map(|e| &e.q)
     }
 
     pub(crate) fn live_entry_mut(&mut self, file: FileId, qid: u16) -> Option<&mut QueueEntry> {
-        self.queues.iter_mut().find(|e| e.file == file && e.state == QueueState::Live && e.q.qid == qid)
+        self.queues
+            .iter_mut()
+            .find(|e| e.file == file && e.state == QueueState::Live && e.q.qid == qid)
     }
 
     pub(crate) fn live_count(&self, file: FileId) -> usize {
-        self.queues.iter().filter(|e| e.file == file && e.state == QueueState::Live).count()
+        self.queues
+            .iter()
+            .filter(|e| e.file == file && e.state == QueueState::Live)
+            .count()
     }
 
     /// Remove and return the live queue `qid` of `file`.
     pub(crate) fn take_live(&mut self, file: FileId, qid: u16) -> Option<QueueEntry> {
-        let i = self.queues.iter().position(|e| e.file == file && e.state == QueueState::Live && e.q.qid == qid)?;
+        let i = self
+            .queues
+            .iter()
+            .position(|e| e.file == file && e.state == QueueState::Live && e.q.qid == qid)?;
         self.queues.remove(i).ok()
     }
 
     /// Remove and return every entry of `file`. On allocation failure
     /// nothing moves (the entries stay until unbind frees them).
     pub(crate) fn take_file(&mut self, file: FileId) -> Result<(KVec<QueueEntry>, KVec<MapEntry>)> {
-        let mut queues = KVec::with_capacity(self.queues.iter().filter(|e| e.file == file).count(), GFP_KERNEL)?;
-        let mut maps = KVec::with_capacity(self.maps.iter().filter(|e| e.file == file).count(), GFP_KERNEL)?;
+        let mut queues = KVec::with_capacity(
+            self.queues.iter().filter(|e| e.file == file).count(),
+            GFP_KERNEL,
+        )?;
+        let mut maps = KVec::with_capacity(
+            self.maps.iter().filter(|e| e.file == file).count(),
+            GFP_KERNEL,
+        )?;
         let mut i = 0;
         while i < self.queues.len() {
             if self.queues[i].file != file {

@@ -23,7 +23,7 @@ use kernel::{
 use crate::bridge::{Bridge, Outstanding, PairMemory};
 use crate::buffers::Buffers;
 use crate::command;
-use crate::dma_registry::{FileId, MapEntry, Mapped, QueueEntry, QueueState, Quarantined};
+use crate::dma_registry::{FileId, MapEntry, Mapped, Quarantined, QueueEntry, QueueState};
 use crate::owner;
 use crate::qpair::{self, MapKind, QPair};
 use crate::shared::Shared;
@@ -55,7 +55,8 @@ unsafe impl Sync for OpenState {}
 /// Read an ioctl argument and check its header; log and EINVAL on a bad one.
 macro_rules! read_arg {
     ($self:ident, $ty:ty, $arg:expr, $name:literal) => {{
-        let (mut reader, writer) = UserSlice::new(UserPtr::from_addr($arg), size_of::<$ty>()).reader_writer();
+        let (mut reader, writer) =
+            UserSlice::new(UserPtr::from_addr($arg), size_of::<$ty>()).reader_writer();
         let req: $ty = reader.read()?;
         if let Err(e) = check_header(req.size, req.version, size_of::<$ty>(), &req.reserved) {
             dev_warn!($self.shared.dev, "{}: bad argument: {:?}\n", $name, e);
@@ -78,11 +79,22 @@ impl OpenState {
         let raw = shim::file_ptr(file);
         let id = shared.register_file(raw)?;
         let sh = shared.clone();
-        KBox::new(Self { shared, file: raw, id, epoch, node_nsid, buffers, next_handle: Atomic::new(1) }, GFP_KERNEL)
-            .map_err(|e| {
-                sh.unregister_file(raw);
-                e.into()
-            })
+        KBox::new(
+            Self {
+                shared,
+                file: raw,
+                id,
+                epoch,
+                node_nsid,
+                buffers,
+                next_handle: Atomic::new(1),
+            },
+            GFP_KERNEL,
+        )
+        .map_err(|e| {
+            sh.unregister_file(raw);
+            e.into()
+        })
     }
 
     /// Ok while the controller serves this file: ENODEV once it is gone
@@ -108,7 +120,14 @@ impl OpenState {
         let owner = sh.owner();
         if owner == 0 || owner == self.id {
             out.modes |= uapi::MODE_SHARED;
-            if owner::may_own(&sh.dev, self.node_nsid, crate::allow_unsafe_no_iommu(), false).is_ok() {
+            if owner::may_own(
+                &sh.dev,
+                self.node_nsid,
+                crate::allow_unsafe_no_iommu(),
+                false,
+            )
+            .is_ok()
+            {
                 out.modes |= uapi::MODE_OWNER;
             }
         }
@@ -126,18 +145,30 @@ impl OpenState {
             return Err(EINVAL);
         }
         self.alive()?;
-        owner::may_own(&sh.dev, self.node_nsid, crate::allow_unsafe_no_iommu(), true)?;
+        owner::may_own(
+            &sh.dev,
+            self.node_nsid,
+            crate::allow_unsafe_no_iommu(),
+            true,
+        )?;
         // Under the admin lock, as every MAP_* is: an owner's raw SQEs could
         // name any buffer mapped for the device, so no other file may have one.
         sh.with_admin(self.epoch, |_, _, _| {
             if sh.dma.lock().maps.iter().any(|m| m.file != self.id) {
-                dev_warn!(sh.dev, "CLAIM_OWNER: another file has buffers mapped for the controller\n");
+                dev_warn!(
+                    sh.dev,
+                    "CLAIM_OWNER: another file has buffers mapped for the controller\n"
+                );
                 return Err(EBUSY);
             }
             sh.claim_owner(self.id)
         })?;
         req.iommu_mode = shim::iommu_mode(&sh.dev);
-        dev_info!(sh.dev, "a file now owns the controller (raw access; IOMMU {})\n", owner::iommu_name(req.iommu_mode));
+        dev_info!(
+            sh.dev,
+            "a file now owns the controller (raw access; IOMMU {})\n",
+            owner::iommu_name(req.iommu_mode)
+        );
         writer.write(&req)?;
         Ok(0)
     }
@@ -146,7 +177,11 @@ impl OpenState {
     fn not_owned_by_another(&self, what: &str) -> Result {
         let owner = self.shared.owner();
         if owner != 0 && owner != self.id {
-            dev_warn!(self.shared.dev, "{}: another file owns the controller (raw access)\n", what);
+            dev_warn!(
+                self.shared.dev,
+                "{}: another file owns the controller (raw access)\n",
+                what
+            );
             return Err(EBUSY);
         }
         Ok(())
@@ -158,10 +193,20 @@ impl OpenState {
         let mut ns = KVec::new();
         for n in &info.ns[..info.num_namespaces as usize] {
             if self.node_nsid == 0 || n.nsid == self.node_nsid {
-                ns.push(Ns { nsid: n.nsid, lba_shift: n.lba_size.trailing_zeros(), capacity: n.capacity_lbas }, GFP_KERNEL)?;
+                ns.push(
+                    Ns {
+                        nsid: n.nsid,
+                        lba_shift: n.lba_size.trailing_zeros(),
+                        capacity: n.capacity_lbas,
+                    },
+                    GFP_KERNEL,
+                )?;
             }
         }
-        Ok(Limits { ns, max_transfer: validate::shared_max_transfer(info.mdts_bytes).into() })
+        Ok(Limits {
+            ns,
+            max_transfer: validate::shared_max_transfer(info.mdts_bytes).into(),
+        })
     }
 
     pub(crate) fn create_qpair(&self, arg: usize) -> Result<isize> {
@@ -169,7 +214,13 @@ impl OpenState {
         let sh = &self.shared;
         let max = sh.info.max_queue_entries;
         if req.depth < uapi::MIN_QUEUE_DEPTH || req.depth > max {
-            dev_warn!(sh.dev, "CREATE_QPAIR: depth {} outside {}..={}\n", req.depth, uapi::MIN_QUEUE_DEPTH, max);
+            dev_warn!(
+                sh.dev,
+                "CREATE_QPAIR: depth {} outside {}..={}\n",
+                req.depth,
+                uapi::MIN_QUEUE_DEPTH,
+                max
+            );
             return Err(EINVAL);
         }
         if req.flags & uapi::QPAIR_V1_BRIDGED != 0 {
@@ -182,7 +233,10 @@ impl OpenState {
         }
         let raw = req.flags & uapi::QPAIR_RAW != 0;
         if raw && sh.owner() != self.id {
-            dev_warn!(sh.dev, "CREATE_QPAIR: a raw pair needs owner mode (GPUNVME_IOC_CLAIM_OWNER first)\n");
+            dev_warn!(
+                sh.dev,
+                "CREATE_QPAIR: a raw pair needs owner mode (GPUNVME_IOC_CLAIM_OWNER first)\n"
+            );
             return Err(EPERM);
         }
         let limits = if raw { None } else { Some(self.limits()?) };
@@ -191,7 +245,12 @@ impl OpenState {
         let qid = sh.claim_qid(self.id)?;
         let Some((_, mut sq_db, mut cq_db)) = qpair::doorbell_page(sh.cap, qid) else {
             sh.release_qid(qid, self.id);
-            dev_warn!(sh.dev, "CREATE_QPAIR: doorbell stride {} puts qid {} on two pages\n", sh.cap.doorbell_stride(), qid);
+            dev_warn!(
+                sh.dev,
+                "CREATE_QPAIR: doorbell stride {} puts qid {} on two pages\n",
+                sh.cap.doorbell_stride(),
+                qid
+            );
             return Err(EOPNOTSUPP);
         };
 
@@ -211,7 +270,9 @@ impl OpenState {
             }
             if let Err(e) = admin.submit(&sh.dev, sh.cap, sq_cmd, ring) {
                 // The CQ exists: remove it before its memory goes.
-                let undone = admin.submit(&sh.dev, sh.cap, command::delete_io_cq(qid), ring).is_ok();
+                let undone = admin
+                    .submit(&sh.dev, sh.cap, command::delete_io_cq(qid), ring)
+                    .is_ok();
                 if !(undone && definitely_failed(e)) {
                     dma.quarantine(Quarantined::Queue(q));
                 }
@@ -234,10 +295,15 @@ impl OpenState {
                     };
                     // SAFETY: `mem` points into `q`'s allocations, which the
                     // registry entry below drops only after the bridge.
-                    match unsafe { Bridge::start(sh, qid, q.depth, mem, self.buffers.clone(), limits) } {
+                    match unsafe {
+                        Bridge::start(sh, qid, q.depth, mem, self.buffers.clone(), limits)
+                    } {
                         Ok(b) => Some(b),
                         Err(e) => {
-                            let deleted = q.delete_cmds().into_iter().all(|c| admin.submit(&sh.dev, sh.cap, c, ring).is_ok());
+                            let deleted = q
+                                .delete_cmds()
+                                .into_iter()
+                                .all(|c| admin.submit(&sh.dev, sh.cap, c, ring).is_ok());
                             if !deleted {
                                 dma.quarantine(Quarantined::Queue(q));
                             }
@@ -248,16 +314,26 @@ impl OpenState {
                 _ => None,
             };
             let sizes = (q.visible_sq().size() as u64, q.visible_cq().size() as u64);
-            let pool = q.shadow.as_ref().map_or((0, 0), |s| (s.pool.size() as u64, s.pool.dma_address()));
+            let pool = q
+                .shadow
+                .as_ref()
+                .map_or((0, 0), |s| (s.pool.size() as u64, s.pool.dma_address()));
             if q.shadow.is_none() {
                 // Counted before it can be used: its commands are unseen.
                 self.buffers.raw_pair_created();
             }
-            let entry = QueueEntry { file: self.id, state: QueueState::Live, exports: KVec::new(), bridge, q };
+            let entry = QueueEntry {
+                file: self.id,
+                state: QueueState::Live,
+                exports: KVec::new(),
+                bridge,
+                q,
+            };
             let _ = dma.queues.push_within_capacity(entry);
             Ok((sizes, pool))
         });
-        let ((sq_size, cq_size), (prp_size, prp_dma)) = created.inspect_err(|_| sh.release_qid(qid, self.id))?;
+        let ((sq_size, cq_size), (prp_size, prp_dma)) =
+            created.inspect_err(|_| sh.release_qid(qid, self.id))?;
         if !raw {
             // The file rings shadow cells in the shadow page instead.
             sq_db = crate::bridge::SHADOW_SQ_TAIL;
@@ -309,7 +385,13 @@ impl OpenState {
             Ok(()) => {
                 sh.release_qid(q.qid, self.id);
                 let mut dma = sh.dma.lock();
-                let entry = QueueEntry { file: self.id, state: QueueState::Retired, exports: KVec::new(), bridge: None, q };
+                let entry = QueueEntry {
+                    file: self.id,
+                    state: QueueState::Retired,
+                    exports: KVec::new(),
+                    bridge: None,
+                    q,
+                };
                 if dma.queues.push(entry, GFP_KERNEL).is_err() {
                     // Dropped (freed) instead; the controller no longer uses
                     // it, and this file's mappings go first.
@@ -321,7 +403,11 @@ impl OpenState {
             // `q` goes to the quarantine, freed after the disable (or with
             // the shared state, which outlives the binding).
             Err(e) => {
-                sh.quarantine(if exported { Quarantined::Exported(q) } else { Quarantined::Queue(q) });
+                sh.quarantine(if exported {
+                    Quarantined::Exported(q)
+                } else {
+                    Quarantined::Queue(q)
+                });
                 Err(e)
             }
         }
@@ -336,7 +422,11 @@ impl OpenState {
             dma.take_live(self.id, req.qid)
         };
         let Some(entry) = taken else {
-            dev_warn!(self.shared.dev, "DESTROY_QPAIR: qid {} is not a live queue pair of this file\n", req.qid);
+            dev_warn!(
+                self.shared.dev,
+                "DESTROY_QPAIR: qid {} is not a live queue pair of this file\n",
+                req.qid
+            );
             return Err(ENOENT);
         };
         // Peers and the relay let go before the controller forgets the queue.
@@ -352,14 +442,22 @@ impl OpenState {
         #[allow(clippy::unnecessary_cast)]
         let allowed = (bindings::O_CLOEXEC | bindings::O_RDWR) as u32;
         if req.flags & !allowed != 0 || req.pad0 != 0 {
-            dev_warn!(sh.dev, "EXPORT: flags {:#x}: only O_CLOEXEC and O_RDWR are allowed\n", req.flags);
+            dev_warn!(
+                sh.dev,
+                "EXPORT: flags {:#x}: only O_CLOEXEC and O_RDWR are allowed\n",
+                req.flags
+            );
             return Err(EINVAL);
         }
         // The device must stay bound while the export is made: hold the admin lock.
         let (length, fd) = sh.with_admin(self.epoch, |_, _, _| {
             let mut dma = sh.dma.lock();
             let Some(e) = dma.live_entry_mut(self.id, req.qid) else {
-                dev_warn!(sh.dev, "EXPORT: qid {} is not a live queue pair of this file\n", req.qid);
+                dev_warn!(
+                    sh.dev,
+                    "EXPORT: qid {} is not a live queue pair of this file\n",
+                    req.qid
+                );
                 return Err(ENOENT);
             };
             e.exports.reserve(1, GFP_KERNEL)?;
@@ -367,7 +465,13 @@ impl OpenState {
                 uapi::EXPORT_DOORBELL => match &e.q.shadow {
                     // Shared: the shadow cells are ordinary memory.
                     Some(s) => {
-                        let (x, fd) = Export::memory(&sh.dev, s.cells.as_mut_ptr().cast(), s.cells.dma_address(), s.cells.size(), req.flags)?;
+                        let (x, fd) = Export::memory(
+                            &sh.dev,
+                            s.cells.as_mut_ptr().cast(),
+                            s.cells.dma_address(),
+                            s.cells.size(),
+                            req.flags,
+                        )?;
                         (x, fd, s.cells.size() as u64)
                     }
                     None => {
@@ -378,20 +482,42 @@ impl OpenState {
                 },
                 uapi::EXPORT_SQ => {
                     let sq = e.q.visible_sq();
-                    let (x, fd) = Export::memory(&sh.dev, sq.as_mut_ptr().cast(), sq.dma_address(), sq.size(), req.flags)?;
+                    let (x, fd) = Export::memory(
+                        &sh.dev,
+                        sq.as_mut_ptr().cast(),
+                        sq.dma_address(),
+                        sq.size(),
+                        req.flags,
+                    )?;
                     (x, fd, sq.size() as u64)
                 }
                 uapi::EXPORT_PRP_POOL => {
                     let Some(s) = &e.q.shadow else {
-                        dev_warn!(sh.dev, "EXPORT: qid {} is a raw pair: it has no PRP pool\n", req.qid);
+                        dev_warn!(
+                            sh.dev,
+                            "EXPORT: qid {} is a raw pair: it has no PRP pool\n",
+                            req.qid
+                        );
                         return Err(EINVAL);
                     };
-                    let (x, fd) = Export::memory(&sh.dev, s.pool.as_mut_ptr().cast(), s.pool.dma_address(), s.pool.size(), req.flags)?;
+                    let (x, fd) = Export::memory(
+                        &sh.dev,
+                        s.pool.as_mut_ptr().cast(),
+                        s.pool.dma_address(),
+                        s.pool.size(),
+                        req.flags,
+                    )?;
                     (x, fd, s.pool.size() as u64)
                 }
                 uapi::EXPORT_CQ => {
                     let cq = e.q.visible_cq();
-                    let (x, fd) = Export::memory(&sh.dev, cq.as_mut_ptr().cast(), cq.dma_address(), cq.size(), req.flags)?;
+                    let (x, fd) = Export::memory(
+                        &sh.dev,
+                        cq.as_mut_ptr().cast(),
+                        cq.dma_address(),
+                        cq.size(),
+                        req.flags,
+                    )?;
                     (x, fd, cq.size() as u64)
                 }
                 k => {
@@ -413,9 +539,19 @@ impl OpenState {
     pub(crate) fn map_host(&self, arg: usize) -> Result<isize> {
         let (mut req, mut writer) = read_arg!(self, uapi::MapHost, arg, "MAP_HOST");
         let sh = &self.shared;
-        if req.addr % 4096 != 0 || req.len % 4096 != 0 || req.len == 0 || req.len > uapi::MAX_MAP_BYTES || req.pad0 != 0 {
-            dev_warn!(sh.dev, "MAP_HOST: addr {:#x} len {:#x}: need 4 KiB alignment and 0 < len <= {:#x}\n",
-                      req.addr, req.len, uapi::MAX_MAP_BYTES);
+        if req.addr % 4096 != 0
+            || req.len % 4096 != 0
+            || req.len == 0
+            || req.len > uapi::MAX_MAP_BYTES
+            || req.pad0 != 0
+        {
+            dev_warn!(
+                sh.dev,
+                "MAP_HOST: addr {:#x} len {:#x}: need 4 KiB alignment and 0 < len <= {:#x}\n",
+                req.addr,
+                req.len,
+                uapi::MAX_MAP_BYTES
+            );
             return Err(EINVAL);
         }
         let npages = (req.len / 4096) as usize;
@@ -423,15 +559,39 @@ impl OpenState {
         let handle = self.next_handle.fetch_add(1, Relaxed);
         // Pinning may wait on the process's own page faults (userfaultfd):
         // no lock is held meanwhile, only the mapping needs the device.
-        let mut map = HostMap::pin(req.addr, req.len)
-            .inspect_err(|e| dev_warn!(sh.dev, "MAP_HOST: pinning {:#x}+{:#x} failed: {:?}\n", req.addr, req.len, e))?;
+        let mut map = HostMap::pin(req.addr, req.len).inspect_err(|e| {
+            dev_warn!(
+                sh.dev,
+                "MAP_HOST: pinning {:#x}+{:#x} failed: {:?}\n",
+                req.addr,
+                req.len,
+                e
+            )
+        })?;
         sh.with_admin(self.epoch, |dev, _, _| {
             self.not_owned_by_another("MAP_HOST")?;
             map.map(dev, &mut addrs)?;
-            sh.dma.lock().maps.push(MapEntry { file: self.id, handle, map: Mapped::Host(map) }, GFP_KERNEL)?;
-            self.buffers.add(handle, &addrs).inspect_err(|_| drop(self.drop_map(handle)))
+            sh.dma.lock().maps.push(
+                MapEntry {
+                    file: self.id,
+                    handle,
+                    map: Mapped::Host(map),
+                },
+                GFP_KERNEL,
+            )?;
+            self.buffers
+                .add(handle, &addrs)
+                .inspect_err(|_| drop(self.drop_map(handle)))
         })
-        .inspect_err(|e| dev_warn!(sh.dev, "MAP_HOST: {:#x}+{:#x} failed: {:?}\n", req.addr, req.len, e))?;
+        .inspect_err(|e| {
+            dev_warn!(
+                sh.dev,
+                "MAP_HOST: {:#x}+{:#x} failed: {:?}\n",
+                req.addr,
+                req.len,
+                e
+            )
+        })?;
         self.hand_out(handle, req.dma_addrs, &addrs, || {
             req.handle = handle;
             writer.write(&req)
@@ -443,7 +603,12 @@ impl OpenState {
         let sh = &self.shared;
         let max = uapi::MAX_MAP_BYTES / 4096;
         if req.max_pages == 0 || req.max_pages > max {
-            dev_warn!(sh.dev, "MAP_DMABUF: max_pages {} outside 1..={}\n", req.max_pages, max);
+            dev_warn!(
+                sh.dev,
+                "MAP_DMABUF: max_pages {} outside 1..={}\n",
+                req.max_pages,
+                max
+            );
             return Err(EINVAL);
         }
         let mut addrs = KVVec::from_elem(0u64, req.max_pages as usize, GFP_KERNEL)?;
@@ -455,25 +620,50 @@ impl OpenState {
             // A revoke that came before the pages were added removed nothing.
             if import.revoked() {
                 self.buffers.remove(handle);
-                dev_warn!(sh.dev, "MAP_DMABUF: the exporter revoked the buffer while it was being imported\n");
+                dev_warn!(
+                    sh.dev,
+                    "MAP_DMABUF: the exporter revoked the buffer while it was being imported\n"
+                );
                 return Err(ENODEV);
             }
-            sh.dma.lock().maps.push(MapEntry { file: self.id, handle, map: Mapped::DmaBuf(import) }, GFP_KERNEL)
+            sh.dma
+                .lock()
+                .maps
+                .push(
+                    MapEntry {
+                        file: self.id,
+                        handle,
+                        map: Mapped::DmaBuf(import),
+                    },
+                    GFP_KERNEL,
+                )
                 .inspect_err(|_| self.buffers.remove(handle))?;
             Ok(len)
         })?;
-        self.hand_out(handle, req.dma_addrs, &addrs[..(len / 4096) as usize], || {
-            req.handle = handle;
-            req.len = len;
-            writer.write(&req)
-        })
+        self.hand_out(
+            handle,
+            req.dma_addrs,
+            &addrs[..(len / 4096) as usize],
+            || {
+                req.handle = handle;
+                req.len = len;
+                writer.write(&req)
+            },
+        )
     }
 
     /// Copy a new mapping's page addresses to the user array at `dst`, then
     /// the reply; on a bad pointer the mapping is undone.
-    fn hand_out(&self, handle: u32, dst: u64, addrs: &[u64], reply: impl FnOnce() -> Result) -> Result<isize> {
+    fn hand_out(
+        &self,
+        handle: u32,
+        dst: u64,
+        addrs: &[u64],
+        reply: impl FnOnce() -> Result,
+    ) -> Result<isize> {
         let copied = (|| -> Result {
-            let mut out = UserSlice::new(UserPtr::from_addr(dst as usize), addrs.len() * 8).writer();
+            let mut out =
+                UserSlice::new(UserPtr::from_addr(dst as usize), addrs.len() * 8).writer();
             for a in addrs {
                 out.write(a)?;
             }
@@ -497,7 +687,10 @@ impl OpenState {
     fn drop_map(&self, handle: u32) -> Option<Mapped> {
         self.buffers.remove(handle);
         let mut dma = self.shared.dma.lock();
-        let i = dma.maps.iter().position(|m| m.file == self.id && m.handle == handle)?;
+        let i = dma
+            .maps
+            .iter()
+            .position(|m| m.file == self.id && m.handle == handle)?;
         let map = dma.maps.remove(i).ok()?.map;
         if dma.live_count(self.id) != 0 {
             dma.quarantine(Quarantined::Buffer(map));
@@ -514,12 +707,18 @@ impl OpenState {
             let mut dma = sh.dma.lock();
             // After unbind every mapping is gone (unbind freed it).
             let i = if !sh.unbound() {
-                dma.maps.iter().position(|m| m.file == self.id && m.handle == req.handle)
+                dma.maps
+                    .iter()
+                    .position(|m| m.file == self.id && m.handle == req.handle)
             } else {
                 None
             };
             let Some(i) = i else {
-                dev_warn!(sh.dev, "UNMAP: no mapping with handle {} on this file\n", req.handle);
+                dev_warn!(
+                    sh.dev,
+                    "UNMAP: no mapping with handle {} on this file\n",
+                    req.handle
+                );
                 return Err(ENOENT);
             };
             let live = dma.live_count(self.id);
@@ -553,7 +752,11 @@ impl OpenState {
         self.alive()?;
         let dma = sh.dma.lock();
         let Some(q) = dma.live_queue(self.id, qid) else {
-            dev_warn!(sh.dev, "mmap: qid {} is not a live queue pair of this file\n", qid);
+            dev_warn!(
+                sh.dev,
+                "mmap: qid {} is not a live queue pair of this file\n",
+                qid
+            );
             return Err(EINVAL);
         };
         let (want, what) = match (kind, &q.shadow) {
@@ -562,12 +765,23 @@ impl OpenState {
             (MapKind::Doorbell, _) => (4096, "doorbell page"),
             (MapKind::PrpPool, Some(s)) => (s.pool.size(), "PRP pool"),
             (MapKind::PrpPool, None) => {
-                dev_warn!(sh.dev, "mmap: qid {} is a raw pair: it has no PRP pool\n", qid);
+                dev_warn!(
+                    sh.dev,
+                    "mmap: qid {} is a raw pair: it has no PRP pool\n",
+                    qid
+                );
                 return Err(EINVAL);
             }
         };
         if len != want {
-            dev_warn!(sh.dev, "mmap: {} of qid {} is {} bytes, not {}\n", what, qid, want, len);
+            dev_warn!(
+                sh.dev,
+                "mmap: {} of qid {} is {} bytes, not {}\n",
+                what,
+                qid,
+                want,
+                len
+            );
             return Err(EINVAL);
         }
         let (gen, mmio) = (q.gen, kind == MapKind::Doorbell && q.shadow.is_none());
@@ -577,21 +791,39 @@ impl OpenState {
             // Test knob: hold this mmap after its checks (see `Shared`).
             kernel::time::delay::fsleep(kernel::time::Delta::from_millis(delay.into()));
         }
-        shim::mmap_setup(vma, core::ptr::from_ref(self).cast(), gen, kind as u32, mmio)
+        shim::mmap_setup(
+            vma,
+            core::ptr::from_ref(self).cast(),
+            gen,
+            kind as u32,
+            mmio,
+        )
     }
 
     /// A fault on a mapping of this file: insert page `index` of object
     /// `gen`/`kind`, or refuse (SIGBUS) once the controller is gone or the
     /// object is. Under the `dma` lock, where unbind marks the controller
     /// gone, so nothing is inserted after unbind's zap.
-    fn fault(&self, gen: u64, kind: u32, index: u64, vma: *mut core::ffi::c_void, addr: usize) -> u32 {
+    fn fault(
+        &self,
+        gen: u64,
+        kind: u32,
+        index: u64,
+        vma: *mut core::ffi::c_void,
+        addr: usize,
+    ) -> u32 {
         let sh = &self.shared;
         let dma = sh.dma.lock();
         if self.alive().is_err() {
             return shim::fault_sigbus();
         }
         // Live or retired (a destroyed pair stays mapped until close).
-        let Some(q) = dma.queues.iter().find(|e| e.file == self.id && e.q.gen == gen).map(|e| &e.q) else {
+        let Some(q) = dma
+            .queues
+            .iter()
+            .find(|e| e.file == self.id && e.q.gen == gen)
+            .map(|e| &e.q)
+        else {
             return shim::fault_sigbus();
         };
         let mem = match kind {
@@ -615,7 +847,9 @@ impl OpenState {
             },
             _ => None,
         };
-        let Some(mem) = mem else { return shim::fault_sigbus() };
+        let Some(mem) = mem else {
+            return shim::fault_sigbus();
+        };
         let off = index as usize * crate::regs::PAGE_SIZE;
         if off >= mem.size() {
             return shim::fault_sigbus();
@@ -629,7 +863,14 @@ impl OpenState {
 
 /// Called by the shim's fault handler.
 #[no_mangle]
-extern "C" fn gpunvme_mmap_fault(state: *const core::ffi::c_void, gen: u64, kind: u32, index: u64, vma: *mut core::ffi::c_void, addr: usize) -> u32 {
+extern "C" fn gpunvme_mmap_fault(
+    state: *const core::ffi::c_void,
+    gen: u64,
+    kind: u32,
+    index: u64,
+    vma: *mut core::ffi::c_void,
+    addr: usize,
+) -> u32 {
     // SAFETY: `state` is the `OpenState` of the file the VMA maps, set at
     // mmap; the VMA holds a reference on that file, so it is alive.
     let me = unsafe { &*state.cast::<OpenState>() };
@@ -653,7 +894,10 @@ impl Drop for OpenState {
         };
         let taken = take(sh);
         let Ok((queues, maps)) = taken else {
-            dev_err!(sh.dev, "out of memory at close: this file's queues stay until unbind\n");
+            dev_err!(
+                sh.dev,
+                "out of memory at close: this file's queues stay until unbind\n"
+            );
             sh.unregister_file(self.file);
             return;
         };

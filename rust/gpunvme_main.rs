@@ -37,7 +37,10 @@ use controller::BAR0_MIN;
 
 // PRP entries and MAP_HOST hand out one DMA address per 4 KiB page, which
 // is one kernel page only where PAGE_SIZE is 4 KiB.
-const _: () = assert!(kernel::page::PAGE_SIZE == 4096, "gpunvme needs 4 KiB kernel pages");
+const _: () = assert!(
+    kernel::page::PAGE_SIZE == 4096,
+    "gpunvme needs 4 KiB kernel pages"
+);
 
 /// PCI class code of an NVM Express controller (mass storage, NVM, NVMe).
 const PCI_CLASS_NVME: u32 = 0x01_08_02;
@@ -73,13 +76,20 @@ impl pci::Driver for GpunvmeDriver {
         pin_init::pin_init_scope(move || {
             let class = pdev.pci_class().as_raw();
             if class != PCI_CLASS_NVME {
-                dev_err!(pdev, "not an NVMe controller (class {:#08x}); refusing to bind\n", class);
+                dev_err!(
+                    pdev,
+                    "not an NVMe controller (class {:#08x}); refusing to bind\n",
+                    class
+                );
                 return Err(ENODEV);
             }
             // The device node first: a controller we could not expose is never
             // enabled, so this failure leaves nothing running or allocated.
             let slot = chardev::Slot::claim().inspect_err(|_| {
-                dev_err!(pdev, "no free /dev/gpunvme node; refusing to bind (controller left untouched)\n");
+                dev_err!(
+                    pdev,
+                    "no free /dev/gpunvme node; refusing to bind (controller left untouched)\n"
+                );
             })?;
             pdev.enable_device_mem()?;
             pdev.set_master();
@@ -90,11 +100,15 @@ impl pci::Driver for GpunvmeDriver {
             // SAFETY: as above, no DMA mapping of this device exists yet.
             unsafe { pdev.dma_set_max_seg_size(u32::MAX) };
 
-            let devres_bar = pdev.iomap_region_sized::<BAR0_MIN>(0, c"gpunvme/bar0")?.into_devres()?;
+            let devres_bar = pdev
+                .iomap_region_sized::<BAR0_MIN>(0, c"gpunvme/bar0")?
+                .into_devres()?;
             let bar = devres_bar.access(pdev.as_ref())?;
             // Two 32-bit reads, low half first: the spec allows it and the BAR
             // mapping only guarantees 32-bit alignment.
-            let cap = regs::Cap(u64::from(bar.read32(regs::CAP)) | (u64::from(bar.read32(regs::CAP + 4)) << 32));
+            let cap = regs::Cap(
+                u64::from(bar.read32(regs::CAP)) | (u64::from(bar.read32(regs::CAP + 4)) << 32),
+            );
             let vs = regs::Version(bar.read32(regs::VS));
             if cap.0 == u64::MAX {
                 dev_err!(pdev, "CAP reads all-ones: controller not responding\n");
@@ -118,14 +132,18 @@ impl pci::Driver for GpunvmeDriver {
             let dev = pdev.as_ref();
             let no_fake = Atomic::new(0u32);
             let mut admin = admin::AdminQueue::new(dev)?;
-            let buf: Coherent<[u8]> = Coherent::zeroed_slice(dev, identify::IDENTIFY_LEN, GFP_KERNEL)?;
+            let buf: Coherent<[u8]> =
+                Coherent::zeroed_slice(dev, identify::IDENTIFY_LEN, GFP_KERNEL)?;
             controller::disable(dev, bar, cap, &no_fake)?;
             // From here on a failure must stop the controller before the
             // admin queue and the Identify buffer are freed; if it will not
             // stop, both are kept (leaked) and bus mastering is cleared.
             let fail = |admin: admin::AdminQueue, buf: Coherent<[u8]>, e: Error| -> Error {
                 if controller::disable(dev, bar, cap, &no_fake).is_err() {
-                    dev_err!(pdev, "probe failed and the controller did not stop: keeping its queue memory\n");
+                    dev_err!(
+                        pdev,
+                        "probe failed and the controller did not stop: keeping its queue memory\n"
+                    );
                     shim::clear_bus_master(pdev);
                     core::mem::forget(admin);
                     core::mem::forget(buf);
@@ -142,19 +160,29 @@ impl pci::Driver for GpunvmeDriver {
             drop(buf);
 
             let iommu = shim::iommu_mode(dev);
-            dev_info!(pdev, "IOMMU: {}; owner mode (raw access) {}\n", owner::iommu_name(iommu),
-                      match iommu {
-                          uapi::IOMMU_STRICT => "allowed",
-                          uapi::IOMMU_LAZY => "allowed (lazy: stale-IOTLB window after unmap; iommu.strict=1 closes it)",
-                          _ if allow_unsafe_no_iommu() => "allowed by allow_unsafe_no_iommu (taints on claim)",
-                          _ => "refused (shared mode only)",
-                      });
+            dev_info!(
+                pdev,
+                "IOMMU: {}; owner mode (raw access) {}\n",
+                owner::iommu_name(iommu),
+                match iommu {
+                    uapi::IOMMU_STRICT => "allowed",
+                    uapi::IOMMU_LAZY =>
+                        "allowed (lazy: stale-IOTLB window after unmap; iommu.strict=1 closes it)",
+                    _ if allow_unsafe_no_iommu() =>
+                        "allowed by allow_unsafe_no_iommu (taints on claim)",
+                    _ => "refused (shared mode only)",
+                }
+            );
             let shared = shared::Shared::new(ARef::from(dev), info, cap, devres_bar, admin)?;
             dev_info!(
                 pdev,
                 "NVMe {}.{}.{}, MQES {}, doorbell stride {}, CAP.TO {} ms -> /dev/{}\n",
-                vs.major(), vs.minor(), vs.tertiary(),
-                cap.max_queue_entries(), cap.doorbell_stride(), cap.ready_timeout_ms(),
+                vs.major(),
+                vs.minor(),
+                vs.tertiary(),
+                cap.max_queue_entries(),
+                cap.doorbell_stride(),
+                cap.ready_timeout_ms(),
                 slot.name().to_str().unwrap_or("?")
             );
             let hooks = lifecycle::Hooks::new(dev, &shared)?;
@@ -175,7 +203,11 @@ impl pci::Driver for GpunvmeDriver {
         // queues, CC.SHN, disable, then free every DMA buffer while the
         // device is still bound.
         this.shared.fail(shared::Failure::Unbind);
-        dev_info!(pdev, "unbound; /dev/{} removed\n", this.node.name().to_str().unwrap_or("?"));
+        dev_info!(
+            pdev,
+            "unbound; /dev/{} removed\n",
+            this.node.name().to_str().unwrap_or("?")
+        );
     }
 }
 

@@ -15,7 +15,10 @@ fn le64(b: &[u8], at: usize) -> u64 {
 
 /// Copy a space-padded ASCII field into a NUL-terminated one, trimmed.
 pub(crate) fn ascii_field(src: &[u8], dst: &mut [u8]) {
-    let end = src.iter().rposition(|&c| c != b' ' && c != 0).map_or(0, |i| i + 1);
+    let end = src
+        .iter()
+        .rposition(|&c| c != b' ' && c != 0)
+        .map_or(0, |i| i + 1);
     let n = end.min(dst.len() - 1);
     dst[..n].copy_from_slice(&src[..n]);
     dst[n..].fill(0);
@@ -47,7 +50,9 @@ pub(crate) fn mdts_bytes(mdts: u8, page: usize) -> u32 {
     if mdts == 0 {
         return 0;
     }
-    (page as u64).checked_shl(u32::from(mdts)).map_or(u32::MAX, |v| v.min(u64::from(u32::MAX)) as u32)
+    (page as u64)
+        .checked_shl(u32::from(mdts))
+        .map_or(u32::MAX, |v| v.min(u64::from(u32::MAX)) as u32)
 }
 
 /// Size and format of a namespace.
@@ -74,12 +79,17 @@ pub(crate) fn namespace(b: &[u8]) -> Option<Namespace> {
     if !(9..=16).contains(&lbads) || ms != 0 {
         return None;
     }
-    Some(Namespace { capacity_lbas: nsze, lba_size: 1 << lbads })
+    Some(Namespace {
+        capacity_lbas: nsze,
+        lba_size: 1 << lbads,
+    })
 }
 
 /// Active namespace IDs from a CNS 02h list: ascending, zero-terminated.
 pub(crate) fn active_nsids(b: &[u8]) -> impl Iterator<Item = u32> + '_ {
-    (0..IDENTIFY_LEN / 4).map(move |i| le32(b, i * 4)).take_while(|&id| id != 0)
+    (0..IDENTIFY_LEN / 4)
+        .map(move |i| le32(b, i * 4))
+        .take_while(|&id| id != 0)
 }
 
 #[kernel::prelude::kunit_tests(gpunvme_identify)]
@@ -105,7 +115,13 @@ mod tests {
         b[26] = 1; // using format 1
         b[128 + 2] = 9;
         b[132 + 2] = 12;
-        assert_eq!(namespace(&b), Some(Namespace { capacity_lbas: 131072, lba_size: 4096 }));
+        assert_eq!(
+            namespace(&b),
+            Some(Namespace {
+                capacity_lbas: 131072,
+                lba_size: 4096
+            })
+        );
         b[26] = 0;
         assert_eq!(namespace(&b).map(|n| n.lba_size), Some(512));
         // 8 bytes of metadata per block: refused, not silently mis-sized.

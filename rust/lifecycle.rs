@@ -65,7 +65,12 @@ impl Hooks {
         let wctx = Arc::into_raw(shared.clone());
         // SAFETY: `wctx` stays valid until the watch is stopped.
         let watch = unsafe { gpunvme_shim_watch_start(wctx.cast_mut().cast(), WATCH_PERIOD_MS) };
-        let this = Self { dev: raw, watch: Atomic::new(watch), watch_ctx: wctx, hooked: Atomic::new(true) };
+        let this = Self {
+            dev: raw,
+            watch: Atomic::new(watch),
+            watch_ctx: wctx,
+            hooked: Atomic::new(true),
+        };
         if watch.is_null() {
             drop(this);
             return Err(ENOMEM);
@@ -162,7 +167,11 @@ extern "C" fn gpunvme_watch_tick(ctx: *mut c_void) -> bool {
 /// once the file is cut off (the controller failed, went away or was
 /// unbound); the waiter is woken when that happens.
 #[no_mangle]
-extern "C" fn gpunvme_file_poll(state: *mut c_void, file: *mut bindings::file, table: *mut bindings::poll_table) -> bool {
+extern "C" fn gpunvme_file_poll(
+    state: *mut c_void,
+    file: *mut bindings::file,
+    table: *mut bindings::poll_table,
+) -> bool {
     // SAFETY: `state` is the file's private data (a `KBox<OpenState>` made
     // at open, freed at release, which cannot run during a poll).
     let me = unsafe { &*state.cast_const().cast::<OpenState>() };
@@ -173,4 +182,3 @@ extern "C" fn gpunvme_file_poll(state: *mut c_void, file: *mut bindings::file, t
     table.register_wait(file, &me.shared.poll_cv);
     me.cut_off()
 }
-

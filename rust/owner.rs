@@ -35,7 +35,10 @@ fn translating(mode: u32) -> bool {
 pub(crate) fn may_own(dev: &Device, node_nsid: u32, allow_unsafe: bool, log: bool) -> Result {
     if node_nsid != 0 {
         if log {
-            dev_warn!(dev, "CLAIM_OWNER: a namespace node gives shared mode only; use the controller node\n");
+            dev_warn!(
+                dev,
+                "CLAIM_OWNER: a namespace node gives shared mode only; use the controller node\n"
+            );
         }
         return Err(EPERM);
     }
@@ -48,7 +51,10 @@ pub(crate) fn may_own(dev: &Device, node_nsid: u32, allow_unsafe: bool, log: boo
     }
     if shim::pci_locked_down() {
         if log {
-            dev_warn!(dev, "CLAIM_OWNER: refused under kernel lockdown (raw PCI access)\n");
+            dev_warn!(
+                dev,
+                "CLAIM_OWNER: refused under kernel lockdown (raw PCI access)\n"
+            );
         }
         return Err(EPERM);
     }
@@ -56,19 +62,30 @@ pub(crate) fn may_own(dev: &Device, node_nsid: u32, allow_unsafe: bool, log: boo
     if !translating(mode) {
         if !allow_unsafe {
             if log {
-                dev_warn!(dev, "CLAIM_OWNER: IOMMU mode is {}: an owner could DMA to all of memory; \
-                                refused (allow_unsafe_no_iommu=1 waives this and taints)\n", iommu_name(mode));
+                dev_warn!(
+                    dev,
+                    "CLAIM_OWNER: IOMMU mode is {}: an owner could DMA to all of memory; \
+                                refused (allow_unsafe_no_iommu=1 waives this and taints)\n",
+                    iommu_name(mode)
+                );
             }
             return Err(EPERM);
         }
         if log {
-            dev_warn!(dev, "CLAIM_OWNER: IOMMU mode is {}, allowed by allow_unsafe_no_iommu: the owner \
-                            can make the controller DMA anywhere in memory; tainting the kernel\n", iommu_name(mode));
+            dev_warn!(
+                dev,
+                "CLAIM_OWNER: IOMMU mode is {}, allowed by allow_unsafe_no_iommu: the owner \
+                            can make the controller DMA anywhere in memory; tainting the kernel\n",
+                iommu_name(mode)
+            );
             shim::taint_no_iommu();
         }
     } else if mode == uapi::IOMMU_LAZY && log {
-        dev_warn!(dev, "CLAIM_OWNER: lazy IOMMU (DMA-FQ): an unmapped buffer stays reachable by the \
-                        controller until the next IOTLB flush; iommu.strict=1 closes that window\n");
+        dev_warn!(
+            dev,
+            "CLAIM_OWNER: lazy IOMMU (DMA-FQ): an unmapped buffer stays reachable by the \
+                        controller until the next IOTLB flush; iommu.strict=1 closes that window\n"
+        );
     }
     Ok(())
 }

@@ -93,14 +93,20 @@ pub(crate) struct Shadow {
 impl QPair {
     /// `shared`: the largest transfer of one command of a shared pair;
     /// `None` for a raw pair.
-    pub(crate) fn alloc(dev: &Device<Bound>, qid: u16, depth: u32, shared: Option<u64>) -> Result<Self> {
+    pub(crate) fn alloc(
+        dev: &Device<Bound>,
+        qid: u16,
+        depth: u32,
+        shared: Option<u64>,
+    ) -> Result<Self> {
         let sq_bytes = round_to_page(depth as usize * SQE_BYTES);
         let cq_bytes = round_to_page(depth as usize * CQE_BYTES);
         let shadow = match shared {
             None => None,
             Some(max_transfer) => {
                 // A power of two of entries per command, so no list crosses a page.
-                let list_entries = (crate::validate::list_entries(max_transfer) as usize).next_power_of_two();
+                let list_entries =
+                    (crate::validate::list_entries(max_transfer) as usize).next_power_of_two();
                 let lists = round_to_page(depth as usize * list_entries * 8);
                 Some(Shadow {
                     cells: Coherent::zeroed_slice(dev, PAGE_SIZE, GFP_KERNEL)?,
@@ -142,7 +148,10 @@ impl QPair {
 
     /// Delete SQ then CQ: a CQ can't go while an SQ still posts to it.
     pub(crate) fn delete_cmds(&self) -> [command::Sqe; 2] {
-        [command::delete_io_sq(self.qid), command::delete_io_cq(self.qid)]
+        [
+            command::delete_io_sq(self.qid),
+            command::delete_io_cq(self.qid),
+        ]
     }
 }
 
@@ -152,7 +161,12 @@ mod tests {
 
     #[test]
     fn offsets_round_trip() {
-        for kind in [MapKind::Sq, MapKind::Cq, MapKind::Doorbell, MapKind::PrpPool] {
+        for kind in [
+            MapKind::Sq,
+            MapKind::Cq,
+            MapKind::Doorbell,
+            MapKind::PrpPool,
+        ] {
             for qid in [1u16, 2, 63, 0xffff] {
                 let off = mmap_offset(kind, qid);
                 assert_eq!(off % PAGE_SIZE as u64, 0);

@@ -10,8 +10,8 @@
 use kernel::{
     bindings,
     device::{Bound, Device},
-    io::Io,
     io::poll::read_poll_timeout,
+    io::Io,
     new_mutex, new_poll_condvar,
     pci::DevresBar,
     prelude::*,
@@ -82,7 +82,9 @@ impl Failure {
     fn what(self) -> &'static str {
         match self {
             Failure::Fatal => "controller fatal status (CSTS.CFS)",
-            Failure::Removed => "controller not responding (CSTS reads all-ones: surprise removal?)",
+            Failure::Removed => {
+                "controller not responding (CSTS reads all-ones: surprise removal?)"
+            }
             Failure::PciError => "PCI error reported (AER)",
             Failure::Suspend => "system suspend",
             Failure::Shutdown => "system shutdown",
@@ -107,7 +109,10 @@ pub(crate) struct Tenancy {
 
 impl Default for Tenancy {
     fn default() -> Self {
-        Self { qids: [0; MAX_QUEUES], owner: 0 }
+        Self {
+            qids: [0; MAX_QUEUES],
+            owner: 0,
+        }
     }
 }
 
@@ -300,12 +305,19 @@ impl Shared {
     pub(crate) fn claim_qid(&self, file: FileId) -> Result<u16> {
         let mut t = self.tenancy.lock();
         if t.owner != 0 && t.owner != file {
-            dev_warn!(self.dev, "CREATE_QPAIR: another file owns the controller (raw access)\n");
+            dev_warn!(
+                self.dev,
+                "CREATE_QPAIR: another file owns the controller (raw access)\n"
+            );
             return Err(EBUSY);
         }
         let limit = (self.info.io_queues as usize).min(MAX_QUEUES);
         let Some(free) = t.qids[..limit].iter().position(|&f| f == 0) else {
-            dev_warn!(self.dev, "CREATE_QPAIR: all {} I/O queue pairs are in use\n", limit);
+            dev_warn!(
+                self.dev,
+                "CREATE_QPAIR: all {} I/O queue pairs are in use\n",
+                limit
+            );
             return Err(ENOSPC);
         };
         t.qids[free] = file;
@@ -333,8 +345,16 @@ impl Shared {
             dev_warn!(self.dev, "CLAIM_OWNER: another file owns the controller\n");
             return Err(EBUSY);
         }
-        if let Some(q) = t.qids.iter().position(|&f| f != 0 && f != file && f != ORPHAN) {
-            dev_warn!(self.dev, "CLAIM_OWNER: another file has queue pair {} (owner and shared files never mix)\n", q + 1);
+        if let Some(q) = t
+            .qids
+            .iter()
+            .position(|&f| f != 0 && f != file && f != ORPHAN)
+        {
+            dev_warn!(
+                self.dev,
+                "CLAIM_OWNER: another file has queue pair {} (owner and shared files never mix)\n",
+                q + 1
+            );
             return Err(EBUSY);
         }
         t.owner = file;
@@ -361,7 +381,10 @@ impl Shared {
     }
 
     pub(crate) fn quarantine(&self, what: Quarantined) {
-        dev_warn!(self.dev, "keeping memory the controller may still use until it is disabled\n");
+        dev_warn!(
+            self.dev,
+            "keeping memory the controller may still use until it is disabled\n"
+        );
         self.dma.lock().quarantine(what);
     }
 
@@ -374,7 +397,9 @@ impl Shared {
         if self.state.load(Acquire) != UP {
             return;
         }
-        let Some(admin) = Option::as_mut(&mut *guard) else { return };
+        let Some(admin) = Option::as_mut(&mut *guard) else {
+            return;
+        };
         if !admin.unsure() {
             return;
         }
@@ -390,7 +415,9 @@ impl Shared {
         let dev = unsafe { self.dev.as_bound() };
         // Not `try_access`: that holds an RCU read lock, and disabling and
         // enabling sleep.
-        let Ok(bar) = self.bar.access(dev) else { return };
+        let Ok(bar) = self.bar.access(dev) else {
+            return;
+        };
         dev_warn!(self.dev, "admin queue lost a completion and no queue is in use: re-initialising the controller\n");
         if self.restart(bar, admin).is_err() {
             // Not serving files any more: cut off the open ones (they hold
@@ -410,18 +437,32 @@ impl Shared {
     /// every file's mappings were zapped and fault with SIGBUS.
     fn restart(&self, bar: &Bar0<'_>, admin: &mut AdminQueue) -> Result {
         if crate::controller::disable(&self.dev, bar, self.cap, &self.fake_csts).is_err() {
-            dev_err!(self.dev, "controller did not stop; it stays unusable until rebind\n");
+            dev_err!(
+                self.dev,
+                "controller did not stop; it stays unusable until rebind\n"
+            );
             return Err(EIO);
         }
         let freed = self.dma.lock().release_after_disable();
         drop(freed);
-        for f in self.tenancy.lock().qids.iter_mut().filter(|f| **f == ORPHAN) {
+        for f in self
+            .tenancy
+            .lock()
+            .qids
+            .iter_mut()
+            .filter(|f| **f == ORPHAN)
+        {
             *f = 0;
         }
         admin.reset();
         let ring = |offset: usize, value: u32| bar.try_write32(value, offset);
         let up = crate::controller::enable(&self.dev, bar, self.cap, admin).and_then(|()| {
-            let cqe = admin.submit(&self.dev, self.cap, crate::command::set_num_queues(self.info.io_queues as u16), &ring)?;
+            let cqe = admin.submit(
+                &self.dev,
+                self.cap,
+                crate::command::set_num_queues(self.info.io_queues as u16),
+                &ring,
+            )?;
             if crate::command::granted_queues(cqe.result) < self.info.io_queues {
                 dev_err!(self.dev, "fewer I/O queues granted after re-initialising\n");
                 return Err(EIO);
@@ -430,7 +471,11 @@ impl Shared {
         });
         match up {
             Ok(()) => dev_info!(self.dev, "controller re-initialised\n"),
-            Err(e) => dev_err!(self.dev, "re-initialising the controller failed ({:?}); it stays unusable until rebind\n", e),
+            Err(e) => dev_err!(
+                self.dev,
+                "re-initialising the controller failed ({:?}); it stays unusable until rebind\n",
+                e
+            ),
         }
         up
     }
@@ -496,7 +541,11 @@ impl Shared {
         // Revoke and stop first: afterwards no peer and no relay thread
         // reaches any queue, and the memory is the module's alone.
         let all = core::mem::take(&mut *self.dma.lock());
-        let DmaRegistry { queues, maps, quarantine } = all;
+        let DmaRegistry {
+            queues,
+            maps,
+            quarantine,
+        } = all;
         // The live queues, to delete in an orderly shutdown; without room
         // to list them they are only kept, not deleted.
         let mut live: KVec<QPair> = KVec::new();
@@ -532,7 +581,11 @@ impl Shared {
             // what an importer holds (leaked).
             *guard = None;
             drop(guard);
-            let mut all = DmaRegistry { queues: KVec::new(), maps, quarantine };
+            let mut all = DmaRegistry {
+                queues: KVec::new(),
+                maps,
+                quarantine,
+            };
             for q in live {
                 all.quarantine(Quarantined::Queue(q));
             }
@@ -570,7 +623,13 @@ impl Shared {
 
     /// Stop the controller for `why` (admin lock held); true once it is
     /// known to do no more DMA.
-    fn stop(&self, bar: &Bar0<'_>, admin: Option<&mut AdminQueue>, why: Failure, live: &[QPair]) -> bool {
+    fn stop(
+        &self,
+        bar: &Bar0<'_>,
+        admin: Option<&mut AdminQueue>,
+        why: Failure,
+        live: &[QPair],
+    ) -> bool {
         if why == Failure::Removed {
             return false;
         }
@@ -590,7 +649,11 @@ impl Shared {
             'queues: for q in live {
                 for cmd in q.delete_cmds() {
                     if admin.submit(&self.dev, self.cap, cmd, &ring).is_err() {
-                        dev_warn!(self.dev, "deleting queue {} failed: shutting down without it\n", q.qid);
+                        dev_warn!(
+                            self.dev,
+                            "deleting queue {} failed: shutting down without it\n",
+                            q.qid
+                        );
                         break 'queues;
                     }
                 }
@@ -606,10 +669,16 @@ impl Shared {
             SHUTDOWN_TIMEOUT,
         );
         match done {
-            Ok(s) if s != u32::MAX => dev_info!(self.dev, "normal shutdown complete (CSTS.SHST) in {} ms\n",
-                                                start.elapsed().as_millis()),
-            _ => dev_warn!(self.dev, "normal shutdown did not complete within {} ms; disabling\n",
-                           SHUTDOWN_TIMEOUT.as_millis()),
+            Ok(s) if s != u32::MAX => dev_info!(
+                self.dev,
+                "normal shutdown complete (CSTS.SHST) in {} ms\n",
+                start.elapsed().as_millis()
+            ),
+            _ => dev_warn!(
+                self.dev,
+                "normal shutdown did not complete within {} ms; disabling\n",
+                SHUTDOWN_TIMEOUT.as_millis()
+            ),
         }
     }
 
@@ -676,7 +745,10 @@ impl Shared {
         let mut waited = 0;
         while self.busy.load(Acquire) != 0 {
             if waited == 60_000 {
-                dev_err!(self.dev, "unbind: a close or destroy still runs after 60 s; not waiting for it\n");
+                dev_err!(
+                    self.dev,
+                    "unbind: a close or destroy still runs after 60 s; not waiting for it\n"
+                );
                 break;
             }
             kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
@@ -701,14 +773,21 @@ impl PinnedDrop for Shared {
         // still here only when probe failed after enabling it (the device
         // node could not be made). Stop the controller before the queue's
         // memory goes, or keep the memory if it will not stop.
-        let Some(admin) = self.admin.lock().take() else { return };
+        let Some(admin) = self.admin.lock().take() else {
+            return;
+        };
         // SAFETY: unbind takes the admin queue, so it is still here only
         // while probe runs, with the device bound.
         let dev = unsafe { self.dev.as_bound() };
         // `access`, not `try_access`: disabling sleeps.
-        let stopped = self.bar.access(dev).is_ok_and(|bar| crate::controller::disable(&self.dev, bar, self.cap, &self.fake_csts).is_ok());
+        let stopped = self.bar.access(dev).is_ok_and(|bar| {
+            crate::controller::disable(&self.dev, bar, self.cap, &self.fake_csts).is_ok()
+        });
         if !stopped {
-            dev_err!(self.dev, "controller did not stop after a failed probe: keeping its admin queue\n");
+            dev_err!(
+                self.dev,
+                "controller did not stop after a failed probe: keeping its admin queue\n"
+            );
             core::mem::forget(admin);
         }
     }

@@ -20,9 +20,25 @@ use crate::buffers::{Buffers, Pending, REVOKE_WAIT_MS};
 // void pointers: the shim's prototypes are in rust/shim.h.
 extern "C" {
     fn gpunvme_shim_clear_master(dev: *mut c_void);
-    fn gpunvme_shim_mmap_setup(vma: *mut c_void, state: *mut c_void, gen: u64, kind: u32, mmio: bool) -> i32;
-    fn gpunvme_shim_insert_coherent(vma: *mut c_void, addr: usize, cpu: *mut c_void, off: usize) -> u32;
-    fn gpunvme_shim_insert_bar(vma: *mut c_void, addr: usize, dev: *mut c_void, bar_offset: usize) -> u32;
+    fn gpunvme_shim_mmap_setup(
+        vma: *mut c_void,
+        state: *mut c_void,
+        gen: u64,
+        kind: u32,
+        mmio: bool,
+    ) -> i32;
+    fn gpunvme_shim_insert_coherent(
+        vma: *mut c_void,
+        addr: usize,
+        cpu: *mut c_void,
+        off: usize,
+    ) -> u32;
+    fn gpunvme_shim_insert_bar(
+        vma: *mut c_void,
+        addr: usize,
+        dev: *mut c_void,
+        bar_offset: usize,
+    ) -> u32;
     static gpunvme_vm_fault_sigbus: u32;
     fn gpunvme_shim_zap_file(file: *mut c_void);
     fn gpunvme_shim_pin_user(uaddr: u64, len: u64, err: *mut i32) -> *mut c_void;
@@ -55,11 +71,19 @@ pub(crate) fn clear_bus_master(pdev: &pci::Device<kernel::device::Bound>) {
 /// Make `vma` a fault-populated mapping of object `gen`/`kind` of the
 /// open file `state` (`mmio`: an uncached BAR page). No page is inserted
 /// here: `gpunvme_mmap_fault` does that, under the module's lock.
-pub(crate) fn mmap_setup(vma: &VmaNew, state: *const c_void, gen: u64, kind: u32, mmio: bool) -> Result {
+pub(crate) fn mmap_setup(
+    vma: &VmaNew,
+    state: *const c_void,
+    gen: u64,
+    kind: u32,
+    mmio: bool,
+) -> Result {
     // SAFETY: `vma` is a VMA being set up under the mmap lock; `state` is
     // the file's private data, which outlives every VMA of the file (a VMA
     // holds a reference on the file).
-    to_result(unsafe { gpunvme_shim_mmap_setup(vma.as_ptr().cast(), state.cast_mut(), gen, kind, mmio) })
+    to_result(unsafe {
+        gpunvme_shim_mmap_setup(vma.as_ptr().cast(), state.cast_mut(), gen, kind, mmio)
+    })
 }
 
 /// Insert the page at `off` of coherent memory `cpu` into `vma` at `addr`.
@@ -69,7 +93,12 @@ pub(crate) fn mmap_setup(vma: &VmaNew, state: *const c_void, gen: u64, kind: u32
 /// `vma` is the faulting VMA (mmap lock held by the fault path), and
 /// `cpu + off` is inside a live coherent allocation that stays allocated
 /// until every mapping of it is zapped.
-pub(crate) unsafe fn insert_coherent(vma: *mut c_void, addr: usize, cpu: *mut u8, off: usize) -> u32 {
+pub(crate) unsafe fn insert_coherent(
+    vma: *mut c_void,
+    addr: usize,
+    cpu: *mut u8,
+    off: usize,
+) -> u32 {
     // SAFETY: the caller's contract.
     unsafe { gpunvme_shim_insert_coherent(vma, addr, cpu.cast(), off) }
 }
@@ -80,7 +109,12 @@ pub(crate) unsafe fn insert_coherent(vma: *mut c_void, addr: usize, cpu: *mut u8
 ///
 /// `vma` is the faulting VMA and `dev` the bound PCI device, which stays
 /// bound until every mapping is zapped.
-pub(crate) unsafe fn insert_bar(vma: *mut c_void, addr: usize, dev: &Device, bar_offset: usize) -> u32 {
+pub(crate) unsafe fn insert_bar(
+    vma: *mut c_void,
+    addr: usize,
+    dev: &Device,
+    bar_offset: usize,
+) -> u32 {
     // SAFETY: the caller's contract; the shim checks the BAR's bounds.
     unsafe { gpunvme_shim_insert_bar(vma, addr, raw(dev), bar_offset) }
 }
@@ -121,17 +155,25 @@ impl HostMap {
         let mut err = 0i32;
         // SAFETY: pinning user memory of the current task is what the shim does.
         let p = unsafe { gpunvme_shim_pin_user(uaddr, len, &mut err) };
-        NonNull::new(p).map(Self).ok_or_else(|| Error::from_errno(err))
+        NonNull::new(p)
+            .map(Self)
+            .ok_or_else(|| Error::from_errno(err))
     }
 
     /// Map the pinned pages for `dev`; the DMA address of each 4 KiB page
     /// goes to `dma_addrs` (exactly as many entries as pages were pinned).
-    pub(crate) fn map(&mut self, dev: &Device<kernel::device::Bound>, dma_addrs: &mut [u64]) -> Result {
+    pub(crate) fn map(
+        &mut self,
+        dev: &Device<kernel::device::Bound>,
+        dma_addrs: &mut [u64],
+    ) -> Result {
         // SAFETY: `self.0` came from gpunvme_shim_pin_user and is not mapped
         // yet (`map` is called once, by `map_host`); `dma_addrs` has room
         // for every pinned page (the caller sized it from the same length);
         // `dev` is bound for the duration of the call.
-        to_result(unsafe { gpunvme_shim_map_pinned(self.0.as_ptr(), raw(dev), dma_addrs.as_mut_ptr()) })
+        to_result(unsafe {
+            gpunvme_shim_map_pinned(self.0.as_ptr(), raw(dev), dma_addrs.as_mut_ptr())
+        })
     }
 }
 
@@ -143,8 +185,23 @@ impl Drop for HostMap {
 }
 
 extern "C" {
-    fn gpunvme_shim_export_mmio(dev: *mut c_void, bar_offset: u64, len: u64, flags: u32, fd: *mut i32, err: *mut i32) -> *mut c_void;
-    fn gpunvme_shim_export_mem(dev: *mut c_void, cpu: *mut c_void, dma: u64, size: usize, flags: u32, fd: *mut i32, err: *mut i32) -> *mut c_void;
+    fn gpunvme_shim_export_mmio(
+        dev: *mut c_void,
+        bar_offset: u64,
+        len: u64,
+        flags: u32,
+        fd: *mut i32,
+        err: *mut i32,
+    ) -> *mut c_void;
+    fn gpunvme_shim_export_mem(
+        dev: *mut c_void,
+        cpu: *mut c_void,
+        dma: u64,
+        size: usize,
+        flags: u32,
+        fd: *mut i32,
+        err: *mut i32,
+    ) -> *mut c_void;
     fn gpunvme_shim_export_revoke(exp: *mut c_void) -> bool;
 }
 
@@ -168,18 +225,32 @@ impl Export {
         let (mut fd, mut err) = (-1i32, 0i32);
         // SAFETY: `dev` is the PCI device gpunvme is bound to (callers hold
         // the admin lock with the device bound); the shim checks the range.
-        let p = unsafe { gpunvme_shim_export_mmio(raw(dev), bar_offset, len, flags, &mut fd, &mut err) };
-        NonNull::new(p).map(|p| (Self(p), fd)).ok_or_else(|| Error::from_errno(err))
+        let p = unsafe {
+            gpunvme_shim_export_mmio(raw(dev), bar_offset, len, flags, &mut fd, &mut err)
+        };
+        NonNull::new(p)
+            .map(|p| (Self(p), fd))
+            .ok_or_else(|| Error::from_errno(err))
     }
 
     /// Export coherent memory (`cpu`, `dma`, `size`) of `dev`.
     /// The caller revokes (drops) the export before freeing that memory.
-    pub(crate) fn memory(dev: &Device, cpu: *mut u8, dma: u64, size: usize, flags: u32) -> Result<(Self, i32)> {
+    pub(crate) fn memory(
+        dev: &Device,
+        cpu: *mut u8,
+        dma: u64,
+        size: usize,
+        flags: u32,
+    ) -> Result<(Self, i32)> {
         let (mut fd, mut err) = (-1i32, 0i32);
         // SAFETY: `cpu`/`dma`/`size` describe a live coherent allocation of
         // `dev`, which outlives this export's unrevoked life (caller contract).
-        let p = unsafe { gpunvme_shim_export_mem(raw(dev), cpu.cast(), dma, size, flags, &mut fd, &mut err) };
-        NonNull::new(p).map(|p| (Self(p), fd)).ok_or_else(|| Error::from_errno(err))
+        let p = unsafe {
+            gpunvme_shim_export_mem(raw(dev), cpu.cast(), dma, size, flags, &mut fd, &mut err)
+        };
+        NonNull::new(p)
+            .map(|p| (Self(p), fd))
+            .ok_or_else(|| Error::from_errno(err))
     }
 }
 
@@ -242,14 +313,29 @@ impl Import {
     /// Import dma-buf `fd` for `dev` as mapping `handle` of the file whose
     /// pages are `buffers`; the DMA address of each 4 KiB page goes to
     /// `dma_addrs` (at most its length). Returns the byte length.
-    pub(crate) fn new(dev: &Device, fd: i32, dma_addrs: &mut [u64], buffers: &Arc<Buffers>, handle: u32) -> Result<(Self, u64)> {
+    pub(crate) fn new(
+        dev: &Device,
+        fd: i32,
+        dma_addrs: &mut [u64],
+        buffers: &Arc<Buffers>,
+        handle: u32,
+    ) -> Result<(Self, u64)> {
         let (mut len, mut err) = (0u64, 0i32);
         let b = Arc::into_raw(buffers.clone());
         // SAFETY: `dma_addrs` has room for the `max_pages` passed; the shim
         // takes its own reference on the dma-buf behind `fd`; `b` stays
         // valid until the attachment is gone (dropped after unimport).
         let p = unsafe {
-            gpunvme_shim_import(raw(dev), fd, dma_addrs.as_mut_ptr(), dma_addrs.len() as u64, &mut len, b.cast_mut().cast(), handle, &mut err)
+            gpunvme_shim_import(
+                raw(dev),
+                fd,
+                dma_addrs.as_mut_ptr(),
+                dma_addrs.len() as u64,
+                &mut len,
+                b.cast_mut().cast(),
+                handle,
+                &mut err,
+            )
         };
         match NonNull::new(p) {
             Some(imp) => Ok((Self { imp, buffers: b }, len)),
@@ -345,7 +431,11 @@ pub(crate) fn taint_no_iommu() {
 }
 
 extern "C" {
-    fn gpunvme_shim_debugfs_ctrl(dev: *mut c_void, mmap_delay_ms: *mut u32, drop_admin_doorbells: *mut u32) -> *mut c_void;
+    fn gpunvme_shim_debugfs_ctrl(
+        dev: *mut c_void,
+        mmap_delay_ms: *mut u32,
+        drop_admin_doorbells: *mut u32,
+    ) -> *mut c_void;
     fn gpunvme_shim_debugfs_remove(d: *mut c_void);
     fn gpunvme_shim_debugfs_u32(d: *mut c_void, name: *const kernel::ffi::c_char, value: *mut u32);
     fn gpunvme_shim_debugfs_fake_csts(d: *mut c_void, fake: *mut u32);
@@ -382,12 +472,20 @@ impl DebugDir {
     ) -> Self {
         // SAFETY: `Atomic<u32>` has the layout of a `u32`; debugfs reads and
         // writes them whole; the caller keeps them alive until drop.
-        let d = unsafe { gpunvme_shim_debugfs_ctrl(raw(dev), mmap_delay_ms.as_ptr(), drop_admin_doorbells.as_ptr()) };
+        let d = unsafe {
+            gpunvme_shim_debugfs_ctrl(
+                raw(dev),
+                mmap_delay_ms.as_ptr(),
+                drop_admin_doorbells.as_ptr(),
+            )
+        };
         // SAFETY: as above; `d` is the directory just made (or an error
         // pointer, which debugfs accepts).
         unsafe { gpunvme_shim_debugfs_fake_csts(d, fake_csts.as_ptr()) };
         // SAFETY: as above; the name is a static C string.
-        unsafe { gpunvme_shim_debugfs_u32(d, c"relay_hold_qid".as_char_ptr(), relay_hold_qid.as_ptr()) };
+        unsafe {
+            gpunvme_shim_debugfs_u32(d, c"relay_hold_qid".as_char_ptr(), relay_hold_qid.as_ptr())
+        };
         // SAFETY: `dev` is the bound PCI device; the file is removed with
         // the directory (at drop, during unbind), before the device goes.
         unsafe { gpunvme_shim_debugfs_pci_event(d, raw(dev)) };

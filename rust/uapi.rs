@@ -195,7 +195,15 @@ macro_rules! plain_uapi_struct {
         unsafe impl AsBytes for $t {}
     )*};
 }
-plain_uapi_struct!(QpairCreate, QpairDestroy, MapHost, Unmap, Export, MapDmabuf, Owner);
+plain_uapi_struct!(
+    QpairCreate,
+    QpairDestroy,
+    MapHost,
+    Unmap,
+    Export,
+    MapDmabuf,
+    Owner
+);
 
 pub(crate) const MAX_MAP_BYTES: u64 = 64 << 20;
 /// UAPI version 1's bridged flag: refused with a log line since version 2.
@@ -222,13 +230,21 @@ pub(crate) enum HeaderError {
 
 /// Every UAPI struct starts with `size` and `version` and ends in reserved
 /// words that must be zero on input.
-pub(crate) fn check_header(size: u32, version: u32, want_size: usize, reserved: &[u64]) -> Result<(), HeaderError> {
+pub(crate) fn check_header(
+    size: u32,
+    version: u32,
+    want_size: usize,
+    reserved: &[u64],
+) -> Result<(), HeaderError> {
     let want = want_size as u32;
     if size != want {
         return Err(HeaderError::Size { got: size, want });
     }
     if version != UAPI_VERSION {
-        return Err(HeaderError::Version { got: version, want: UAPI_VERSION });
+        return Err(HeaderError::Version {
+            got: version,
+            want: UAPI_VERSION,
+        });
     }
     if reserved.iter().any(|&r| r != 0) {
         return Err(HeaderError::ReservedNonZero);
@@ -299,9 +315,26 @@ mod tests {
             0,
         ];
         // SAFETY: the C object defines these read-only tables at link time.
-        let (layout, iocs, limits) = unsafe { (gpunvme_uapi_layout_others, gpunvme_uapi_iocs, gpunvme_uapi_limits) };
+        let (layout, iocs, limits) = unsafe {
+            (
+                gpunvme_uapi_layout_others,
+                gpunvme_uapi_iocs,
+                gpunvme_uapi_limits,
+            )
+        };
         assert_eq!(mirror, layout);
-        assert_eq!([IOC_CREATE_QPAIR, IOC_DESTROY_QPAIR, IOC_MAP_HOST, IOC_UNMAP, IOC_EXPORT, IOC_MAP_DMABUF, IOC_CLAIM_OWNER], iocs);
+        assert_eq!(
+            [
+                IOC_CREATE_QPAIR,
+                IOC_DESTROY_QPAIR,
+                IOC_MAP_HOST,
+                IOC_UNMAP,
+                IOC_EXPORT,
+                IOC_MAP_DMABUF,
+                IOC_CLAIM_OWNER
+            ],
+            iocs
+        );
         let consts = [
             MAX_MAP_BYTES,
             u64::from(MIN_QUEUE_DEPTH),
@@ -350,8 +383,13 @@ mod tests {
             offset_of!(NsInfo, capacity_lbas),
         ];
         // SAFETY: the C object defines these read-only tables at link time.
-        let (c_layout, c_ioc, c_version) =
-            unsafe { (gpunvme_uapi_layout_info, gpunvme_uapi_ioc_get_info, gpunvme_uapi_version) };
+        let (c_layout, c_ioc, c_version) = unsafe {
+            (
+                gpunvme_uapi_layout_info,
+                gpunvme_uapi_ioc_get_info,
+                gpunvme_uapi_version,
+            )
+        };
         assert_eq!(mirror, c_layout);
         assert_eq!(IOC_GET_INFO, c_ioc);
         assert_eq!(UAPI_VERSION, c_version);
@@ -363,12 +401,18 @@ mod tests {
         assert_eq!(check_header(n as u32, 2, n, &[0; 6]), Ok(()));
         assert_eq!(
             check_header(8, 2, n, &[0; 6]),
-            Err(HeaderError::Size { got: 8, want: n as u32 })
+            Err(HeaderError::Size {
+                got: 8,
+                want: n as u32
+            })
         );
         assert_eq!(
             check_header(n as u32, 1, n, &[0; 6]),
             Err(HeaderError::Version { got: 1, want: 2 })
         );
-        assert_eq!(check_header(n as u32, 2, n, &[0, 0, 1]), Err(HeaderError::ReservedNonZero));
+        assert_eq!(
+            check_header(n as u32, 2, n, &[0, 0, 1]),
+            Err(HeaderError::ReservedNonZero)
+        );
     }
 }

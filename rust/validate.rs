@@ -79,7 +79,13 @@ const WZ_CDW12_ALLOWED: u32 = RW_CDW12_ALLOWED | (1 << 25);
 /// Check `sqe`; on success return the SQE to put in the real SQ (its
 /// command ID still to be set). `list` is the kernel's PRP list for this
 /// command, at DMA address `list_dma`; it receives the checked entries.
-pub(crate) fn check(sqe: &Sqe, lim: &Limits, mem: &impl Memory, list: &mut [u64], list_dma: u64) -> Result<Sqe, Reject> {
+pub(crate) fn check(
+    sqe: &Sqe,
+    lim: &Limits,
+    mem: &impl Memory,
+    list: &mut [u64],
+    list_dma: u64,
+) -> Result<Sqe, Reject> {
     // Fused (bits 1:0), reserved (5:2) and PSDT (7:6, anything but PRPs).
     if sqe.flags != 0 {
         return Err(Reject::Field);
@@ -90,8 +96,16 @@ pub(crate) fn check(sqe: &Sqe, lim: &Limits, mem: &impl Memory, list: &mut [u64]
         opcode::WRITE_ZEROES => Some(WZ_CDW12_ALLOWED),
         _ => return Err(Reject::Opcode),
     };
-    let ns = lim.ns.iter().find(|n| n.nsid == sqe.nsid).ok_or(Reject::Namespace)?;
-    let mut out = Sqe { opcode: sqe.opcode, nsid: sqe.nsid, ..Default::default() };
+    let ns = lim
+        .ns
+        .iter()
+        .find(|n| n.nsid == sqe.nsid)
+        .ok_or(Reject::Namespace)?;
+    let mut out = Sqe {
+        opcode: sqe.opcode,
+        nsid: sqe.nsid,
+        ..Default::default()
+    };
     let Some(allowed) = allowed else {
         return Ok(out);
     };
@@ -123,7 +137,14 @@ pub(crate) fn check(sqe: &Sqe, lim: &Limits, mem: &impl Memory, list: &mut [u64]
 }
 
 /// PRP1/PRP2 for a transfer of `len` bytes (NVMe base spec 2.0, 4.1.1).
-fn check_prps(prp1: u64, prp2: u64, len: u64, mem: &impl Memory, list: &mut [u64], list_dma: u64) -> Result<(u64, u64), Reject> {
+fn check_prps(
+    prp1: u64,
+    prp2: u64,
+    len: u64,
+    mem: &impl Memory,
+    list: &mut [u64],
+    list_dma: u64,
+) -> Result<(u64, u64), Reject> {
     if prp1 & 3 != 0 || !mem.owns_page(prp1 & !(PAGE - 1)) {
         return Err(Reject::Field);
     }
@@ -167,7 +188,11 @@ fn check_prps(prp1: u64, prp2: u64, len: u64, mem: &impl Memory, list: &mut [u64
 /// capped so that one page of list entries covers it (2 MiB).
 pub(crate) fn shared_max_transfer(mdts_bytes: u32) -> u32 {
     let cap = (ENTRIES_PER_PAGE * PAGE) as u32;
-    if mdts_bytes == 0 { cap } else { mdts_bytes.min(cap) }
+    if mdts_bytes == 0 {
+        cap
+    } else {
+        mdts_bytes.min(cap)
+    }
 }
 
 /// Entries one command's list needs at most, for `max_transfer` bytes.
@@ -198,8 +223,19 @@ mod tests {
 
     fn limits() -> Limits {
         let mut ns = KVec::new();
-        ns.push(Ns { nsid: 1, lba_shift: 9, capacity: 1000 }, GFP_KERNEL).unwrap();
-        Limits { ns, max_transfer: 512 * 1024 }
+        ns.push(
+            Ns {
+                nsid: 1,
+                lba_shift: 9,
+                capacity: 1000,
+            },
+            GFP_KERNEL,
+        )
+        .unwrap();
+        Limits {
+            ns,
+            max_transfer: 512 * 1024,
+        }
     }
 
     fn read(slba: u64, blocks: u32, prp1: u64, prp2: u64) -> Sqe {
@@ -225,19 +261,82 @@ mod tests {
         let m = Model { pool: [0; 1024] };
         assert!(run(&read(0, 8, 0x10000, 0), &m).is_ok());
         for op in [0x04u8, 0x05, 0x09, 0x0d, 0x7f, 0x80, 0xff] {
-            assert_eq!(run(&Sqe { opcode: op, ..read(0, 1, 0x10000, 0) }, &m), Err(Reject::Opcode));
+            assert_eq!(
+                run(
+                    &Sqe {
+                        opcode: op,
+                        ..read(0, 1, 0x10000, 0)
+                    },
+                    &m
+                ),
+                Err(Reject::Opcode)
+            );
         }
         for flags in [1u8, 2, 0x40, 0x80, 0x04] {
-            assert_eq!(run(&Sqe { flags, ..read(0, 1, 0x10000, 0) }, &m), Err(Reject::Field));
+            assert_eq!(
+                run(
+                    &Sqe {
+                        flags,
+                        ..read(0, 1, 0x10000, 0)
+                    },
+                    &m
+                ),
+                Err(Reject::Field)
+            );
         }
-        assert_eq!(run(&Sqe { mptr: 0x10000, ..read(0, 1, 0x10000, 0) }, &m), Err(Reject::Field));
-        assert_eq!(run(&Sqe { cdw12: 1 << 26, ..read(0, 1, 0x10000, 0) }, &m), Err(Reject::Field));
-        assert_eq!(run(&Sqe { cdw14: 1, ..read(0, 1, 0x10000, 0) }, &m), Err(Reject::Field));
+        assert_eq!(
+            run(
+                &Sqe {
+                    mptr: 0x10000,
+                    ..read(0, 1, 0x10000, 0)
+                },
+                &m
+            ),
+            Err(Reject::Field)
+        );
+        assert_eq!(
+            run(
+                &Sqe {
+                    cdw12: 1 << 26,
+                    ..read(0, 1, 0x10000, 0)
+                },
+                &m
+            ),
+            Err(Reject::Field)
+        );
+        assert_eq!(
+            run(
+                &Sqe {
+                    cdw14: 1,
+                    ..read(0, 1, 0x10000, 0)
+                },
+                &m
+            ),
+            Err(Reject::Field)
+        );
         for nsid in [0u32, 2, 0xffff_ffff] {
-            assert_eq!(run(&Sqe { nsid, ..read(0, 1, 0x10000, 0) }, &m), Err(Reject::Namespace));
+            assert_eq!(
+                run(
+                    &Sqe {
+                        nsid,
+                        ..read(0, 1, 0x10000, 0)
+                    },
+                    &m
+                ),
+                Err(Reject::Namespace)
+            );
         }
         // Flush carries nothing but its namespace to the controller.
-        let f = run(&Sqe { opcode: opcode::FLUSH, prp1: 0x1234, cdw10: 9, ..read(0, 1, 0, 0) }, &m).unwrap();
+        let f = run(
+            &Sqe {
+                opcode: opcode::FLUSH,
+                prp1: 0x1234,
+                cdw10: 9,
+                ..read(0, 1, 0, 0)
+            },
+            &m,
+        )
+        .unwrap();
         assert_eq!((f.prp1, f.cdw10, f.nsid), (0, 0, 1));
     }
 
@@ -246,8 +345,15 @@ mod tests {
         let m = Model { pool: [0; 1024] };
         assert!(run(&read(992, 8, 0x10000, 0), &m).is_ok());
         assert_eq!(run(&read(993, 8, 0x10000, 0), &m), Err(Reject::LbaRange));
-        assert_eq!(run(&read(u64::MAX, 1, 0x10000, 0), &m), Err(Reject::LbaRange));
-        let wz = Sqe { opcode: opcode::WRITE_ZEROES, cdw12: (1 << 25) | 999, ..read(0, 1, 0, 0) };
+        assert_eq!(
+            run(&read(u64::MAX, 1, 0x10000, 0), &m),
+            Err(Reject::LbaRange)
+        );
+        let wz = Sqe {
+            opcode: opcode::WRITE_ZEROES,
+            cdw12: (1 << 25) | 999,
+            ..read(0, 1, 0, 0)
+        };
         assert!(run(&wz, &m).is_ok());
         assert_eq!(run(&Sqe { cdw10: 1, ..wz }, &m), Err(Reject::LbaRange));
     }
@@ -275,7 +381,14 @@ mod tests {
         }
         let mut list = [0u64; 128];
         // 20 KiB from a page start: PRP1 + 4 list entries.
-        let ok = check(&read(0, 40, 0x10000, 0x80000), &limits(), &m, &mut list, 0xdead000).unwrap();
+        let ok = check(
+            &read(0, 40, 0x10000, 0x80000),
+            &limits(),
+            &m,
+            &mut list,
+            0xdead000,
+        )
+        .unwrap();
         assert_eq!(ok.prp2, 0xdead000);
         assert_eq!(&list[..4], &[0x11000, 0x12000, 0x13000, 0x14000]);
         // A list outside the pool, or an entry the file does not own.
@@ -297,12 +410,21 @@ mod tests {
             m.pool[512 + i] = 0x12000 + 0x1000 * i as u64;
         }
         let mut list = [0u64; 128];
-        let ok = check(&read(0, 40, 0x10000, 0x80000 + 510 * 8), &limits(), &m, &mut list, 0xd000);
+        let ok = check(
+            &read(0, 40, 0x10000, 0x80000 + 510 * 8),
+            &limits(),
+            &m,
+            &mut list,
+            0xd000,
+        );
         assert!(ok.is_ok());
         assert_eq!(&list[..4], &[0x11000, 0x12000, 0x13000, 0x14000]);
         // A chain pointer out of the pool is refused.
         m.pool[511] = 0x12000;
-        assert_eq!(run(&read(0, 40, 0x10000, 0x80000 + 510 * 8), &m), Err(Reject::Field));
+        assert_eq!(
+            run(&read(0, 40, 0x10000, 0x80000 + 510 * 8), &m),
+            Err(Reject::Field)
+        );
     }
 
     #[test]
@@ -312,11 +434,21 @@ mod tests {
         let mut lim = limits();
         lim.ns[0].capacity = 1 << 20;
         let mut list = [0u64; 128];
-        assert_eq!(check(&read(0, 1025, 0x10000, 0x80000), &lim, &m, &mut list, 0), Err(Reject::Field));
+        assert_eq!(
+            check(&read(0, 1025, 0x10000, 0x80000), &lim, &m, &mut list, 0),
+            Err(Reject::Field)
+        );
         assert_eq!(Reject::LbaRange.status(), 0x8100);
         assert_eq!(Reject::Field.status(), 0x8004);
         assert_eq!(list_entries(512 * 1024), 128);
         assert_eq!(list_entries(4 << 20), 512);
-        assert_eq!((shared_max_transfer(0), shared_max_transfer(4 << 20), shared_max_transfer(128 << 10)), (2 << 20, 2 << 20, 128 << 10));
+        assert_eq!(
+            (
+                shared_max_transfer(0),
+                shared_max_transfer(4 << 20),
+                shared_max_transfer(128 << 10)
+            ),
+            (2 << 20, 2 << 20, 128 << 10)
+        );
     }
 }

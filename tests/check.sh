@@ -9,6 +9,7 @@
 #   kcache two builds of one test kernel at once: one waits, the kernel is built once
 #   runner the VM runner itself: passing, failing and hung tests are counted right
 #   vm     kselftests + KUnit in the QEMU VM, against the emulated NVMe
+#   modlint the module: rustfmt with the kernel's .rustfmt.toml, clippy (CLIPPY=1)
 #   dkms   the module built through DKMS, then loaded and smoke-tested in the VM
 #   docs   uapi/gpunvme.md matches uapi/gpunvme.h (+ its self-test); links and SVGs in the docs
 # A suite that fails to build or run counts as one failure.
@@ -69,6 +70,7 @@ suite isa count_plain_all make -s -C "$ROOT" isa-check
 suite kcache count_plain bash "$ROOT"/tests/kernel/build_lock_test.sh
 suite runner count_plain bash "$ROOT"/tests/vm/selftest.sh
 suite vm count_plain make -s -C "$ROOT" vm-test
+suite modlint count_plain bash "$ROOT"/tests/module/lint.sh
 suite dkms count_plain make -s -C "$ROOT" dkms-check
 suite docs count_plain bash "$ROOT"/tests/docs/check_uapi_reference.sh
 
