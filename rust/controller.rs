@@ -17,7 +17,7 @@ use kernel::{
 use crate::admin::{AdminQueue, ADMIN_DEPTH};
 use crate::command;
 use crate::identify;
-use crate::regs::{self, Cap};
+use crate::regs::{self, Cap, ACQ, ASQ, CC, CSTS};
 use crate::uapi;
 
 /// Registers plus the doorbells of the first 64 queue pairs at the
@@ -33,9 +33,11 @@ fn ready_timeout(cap: Cap) -> Delta {
     Delta::from_millis(i64::from(cap.ready_timeout_ms().max(500)))
 }
 
+/// A 64-bit register as two 32-bit writes, low half first.
 fn write64(bar: &Bar0<'_>, offset: usize, value: u64) {
-    bar.write32(value as u32, offset);
-    bar.write32((value >> 32) as u32, offset + 4);
+    let (lo, hi) = regs::halves(value);
+    bar.write32(lo, offset);
+    bar.write32(hi, offset + 4);
 }
 
 /// Clear CC.EN and wait for CSTS.RDY to drop. After this the controller
@@ -43,22 +45,27 @@ fn write64(bar: &Bar0<'_>, offset: usize, value: u64) {
 /// all-ones makes every read all-ones; a faked CFS is cleared by the
 /// disable, as a reset clears a real one.
 pub(crate) fn disable(dev: &Device, bar: &Bar0<'_>, cap: Cap, fake: &Atomic<u32>) -> Result {
-    let read = |offset: usize| -> u32 {
-        match fake.load(Relaxed) {
-            crate::shared::FAKE_ONES => u32::MAX,
-            _ => bar.read32(offset),
-        }
+    let ones = || fake.load(Relaxed) == crate::shared::FAKE_ONES;
+    let cc = if ones() {
+        CC::from_raw(u32::MAX)
+    } else {
+        bar.read(CC)
     };
-    let cc = read(regs::CC);
-    if cc == u32::MAX {
+    if cc.into_raw() == u32::MAX {
         dev_err!(dev, "controller gone (CC reads all-ones)\n");
         return Err(ENODEV);
     }
-    bar.write32(cc & !regs::CC_ENABLE, regs::CC);
+    bar.write_reg(cc.with_en(false));
     let _ = fake.cmpxchg(crate::shared::FAKE_CFS, 0, Relaxed);
     read_poll_timeout(
-        || Ok(read(regs::CSTS)),
-        |s: &u32| *s != u32::MAX && s & regs::CSTS_READY == 0,
+        || {
+            Ok(if ones() {
+                CSTS::from_raw(u32::MAX)
+            } else {
+                bar.read(CSTS)
+            })
+        },
+        |s: &CSTS| s.into_raw() != u32::MAX && !s.rdy(),
         Delta::from_millis(1),
         ready_timeout(cap),
     )
@@ -82,13 +89,15 @@ pub(crate) fn enable(dev: &Device, bar: &Bar0<'_>, cap: Cap, admin: &AdminQueue)
         );
         return Err(ENODEV);
     }
-    bar.write32(regs::aqa(ADMIN_DEPTH), regs::AQA);
-    write64(bar, regs::ASQ, admin.sq_dma());
-    write64(bar, regs::ACQ, admin.cq_dma());
-    bar.write32(regs::cc_enable(), regs::CC);
+    bar.write_reg(regs::aqa(ADMIN_DEPTH).ok_or(EINVAL)?);
+    let asq = ASQ::from_raw(0).try_with_asqb(admin.sq_dma() >> 12)?;
+    let acq = ACQ::from_raw(0).try_with_acqb(admin.cq_dma() >> 12)?;
+    write64(bar, regs::offset::<ASQ>(), asq.into_raw());
+    write64(bar, regs::offset::<ACQ>(), acq.into_raw());
+    bar.write_reg(regs::cc_enable());
     let csts = read_poll_timeout(
-        || Ok(bar.read32(regs::CSTS)),
-        |s: &u32| s & (regs::CSTS_READY | regs::CSTS_FATAL) != 0,
+        || Ok(bar.read(CSTS)),
+        |s: &CSTS| s.rdy() || s.cfs(),
         Delta::from_millis(1),
         ready_timeout(cap),
     )
@@ -99,11 +108,11 @@ pub(crate) fn enable(dev: &Device, bar: &Bar0<'_>, cap: Cap, admin: &AdminQueue)
             ready_timeout(cap).as_millis()
         )
     })?;
-    if csts & regs::CSTS_FATAL != 0 {
+    if csts.cfs() {
         dev_err!(
             dev,
             "controller fatal status (CSTS {:#x}) during enable\n",
-            csts
+            csts.into_raw()
         );
         return Err(EIO);
     }

@@ -106,10 +106,11 @@ impl pci::Driver for GpunvmeDriver {
             let bar = devres_bar.access(pdev.as_ref())?;
             // Two 32-bit reads, low half first: the spec allows it and the BAR
             // mapping only guarantees 32-bit alignment.
-            let cap = regs::Cap(
-                u64::from(bar.read32(regs::CAP)) | (u64::from(bar.read32(regs::CAP + 4)) << 32),
+            let cap = regs::Cap::from_halves(
+                bar.read32(regs::offset::<regs::CAP>()),
+                bar.read32(regs::offset::<regs::CAP>() + 4),
             );
-            let vs = regs::Version(bar.read32(regs::VS));
+            let vs = regs::Version(bar.read(regs::VS).into_raw());
             if cap.0 == u64::MAX {
                 dev_err!(pdev, "CAP reads all-ones: controller not responding\n");
                 return Err(EIO);

@@ -28,7 +28,7 @@ use crate::admin::AdminQueue;
 use crate::controller::{Bar0, BAR0_MIN};
 use crate::dma_registry::{DmaRegistry, FileId, Quarantined};
 use crate::qpair::QPair;
-use crate::regs::{self, Cap};
+use crate::regs::{self, Cap, CC, CSTS};
 use crate::shim;
 use crate::uapi;
 
@@ -249,15 +249,22 @@ impl Shared {
         Ok(())
     }
 
-    /// A register read, as the `fake_csts` knob makes it look.
-    pub(crate) fn read_reg(&self, bar: &Bar0<'_>, offset: usize) -> u32 {
-        // Offsets are checked at run time here (a failed check reads as a
-        // dead register).
-        let v = bar.try_read32(offset).unwrap_or(u32::MAX);
+    /// CSTS as the `fake_csts` knob makes it look (all-ones when the read
+    /// fails, as a dead register reads).
+    pub(crate) fn csts(&self, bar: &Bar0<'_>) -> CSTS {
+        let v = bar.try_read(CSTS).unwrap_or(CSTS::from_raw(u32::MAX));
         match self.fake_csts.load(Relaxed) {
-            FAKE_ONES => u32::MAX,
-            FAKE_CFS if offset == regs::CSTS => v | regs::CSTS_FATAL,
+            FAKE_ONES => CSTS::from_raw(u32::MAX),
+            FAKE_CFS => v.with_cfs(true),
             _ => v,
+        }
+    }
+
+    /// CC, with the same knob (all-ones after a faked removal).
+    fn cc(&self, bar: &Bar0<'_>) -> CC {
+        match self.fake_csts.load(Relaxed) {
+            FAKE_ONES => CC::from_raw(u32::MAX),
+            _ => bar.try_read(CC).unwrap_or(CC::from_raw(u32::MAX)),
         }
     }
 
@@ -633,8 +640,8 @@ impl Shared {
         if why == Failure::Removed {
             return false;
         }
-        let csts = self.read_reg(bar, regs::CSTS);
-        let healthy = csts != u32::MAX && csts & regs::CSTS_FATAL == 0;
+        let csts = self.csts(bar);
+        let healthy = csts.into_raw() != u32::MAX && !csts.cfs();
         if why.orderly() && healthy {
             self.orderly_shutdown(bar, admin, live);
         }
@@ -659,17 +666,18 @@ impl Shared {
                 }
             }
         }
-        let cc = self.read_reg(bar, regs::CC);
-        bar.write32((cc & !regs::CC_SHN_MASK) | regs::CC_SHN_NORMAL, regs::CC);
+        if let Ok(cc) = self.cc(bar).try_with_shn(regs::SHN_NORMAL) {
+            bar.write_reg(cc);
+        }
         let start = kernel::time::Instant::<kernel::time::Monotonic>::now();
         let done = read_poll_timeout(
-            || Ok(self.read_reg(bar, regs::CSTS)),
-            |s: &u32| *s == u32::MAX || s & regs::CSTS_SHST_MASK == regs::CSTS_SHST_COMPLETE,
+            || Ok(self.csts(bar)),
+            |s: &CSTS| s.into_raw() == u32::MAX || s.shst().get() == regs::SHST_COMPLETE,
             Delta::from_millis(1),
             SHUTDOWN_TIMEOUT,
         );
         match done {
-            Ok(s) if s != u32::MAX => dev_info!(
+            Ok(s) if s.into_raw() != u32::MAX => dev_info!(
                 self.dev,
                 "normal shutdown complete (CSTS.SHST) in {} ms\n",
                 start.elapsed().as_millis()
@@ -712,12 +720,12 @@ impl Shared {
             _ => return true,
         }
         let csts = match self.bar.try_access() {
-            Some(bar) => self.read_reg(&bar, regs::CSTS),
+            Some(bar) => self.csts(&bar),
             None => return false,
         };
-        if csts == u32::MAX {
+        if csts.into_raw() == u32::MAX {
             self.fail(Failure::Removed);
-        } else if csts & regs::CSTS_FATAL != 0 {
+        } else if csts.cfs() {
             self.fail(Failure::Fatal);
             let _ = self.reinit();
         }
