@@ -2,7 +2,7 @@
 
 //! Shared mode's relay: between a file (and its GPU) and the controller, a
 //! kernel thread takes each SQE from the pair's shadow SQ, has it checked
-//! (`validate.rs`), copies what passes into the real SQ under a command ID
+//! (`bridge/validate.rs`), copies what passes into the real SQ under a command ID
 //! it picks, and mirrors each completion back into the shadow CQ under the
 //! file's own command ID. The real SQ, CQ and doorbells never leave the
 //! kernel; a rejected SQE completes in the shadow CQ with an error status.
@@ -22,8 +22,10 @@
 //! CQ has room for its completion and for those of every command already
 //! in flight, so neither CQ can overflow whatever the file does.
 //!
-//! `Relay` is the algorithm, pure and KUnit-tested; `rust/bridge_thread.c`
+//! `Relay` is the algorithm, pure and KUnit-tested; `rust/bridge/bridge_thread.c`
 //! runs it on a small pool of threads shared by all pairs.
+
+pub(crate) mod validate;
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
@@ -36,17 +38,17 @@ use kernel::{
     },
 };
 
-use crate::buffers::{Buffers, Epoch, Pages};
-use crate::command::{Cqe, Sqe};
-use crate::regs::Cap;
-use crate::shared::Shared;
-use crate::validate::{self, Limits, Reject};
+use crate::controller::regs::Cap;
+use crate::controller::shared::Shared;
+use crate::dma::buffers::{Buffers, Epoch, Pages};
+use crate::queues::command::{Cqe, Sqe};
+use validate::{Limits, Reject};
 
 /// Offsets of the two shadow cells in the shadow page (own cache lines).
 pub(crate) const SHADOW_SQ_TAIL: u32 = 0;
 pub(crate) const SHADOW_CQ_HEAD: u32 = 64;
 
-/// Counters shown in debugfs (`rust/bridge_thread.c` reads them as u64s,
+/// Counters shown in debugfs (`rust/bridge/bridge_thread.c` reads them as u64s,
 /// in this order, under the names it lists).
 #[repr(C)]
 #[derive(Default, Debug, PartialEq, Eq)]
@@ -281,7 +283,7 @@ impl Relay {
 
 /// What the kernel thread works on: raw pointers into one queue pair's
 /// memory, valid while the `Bridge` that owns this lives (it is stopped
-/// before that memory is freed; see `dma_registry::QueueEntry`).
+/// before that memory is freed; see `dma::registry::QueueEntry`).
 pub(crate) struct Ctx {
     relay: Relay,
     pub(crate) counters: Counters,

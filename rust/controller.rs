@@ -4,6 +4,12 @@
 //! uses: disable and wait, admin queue, enable and wait, identify, then the
 //! number of I/O queues. Every wait is bounded by CAP.TO.
 
+pub(crate) mod admin;
+pub(crate) mod identify;
+pub(crate) mod lifecycle;
+pub(crate) mod regs;
+pub(crate) mod shared;
+
 use kernel::{
     device::{Bound, Device},
     dma::Coherent,
@@ -14,11 +20,10 @@ use kernel::{
     time::Delta,
 };
 
-use crate::admin::{AdminQueue, ADMIN_DEPTH};
-use crate::command;
-use crate::identify;
-use crate::regs::{self, Cap, ACQ, ASQ, CC, CSTS};
+use crate::controller::admin::{AdminQueue, ADMIN_DEPTH};
+use crate::queues::command;
 use crate::uapi;
+use regs::{Cap, ACQ, ASQ, CC, CSTS};
 
 /// Registers plus the doorbells of the first 64 queue pairs at the
 /// smallest stride: the least any NVMe BAR0 maps.
@@ -45,7 +50,7 @@ fn write64(bar: &Bar0<'_>, offset: usize, value: u64) {
 /// all-ones makes every read all-ones; a faked CFS is cleared by the
 /// disable, as a reset clears a real one.
 pub(crate) fn disable(dev: &Device, bar: &Bar0<'_>, cap: Cap, fake: &Atomic<u32>) -> Result {
-    let ones = || fake.load(Relaxed) == crate::shared::FAKE_ONES;
+    let ones = || fake.load(Relaxed) == crate::controller::shared::FAKE_ONES;
     let cc = if ones() {
         CC::from_raw(u32::MAX)
     } else {
@@ -56,7 +61,7 @@ pub(crate) fn disable(dev: &Device, bar: &Bar0<'_>, cap: Cap, fake: &Atomic<u32>
         return Err(ENODEV);
     }
     bar.write_reg(cc.with_en(false));
-    let _ = fake.cmpxchg(crate::shared::FAKE_CFS, 0, Relaxed);
+    let _ = fake.cmpxchg(crate::controller::shared::FAKE_CFS, 0, Relaxed);
     read_poll_timeout(
         || {
             Ok(if ones() {

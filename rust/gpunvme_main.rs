@@ -15,25 +15,16 @@ use kernel::{
     sync::{aref::ARef, atomic::Atomic, Arc},
 };
 
-mod admin;
-mod bridge;
-mod buffers;
-mod chardev;
-mod command;
-mod controller;
-mod dma_registry;
-mod file;
-mod identify;
-mod lifecycle;
-mod owner;
-mod qpair;
-mod regs;
-mod shared;
-mod shim;
-mod uapi;
-mod validate;
+// One folder per subsystem.
+mod bridge; // shared mode's relay threads and the command validator
+mod controller; // registers, bring-up, admin queue, failure paths, shared state
+mod dma; // the registry of DMA memory, a file's pages, dma-buf export/import
+mod queues; // I/O queue pairs and NVMe command encoding
+mod shim; // the C the 7.3 Rust crate cannot reach, behind typed owners
+mod uapi; // the ioctl ABI, device nodes and per-file operations
 
-use controller::BAR0_MIN;
+use controller::{admin, identify, lifecycle, regs, shared, BAR0_MIN};
+use uapi::{chardev, owner};
 
 // PRP entries and MAP_HOST hand out one DMA address per 4 KiB page, which
 // is one kernel page only where PAGE_SIZE is 4 KiB.

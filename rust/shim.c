@@ -29,7 +29,7 @@ void gpunvme_shim_clear_master(struct device *dev)
 /* Mappings are never inherited across fork nor grown by mremap. */
 #define GPUNVME_VM_FLAGS (VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY)
 
-/* rust/file.rs: map the page `index` of object `gen` into `vma` at `addr`. */
+/* rust/uapi/file.rs: map the page `index` of object `gen` into `vma` at `addr`. */
 vm_fault_t gpunvme_mmap_fault(void *state, u64 gen, u32 kind, u64 index,
 			      struct vm_area_struct *vma, unsigned long addr);
 
@@ -101,7 +101,7 @@ int gpunvme_shim_mmap_setup(struct vm_area_struct *vma, void *state, u64 gen, u3
 	return 0;
 }
 
-/* What rust/file.rs answers for a fault it refuses. */
+/* What rust/uapi/file.rs answers for a fault it refuses. */
 const vm_fault_t gpunvme_vm_fault_sigbus = VM_FAULT_SIGBUS;
 
 /* Insert the page at `off` of coherent memory `cpu` (linear map or vmap). */

@@ -43,7 +43,7 @@ struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms,
 					 u32 *drop_admin_doorbells);
 void gpunvme_shim_debugfs_u32(struct dentry *d, const char *name, u32 *value);
 void gpunvme_shim_debugfs_remove(struct dentry *d);
-/* rust/lifecycle.c */
+/* rust/controller/lifecycle.c */
 struct miscdevice;
 struct gpunvme_watch;
 int gpunvme_shim_hooks_add(struct device *dev, void *ctx);

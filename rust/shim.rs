@@ -14,7 +14,7 @@ use kernel::{
     sync::{atomic::Atomic, Arc},
 };
 
-use crate::buffers::{Buffers, Pending, REVOKE_WAIT_MS};
+use crate::dma::buffers::{Buffers, Pending, REVOKE_WAIT_MS};
 
 // `struct device`, `struct file` and `struct vm_area_struct` are passed as
 // void pointers: the shim's prototypes are in rust/shim.h.
@@ -205,7 +205,7 @@ extern "C" {
     fn gpunvme_shim_export_revoke(exp: *mut c_void) -> bool;
 }
 
-/// A dma-buf this module exported (see `rust/dmabuf_exporter.c`).
+/// A dma-buf this module exported (see `rust/dma/dmabuf_exporter.c`).
 /// [`Export::revoke`] revokes every importer's mapping and says whether
 /// they all let go; dropping it unrevoked revokes too (the answer is only
 /// logged). The dma-buf itself lives on until its last fd and attachment
@@ -290,7 +290,7 @@ extern "C" {
     fn gpunvme_shim_import_revoked(imp: *mut c_void) -> bool;
 }
 
-/// A dma-buf imported for the controller's DMA (see `rust/dmabuf_importer.c`):
+/// A dma-buf imported for the controller's DMA (see `rust/dma/dmabuf_importer.c`):
 /// attached peer-to-peer, pinned and mapped; detached on drop. When the
 /// exporter revokes it, its pages leave the importing file's `Buffers`
 /// first (`gpunvme_buffers_revoke`), so no new command can name them, and
@@ -396,7 +396,7 @@ extern "C" fn gpunvme_buffers_drain(buffers: *mut c_void, pending: u32) -> bool 
     b.drain(p, REVOKE_WAIT_MS)
 }
 
-/// `Pending` as `rust/dmabuf_importer.c` sees it: 0 and 1 are epochs, 2
+/// `Pending` as `rust/dma/dmabuf_importer.c` sees it: 0 and 1 are epochs, 2
 /// every counted command, 3 unknown (raw pairs).
 fn pending_to_c(p: Pending) -> u32 {
     match p {

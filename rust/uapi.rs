@@ -2,8 +2,12 @@
 
 //! Rust mirror of `uapi/gpunvme.h` and the checks every ioctl argument gets.
 //!
-//! The header is the source of truth; `rust/uapi_layout.c` publishes the C
+//! The header is the source of truth; `rust/uapi/uapi_layout.c` publishes the C
 //! compiler's view of it and the KUnit test below compares the two.
+
+pub(crate) mod chardev;
+pub(crate) mod file;
+pub(crate) mod owner;
 
 use kernel::{
     ioctl::{_IOW, _IOWR},

@@ -3,14 +3,14 @@
 // relay.h - shared mode's validating relay (UAPI v2) ported to host C++ for
 // the bench, rule for rule:
 //
-//   namespace validate  rust/validate.rs  `check`, `check_prps`,
+//   namespace validate  rust/bridge/validate.rs  `check`, `check_prps`,
 //                                         `shared_max_transfer`, `list_entries`
-//   class Buffers       rust/buffers.rs   `Buffers::{add, remove, owns_page}`
+//   class Buffers       rust/dma/buffers.rs   `Buffers::{add, remove, owns_page}`
 //   class Relay         rust/bridge.rs    `Relay::{new, step, post, alloc_cid,
 //                                         cq_room}` and `Counters`
 //   struct PairPort     rust/bridge.rs    `KernelPort` (+ `Reach`): the real
 //                                         memory of one shared pair
-//   relay_thread_loop   rust/bridge_thread.c `gpunvme_relay_fn`: one pool
+//   relay_thread_loop   rust/bridge/bridge_thread.c `gpunvme_relay_fn`: one pool
 //                                         thread stepping its pairs
 //
 // Each block below names the Rust lines it follows. Where C++ has to say

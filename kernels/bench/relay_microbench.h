@@ -7,7 +7,7 @@
 //
 // Per pair, in plain host memory: a shadow SQ, the shadow cells, a CQ
 // mirror, a PRP pool, the kernel's list slots, a real SQ, a real CQ and the
-// controller's doorbell cells, laid out as rust/qpair.rs lays them out. The
+// controller's doorbell cells, laid out as rust/queues/qpair.rs lays them out. The
 // file has its own Buffers (pages with made-up DMA addresses that nothing
 // dereferences). Around each pair's relay:
 //   client      plays the file: keeps depth-1 commands outstanding from a
@@ -401,7 +401,7 @@ struct World {
 	std::vector<std::unique_ptr<Pair>> pairs;
 };
 
-// One pair's memory, relay and port, as rust/qpair.rs sizes them: the PRP
+// One pair's memory, relay and port, as rust/queues/qpair.rs sizes them: the PRP
 // pool and the kernel lists are each depth * list_entries * 8 bytes,
 // list_entries a power of two (pool_pages_min raises the pool's size).
 inline void init_pair(Pair &p, uint16_t qid, uint32_t depth, const relay::Buffers *buffers,

@@ -313,7 +313,7 @@ R=("$BDF" --nsid "$NSID" --lba "$LBA" --count "$COUNT")
 used_pair() { # KIND LOG: the summary in LOG names a KIND (shared or raw) pair
     grep -q " on $1 qid [0-9]" "$2" || { echo "no 'on $1 qid N' in $2" >&2; return 1; }
 }
-step "write pattern (shared pair)" "a write through a shared queue pair failed: the NVMe status is in the log (with DNR: the module's checks refused it; see README 'A command completes with Invalid Field ...'); a timeout: the relay did not hand it on (rust/bridge.md)" \
+step "write pattern (shared pair)" "a write through a shared queue pair failed: the NVMe status is in the log (with DNR: the module's checks refused it; see README 'A command completes with Invalid Field ...'); a timeout: the relay did not hand it on (rust/bridge/bridge.md)" \
     "$GPUNVME" write "${R[@]}" --pattern "$SEED"
 check "the default queue pair is a shared one" "the write's summary does not say 'on shared qid N': this CLI is not UAPI version 2's" used_pair shared "$LAST_LOG"
 step "verify pattern (shared pair)" "the data read back differs from what was written (first mismatch in the log), or the read failed" "$GPUNVME" verify "${R[@]}" --pattern "$SEED"
@@ -335,7 +335,7 @@ must_fail_with() { # PATTERN CMD...: CMD fails, and its output matches PATTERN
     fi
     grep -Eq "$pat" <<<"$out" || { echo "validate: it failed, but not with '$pat'" >&2; return 1; }
 }
-step "a shared pair refuses a read past the namespace's end (LBA Out of Range)" "the read of LBA $CAPACITY (one past the end) did not fail with LBA Out of Range: shared mode's range check (rust/validate.rs) is broken, or the relay hung" \
+step "a shared pair refuses a read past the namespace's end (LBA Out of Range)" "the read of LBA $CAPACITY (one past the end) did not fail with LBA Out of Range: shared mode's range check (rust/bridge/validate.rs) is broken, or the relay hung" \
     must_fail_with 'LBA Out of Range' "$GPUNVME" read "$BDF" --nsid "$NSID" --lba "$CAPACITY" --count 1 --no-range-check
 NSNODE=''
 if [ "$NODE" != - ] && [ "$NSID" -ge 1 ] && [ "$NSID" -le 4 ]; then
@@ -471,7 +471,7 @@ if [ -z "$SKIP_GPU" ]; then
     step "gpu-run sweep (shared pairs)" "the read sweep failed: see the log (latency per batch is printed when it works)" \
         gpu_run "${G[@]}" --kernel sweep --seed "$SEED"
     stop_sampler
-    check "relay counters: no SQE rejected, no bad doorbell value" "the relay refused commands of the example kernels or saw out-of-range doorbell cells (lines above, $RESULTS/relay-counters.txt): see rust/bridge.md" relay_counters_clean
+    check "relay counters: no SQE rejected, no bad doorbell value" "the relay refused commands of the example kernels or saw out-of-range doorbell cells (lines above, $RESULTS/relay-counters.txt): see rust/bridge/bridge.md" relay_counters_clean
     SAMPLES=$(grep -c '^== ' "$RESULTS/relay-counters.txt" 2>/dev/null)
     log "# relay counters: ${SAMPLES:-0} samples in $RESULTS/relay-counters.txt"
     if [ -n "$OWNER_RUN" ]; then

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # The module's hygiene (tests/check.sh: suite modlint), against the cached
 # test kernel (tests/kernel/build.sh; built first if missing):
-#   1 rustfmt   rust/*.rs formatted as the kernel's own `make rustfmtcheck`
+#   1 rustfmt   rust/**/*.rs formatted as the kernel's own `make rustfmtcheck`
 #               would: rustfmt with the kernel tree's .rustfmt.toml
 #   2 clippy    the module built with CLIPPY=1 (the kernel's clippy-driver
 #               run, its lint levels and clippy.toml), in a scratch copy so
@@ -35,15 +35,17 @@ step() {
 
 fmt() {
     [ -f "$KSRC/.rustfmt.toml" ] || { echo "no .rustfmt.toml in the kernel source ($KSRC)"; return 1; }
-    rustfmt --check --edition 2021 --config-path "$KSRC/.rustfmt.toml" "$ROOT"/rust/*.rs
+    find "$ROOT/rust" -name '*.rs' -print0 |
+        xargs -0 rustfmt --check --edition 2021 --config-path "$KSRC/.rustfmt.toml"
 }
 
 clippy() {
     local tmp out
     tmp=$(mktemp -d /tmp/gpunvme-clippy.XXXXXX)
-    (cd "$ROOT" && git ls-files -z Kbuild rust uapi | xargs -0 cp --parents -t "$tmp") || return 1
-    # Uncommitted edits count too: what is in the tree is what gets linted.
-    cp "$ROOT"/Kbuild "$tmp"/ && cp "$ROOT"/rust/*.rs "$ROOT"/rust/*.[ch] "$tmp"/rust/ && cp "$ROOT"/uapi/* "$tmp"/uapi/
+    # The tracked and new files as they are in the tree (uncommitted edits
+    # count too), without build output.
+    (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard Kbuild rust uapi |
+        xargs -0 cp --parents -t "$tmp") || return 1
     out=$(make -C "$KDIR" M="$tmp" LLVM="$LLVM" CLIPPY=1 modules 2>&1)
     local rc=$?
     rm -rf "$tmp"

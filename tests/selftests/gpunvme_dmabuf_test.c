@@ -32,7 +32,7 @@ static int make_udmabuf(size_t len, uint8_t **mem)
 	return fd;
 }
 
-/* Kernel log lines of the importer (rust/dmabuf_importer.c) and exporter. */
+/* Kernel log lines of the importer (rust/dma/dmabuf_importer.c) and exporter. */
 #define KEPT_RAW "invalidated by its exporter while this file has raw queue pairs"
 #define WAITING "invalidated by its exporter: waiting up to 1 s for"
 #define KEPT_INFLIGHT "invalidated by its exporter: accepted commands still in flight after 1 s"

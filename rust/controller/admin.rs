@@ -28,8 +28,8 @@ use kernel::{
     time::Delta,
 };
 
-use crate::command::{Cqe, Sqe};
-use crate::regs::Cap;
+use crate::controller::regs::Cap;
+use crate::queues::command::{Cqe, Sqe};
 
 pub(crate) const ADMIN_DEPTH: u16 = 32;
 /// Deadline of one admin command.

@@ -11,8 +11,8 @@ use kernel::{
 
 use kernel::sync::atomic::{Atomic, Relaxed};
 
-use crate::command;
-use crate::regs::{Cap, PAGE_SIZE};
+use crate::controller::regs::{Cap, PAGE_SIZE};
+use crate::queues::command;
 
 pub(crate) const SQE_BYTES: usize = 64;
 pub(crate) const CQE_BYTES: usize = 16;
@@ -105,8 +105,8 @@ impl QPair {
             None => None,
             Some(max_transfer) => {
                 // A power of two of entries per command, so no list crosses a page.
-                let list_entries =
-                    (crate::validate::list_entries(max_transfer) as usize).next_power_of_two();
+                let list_entries = (crate::bridge::validate::list_entries(max_transfer) as usize)
+                    .next_power_of_two();
                 let lists = round_to_page(depth as usize * list_entries * 8);
                 Some(Shadow {
                     cells: Coherent::zeroed_slice(dev, PAGE_SIZE, GFP_KERNEL)?,

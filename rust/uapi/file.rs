@@ -2,7 +2,7 @@
 
 //! One open file: the ioctls that create and destroy its queue pairs and
 //! host-buffer mappings, mmap, and teardown at close. The memory itself is
-//! held in the shared DMA registry (see `dma_registry.rs`), named by this
+//! held in the shared DMA registry (see `dma/registry.rs`), named by this
 //! file's id.
 //!
 //! Lock order: admin, then dma. Neither is held across a user copy, and
@@ -20,16 +20,16 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
+use crate::bridge::validate::{self, Limits, Ns};
 use crate::bridge::{Bridge, Outstanding, PairMemory};
-use crate::buffers::Buffers;
-use crate::command;
-use crate::dma_registry::{FileId, MapEntry, Mapped, Quarantined, QueueEntry, QueueState};
-use crate::owner;
-use crate::qpair::{self, MapKind, QPair};
-use crate::shared::Shared;
+use crate::controller::shared::Shared;
+use crate::dma::buffers::Buffers;
+use crate::dma::registry::{FileId, MapEntry, Mapped, Quarantined, QueueEntry, QueueState};
+use crate::queues::command;
+use crate::queues::qpair::{self, MapKind, QPair};
 use crate::shim::{self, Export, HostMap, Import};
+use crate::uapi::owner;
 use crate::uapi::{self, check_header};
-use crate::validate::{self, Limits, Ns};
 
 pub(crate) struct OpenState {
     pub(crate) shared: Arc<Shared>,
@@ -850,7 +850,7 @@ impl OpenState {
         let Some(mem) = mem else {
             return shim::fault_sigbus();
         };
-        let off = index as usize * crate::regs::PAGE_SIZE;
+        let off = index as usize * crate::controller::regs::PAGE_SIZE;
         if off >= mem.size() {
             return shim::fault_sigbus();
         }

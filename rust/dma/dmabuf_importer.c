@@ -10,7 +10,7 @@
  * that is refused, so "GPU memory" never silently becomes host memory.
  *
  * When the exporter invalidates the mapping, its pages are first taken out
- * of the importing file's own pages (rust/buffers.rs), so shared-mode
+ * of the importing file's own pages (rust/dma/buffers.rs), so shared-mode
  * commands naming them are refused from then on. It is unmapped only once
  * every command the file's relays accepted before that has completed
  * (waited for, bounded). When they do not complete in time, or the file has

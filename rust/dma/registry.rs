@@ -10,7 +10,7 @@
 use kernel::prelude::*;
 
 use crate::bridge::{Bridge, Outstanding};
-use crate::qpair::QPair;
+use crate::queues::qpair::QPair;
 use crate::shim::{Export, HostMap, Import};
 
 /// Memory outside the module that the controller was given access to.

@@ -26,9 +26,9 @@ use kernel::{
     },
 };
 
-use crate::file::OpenState;
-use crate::shared::Shared;
+use crate::controller::shared::Shared;
 use crate::uapi;
+use crate::uapi::file::OpenState;
 
 /// Device-node numbers in use, one bit each; names are static strings.
 static SLOTS: Atomic<u32> = Atomic::new(0);

@@ -17,7 +17,7 @@
  * counted from map to unmap, and revoking waits (bounded) for importers to
  * unmap after invalidate_mappings and for their fences. An importer that
  * does not let go in time is reported, and the caller keeps the memory
- * (rust/dma_registry.rs: quarantine) instead of freeing it. The dma-buf
+ * (rust/dma/registry.rs: quarantine) instead of freeing it. The dma-buf
  * pins this module (owner).
  */
 #include <linux/dma-buf.h>

@@ -2,7 +2,7 @@
 
 //! The controller's life between probe and remove: PCI shutdown (reboot,
 //! kexec), AER error recovery, system sleep, the CSTS watch, and `poll()`
-//! on open files. The C side (`rust/lifecycle.c`) only forwards the
+//! on open files. The C side (`rust/controller/lifecycle.c`) only forwards the
 //! kernel's callbacks here; every decision is `Shared::fail` and
 //! `Shared::reinit`.
 
@@ -19,8 +19,8 @@ use kernel::{
     },
 };
 
-use crate::file::OpenState;
-use crate::shared::{Failure, Shared};
+use crate::controller::shared::{Failure, Shared};
+use crate::uapi::file::OpenState;
 
 /// How often the watch reads CSTS.
 const WATCH_PERIOD_MS: u32 = 100;
@@ -108,7 +108,7 @@ impl Drop for Hooks {
     }
 }
 
-/// Events of `rust/lifecycle.c`.
+/// Events of `rust/controller/lifecycle.c`.
 const EV_SHUTDOWN: u32 = 1;
 const EV_ERROR_NORMAL: u32 = 2;
 const EV_ERROR_FROZEN: u32 = 3;

@@ -4,7 +4,7 @@
  * has no hook: PCI .shutdown (reboot, kexec), AER error handlers, system
  * sleep (dev_pm_ops), a periodic CSTS watch, poll() on the device nodes,
  * and the fake_csts fault-injection knob. Every callback forwards to one
- * Rust function (rust/lifecycle.rs) with the controller's context; the
+ * Rust function (rust/controller/lifecycle.rs) with the controller's context; the
  * decisions are all made there.
  */
 #include <linux/debugfs.h>
@@ -20,12 +20,12 @@
 #include <linux/workqueue.h>
 #include "shim.h"
 
-/* rust/lifecycle.rs */
+/* rust/controller/lifecycle.rs */
 int gpunvme_pci_event(void *ctx, u32 event);
 bool gpunvme_watch_tick(void *ctx);
 bool gpunvme_file_poll(void *state, struct file *file, poll_table *wait);
 
-/* Events, as rust/lifecycle.rs `Event` numbers them. */
+/* Events, as rust/controller/lifecycle.rs `Event` numbers them. */
 enum {
 	EV_SHUTDOWN = 1,
 	EV_ERROR_NORMAL = 2,	/* AER: the link works, the device may not */

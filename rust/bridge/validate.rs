@@ -13,7 +13,7 @@
 
 use kernel::prelude::*;
 
-use crate::command::Sqe;
+use crate::queues::command::Sqe;
 
 /// NVM command set opcodes allowed in shared mode.
 pub(crate) mod opcode {

@@ -24,11 +24,11 @@ use kernel::{
     time::Delta,
 };
 
-use crate::admin::AdminQueue;
+use crate::controller::admin::AdminQueue;
+use crate::controller::regs::{self, Cap, CC, CSTS};
 use crate::controller::{Bar0, BAR0_MIN};
-use crate::dma_registry::{DmaRegistry, FileId, Quarantined};
-use crate::qpair::QPair;
-use crate::regs::{self, Cap, CC, CSTS};
+use crate::dma::registry::{DmaRegistry, FileId, Quarantined};
+use crate::queues::qpair::QPair;
 use crate::shim;
 use crate::uapi;
 
@@ -467,10 +467,10 @@ impl Shared {
             let cqe = admin.submit(
                 &self.dev,
                 self.cap,
-                crate::command::set_num_queues(self.info.io_queues as u16),
+                crate::queues::command::set_num_queues(self.info.io_queues as u16),
                 &ring,
             )?;
-            if crate::command::granted_queues(cqe.result) < self.info.io_queues {
+            if crate::queues::command::granted_queues(cqe.result) < self.info.io_queues {
                 dev_err!(self.dev, "fewer I/O queues granted after re-initialising\n");
                 return Err(EIO);
             }
@@ -559,7 +559,7 @@ impl Shared {
         let listed = live.reserve(queues.len(), GFP_KERNEL).is_ok();
         let mut kept = DmaRegistry::default();
         for e in queues {
-            let is_live = e.state == crate::dma_registry::QueueState::Live;
+            let is_live = e.state == crate::dma::registry::QueueState::Live;
             // The file is cut off: its in-flight counts may stay.
             let (q, clean, _) = e.let_go();
             if !clean {
