@@ -29,6 +29,9 @@ struct guide_args {
 	uint32_t blocks;          /* LBAs per thread: one command */
 	uint32_t npairs;          /* queue pairs in pqs */
 };
+/* Filled from Rust: gpunvme_gpu::kernel_abi::GuideArgs pins the same. */
+static_assert(sizeof(guide_args) == 56 && __builtin_offsetof(guide_args, npairs) == 52,
+	      "guide_args layout is pinned");
 
 GPUNVME_KERNEL void gpunvme_guide_read(const pqueue *pqs, const guide_args *args,
 				       io_result *res)
