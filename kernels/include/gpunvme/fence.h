@@ -67,7 +67,11 @@
  *           the family has a writeback, written back to memory first;
  *   INV     acquire: drop the lines later loads might hit stale;
  *   LD/ST   32-bit load/store that bypasses the non-coherent caches;
- *   LD_WAIT / ST_WAIT  wait for that load/store to complete.
+ *   LD_WAIT / ST_WAIT  wait for that load/store to complete;
+ *   POST    after the doorbell store: write it back out of L2 (gfx9: a
+ *           store to fine-grained host memory may sit dirty in L2 until
+ *           the next buffer_wbl2; what the seq_cst fence that ended the
+ *           doorbell before did), nothing on RDNA.
  *
  * gfx9 (CDNA) needs two spellings: gfx940-class chips name the system
  * scope sc0 sc1, gfx90a glc; any other gfx9 chip is a compile error, never
@@ -85,6 +89,7 @@
 #define GPUNVME_ASM_ST_SYS " glc slc dlc"
 #define GPUNVME_ASM_LD_WAIT "s_waitcnt vmcnt(0)\n\t"
 #define GPUNVME_ASM_ST_WAIT GPUNVME_ASM_REL
+#define GPUNVME_ASM_POST ""
 #elif defined(GPUNVME_FENCE_GFX12)
 #define GPUNVME_ASM_REL "global_wb scope:SCOPE_SYS\n\t" \
 			"s_wait_loadcnt 0x0\n\t"   \
@@ -99,6 +104,7 @@
 #define GPUNVME_ASM_ST_SYS " scope:SCOPE_SYS"
 #define GPUNVME_ASM_LD_WAIT "s_wait_loadcnt 0x0\n\t"
 #define GPUNVME_ASM_ST_WAIT "s_wait_storecnt 0x0\n\t"
+#define GPUNVME_ASM_POST "global_wb scope:SCOPE_SYS\n\ts_wait_storecnt 0x0\n\t"
 #elif defined(GPUNVME_FENCE_GFX9)
 #if defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)
 #define GPUNVME_ASM_WB "buffer_wbl2 sc0 sc1\n\t"
@@ -121,6 +127,7 @@
 #define GPUNVME_ASM_ST "global_store_dword"
 #define GPUNVME_ASM_LD_WAIT "s_waitcnt vmcnt(0)\n\t"
 #define GPUNVME_ASM_ST_WAIT "s_waitcnt vmcnt(0)\n\t"
+#define GPUNVME_ASM_POST GPUNVME_ASM_WB "s_waitcnt vmcnt(0)\n\t"
 #endif
 
 namespace gpunvme {
@@ -200,7 +207,7 @@ GPUNVME_HD void doorbell_write(volatile uint32_t *db, uint32_t val)
 	 * everything), the store bypassing every non-coherent cache (glc slc
 	 * dlc / sc0 sc1 / scope:SCOPE_SYS), wait until it has left the CU so
 	 * it cannot linger in the write path while the lane spins on the CQ,
-	 * then invalidate. The RDNA form is the field-proven one: a plain
+	 * write it back out of L2 (gfx9/gfx12), then invalidate. The RDNA form is the field-proven one: a plain
 	 * __threadfence_system() + release store lingered until near kernel
 	 * exit on gfx1101.
 	 */
@@ -208,6 +215,7 @@ GPUNVME_HD void doorbell_write(volatile uint32_t *db, uint32_t val)
 		     GPUNVME_ASM_REL
 		     GPUNVME_ASM_ST " %0, %1, off" GPUNVME_ASM_ST_SYS "\n\t"
 		     GPUNVME_ASM_ST_WAIT
+		     GPUNVME_ASM_POST
 		     GPUNVME_ASM_INV
 		     :
 		     : "v"(db), "v"(val)

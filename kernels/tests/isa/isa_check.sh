@@ -172,7 +172,7 @@ sites() { # asm-file
 block_ok() { # kind block
 	local want
 	case $1 in
-	doorbell) want=("${REL[@]}" "$ST" "${ST_WAIT[@]}" "${INV[@]}") ;;
+	doorbell) want=("${REL[@]}" "$ST" "${ST_WAIT[@]}" "${POST[@]}" "${INV[@]}") ;;
 	release | payload-release) want=("${REL[@]}") ;;
 	acquire | payload-acquire) want=("${ACQ_WAIT[@]}" "${INV[@]}") ;;
 	poll)
@@ -241,6 +241,7 @@ family() { # target
 		ST="^global_store_(dword|b32) $V, $R, off glc slc dlc\$"
 		LD="^global_load_(dword|b32) $R, $V, off glc slc dlc\$"
 		ST_WAIT=("$WAIT_ALL" "$WAIT_VS")
+		POST=()
 		LD_WAIT='^s_waitcnt vmcnt\(0\)$'
 		SYS_ST='^global_store_(dword|b32) .* glc slc dlc$'
 		;;
@@ -252,6 +253,7 @@ family() { # target
 		ST="^global_store_b32 $V, $R, off scope:SCOPE_SYS\$"
 		LD="^global_load_b32 $R, $V, off scope:SCOPE_SYS\$"
 		ST_WAIT=('^s_wait_storecnt 0x0$')
+		POST=('^global_wb scope:SCOPE_SYS$' '^s_wait_storecnt 0x0$')
 		LD_WAIT='^s_wait_loadcnt 0x0$'
 		SYS_ST='^global_store_[a-z0-9_]+ .*scope:SCOPE_SYS$'
 		;;
@@ -263,6 +265,7 @@ family() { # target
 		ST="^global_store_dword $V, $R, off sc0 sc1\$"
 		LD="^global_load_dword $R, $V, off sc0 sc1\$"
 		ST_WAIT=('^s_waitcnt vmcnt\(0\)$')
+		POST=('^buffer_wbl2 sc0 sc1$' '^s_waitcnt vmcnt\(0\)$')
 		LD_WAIT='^s_waitcnt vmcnt\(0\)$'
 		SYS_ST='^global_store_[a-z0-9_]+ .* sc0 sc1$'
 		;;
@@ -274,6 +277,7 @@ family() { # target
 		ST="^global_store_dword $V, $R, off\$"
 		LD="^global_load_dword $R, $V, off glc\$"
 		ST_WAIT=('^s_waitcnt vmcnt\(0\)$')
+		POST=('^buffer_wbl2$' '^s_waitcnt vmcnt\(0\)$')
 		LD_WAIT='^s_waitcnt vmcnt\(0\)$'
 		SYS_ST=""
 		;;
@@ -342,7 +346,7 @@ for spec in "$@"; do
 	count_doorbell=0 count_poll=0
 	# shellcheck disable=SC2046 # needs prints words
 	check_sites "$tag" "$asm" doorbell poll $(needs "$name")
-	db=("${REL[@]}" "$ST" "${ST_WAIT[@]}" "${INV[@]}")
+	db=("${REL[@]}" "$ST" "${ST_WAIT[@]}" "${POST[@]}" "${INV[@]}")
 	pl=("${INV[@]}" "$LD")
 	# The object: as many fenced doorbells and invalidating polls as markers.
 	res=$(chain "$dis" 1 "${db[@]}")
