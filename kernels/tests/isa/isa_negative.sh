@@ -13,6 +13,8 @@
 #     writeback deleted (gfx9 buffer_wbl2, gfx12 global_wb), guide_read
 #     built for gfx90a, gfx942 and gfx1201: isa_check.sh must FAIL at the
 #     doorbell sites.
+#     And without the writeback after the doorbell store on gfx90a (a
+#     plain store that may sit dirty in L2): must FAIL too.
 #  5. clang-19 itself drops that wait: clang_wait.hip (the doorbell as
 #     builtin fences + a scoped store, fence.h's code before its inline
 #     assembly) still leaves no wait between the writeback and the store on
@@ -21,6 +23,8 @@
 #  6. A plain-cached payload on RDNA: guide_read.hip without its
 #     payload_acquire(), built for gfx1100 and gfx11-generic: isa_check.sh
 #     must FAIL at the payload contract.
+#  7. A gfx9 chip fence.h has no sequence for (gfx908) is a compile
+#     error, never a fallback.
 #
 # usage: isa_negative.sh BUILD_DIR   (env: CLANG, OBJDUMP)
 set -u
@@ -44,7 +48,7 @@ res() { # ok(0/1/skip) desc [diag]
 }
 
 echo "KTAP version 1"
-echo "1..14"
+echo "1..16"
 
 # build target src obj-without-.o [include-dir]: object and assembly.
 build() {
@@ -131,6 +135,18 @@ for t in gfx90a gfx942 gfx1201; do
 	fi
 done
 
+nb=$out/nopost-include
+rm -rf "$nb" && cp -r "$kdir/include" "$nb"
+sed -i 's/^#define GPUNVME_ASM_POST GPUNVME_ASM_WB "s_waitcnt vmcnt(0)\\n\\t"$/#define GPUNVME_ASM_POST ""/' "$nb/gpunvme/fence.h"
+o=$out/nopost-gfx90a/guide_read
+if cmp -s "$kdir/include/gpunvme/fence.h" "$nb/gpunvme/fence.h"; then
+	res 1 "gfx90a: doorbell without the writeback after the store rejected" "sed found no gfx9 POST to remove"
+elif build gfx90a "$kdir/examples/guide_read.hip" "$o" "$nb"; then
+	must_fail "gfx90a: doorbell without the writeback after the store rejected" gfx90a "$o" 'doorbell'
+else
+	res 1 "gfx90a: doorbell without the writeback after the store rejected" "compile failed: $(head -1 "$o.log")"
+fi
+
 # 5: clang-19's own fences drop the wait; the checker rejects them.
 for t in gfx942 gfx1201; do
 	o=$out/clang-wait-$t/clang_wait
@@ -174,6 +190,16 @@ for t in gfx1100 gfx11-generic; do
 		res 1 "$t: plain-cached payload read rejected" "compile failed: $(head -1 "$o.log")"
 	fi
 done
+
+# 7: an unverified gfx9 chip.
+if $CLANG $HIP --offload-arch=gfx908 -I"$kdir/include" -c "$kdir/examples/guide_read.hip" \
+	-o "$out/gfx908.o" 2>"$out/gfx908.log"; then
+	res 1 "gfx908 (no verified gfx9 sequence) is a compile error" "it compiled: a fallback exists"
+elif grep -q 'error: "gpunvme/fence.h: gfx9 chip' "$out/gfx908.log"; then
+	res 0 "gfx908 (no verified gfx9 sequence) is a compile error"
+else
+	res 1 "gfx908 (no verified gfx9 sequence) is a compile error" "failed for another reason: $(grep -m1 error: "$out/gfx908.log")"
+fi
 
 if [ "$skip" -gt 0 ]; then
 	echo "$pass passed, $fail failed, $skip skipped"
