@@ -354,7 +354,8 @@ pub enum PayloadMemory {
     /// `hipMalloc` / `cuMemAlloc`: the kernel's payload_acquire() and
     /// payload_release() make it coherent with the SSD (NVIDIA; AMD gfx9,
     /// whose system-scope release writes L2 back and whose acquire
-    /// invalidates it).
+    /// invalidates it; that a peer's DMA into coarse-grained VRAM drops
+    /// the lines L2 holds for it there is not verified on hardware).
     Device,
     /// `hipExtMallocWithFlags(hipDeviceMallocUncached)`: RDNA (gfx10, 11,
     /// 12), whose system-scope release is only waits and whose acquire
