@@ -6,6 +6,7 @@
 #   gpu    the device library as host C++ (kernels/ host-test)
 #   relay  the H200 bench's port of the shared-mode relay and checks, as host C++
 #   isa    fences present in the disassembly of every AMD target
+#   guide  kernels/README.md's code is the code that is built and run
 #   kcache two builds of one test kernel at once: one waits, the kernel is built once
 #   runner the VM runner itself: passing, failing and hung tests are counted right
 #   vm     kselftests + KUnit in the QEMU VM, against the emulated NVMe
@@ -67,6 +68,7 @@ suite lint count_plain bash "$ROOT"/tests/userspace/lint.sh
 suite gpu count_plain make -s -C "$ROOT"/kernels host-test
 suite relay count_plain make -s -C "$ROOT"/kernels bench-host-test
 suite isa count_plain_all make -s -C "$ROOT" isa-check
+suite guide count_plain make -s -C "$ROOT"/kernels guide-check
 suite kcache count_plain bash "$ROOT"/tests/kernel/build_lock_test.sh
 suite runner count_plain bash "$ROOT"/tests/vm/selftest.sh
 suite vm count_plain make -s -C "$ROOT" vm-test

@@ -53,6 +53,14 @@ static_assert(__builtin_offsetof(io_args, rounds) == 52, "io_args layout is pinn
 static_assert(sizeof(io_result) == 32, "io_result layout is pinned");
 static_assert(__builtin_offsetof(io_result, ticks_total) == 16, "io_result layout is pinned");
 static_assert(__builtin_offsetof(io_result, ticks_max_round) == 24, "io_result layout is pinned");
+/* The per-thread API's descriptor and shared state (guide_read.hip). */
+static_assert(sizeof(pqueue) == 120, "pqueue layout is pinned");
+static_assert(__builtin_offsetof(pqueue, st) == 40, "pqueue layout is pinned");
+static_assert(__builtin_offsetof(pqueue, prp_va) == 64, "pqueue layout is pinned");
+static_assert(__builtin_offsetof(pqueue, timeout_ticks) == 88, "pqueue layout is pinned");
+static_assert(__builtin_offsetof(pqueue, depth) == 104, "pqueue layout is pinned");
+static_assert(__builtin_offsetof(pqueue, backoff) == 116, "pqueue layout is pinned");
+static_assert(__builtin_offsetof(pq_shared, phase) == 136, "pq_shared layout is pinned");
 
 /* splitmix64: the expected 64-bit word at byte offset off of the disk. */
 GPUNVME_HD uint64_t pattern(uint64_t seed, uint64_t off)

@@ -46,6 +46,8 @@ GPUNVME_KERNEL void gpunvme_pthread_io(const pqueue *pqs, const pt_args *args,
 			for (uint32_t j = 0; j < a.bytes_per_cmd / 8; j++)
 				((uint64_t *)(a.buf + off))[j] =
 					pattern(a.seed, (a.slba << a.lba_shift) + off + 8ull * j);
+		if (a.opc == NVME_OPC_WRITE)
+			fence::payload_release(); /* payload contract: fence.h */
 		int32_t rc = pq_submit_io(q, (uint8_t)a.opc, a.nsid, slba, nlb0,
 					  a.page_dma, a.npages, off,
 					  a.bytes_per_cmd, &t);
@@ -58,8 +60,9 @@ GPUNVME_KERNEL void gpunvme_pthread_io(const pqueue *pqs, const pt_args *args,
 			return;
 		}
 		if (a.opc == NVME_OPC_READ) {
-			/* The payload came from a peer: drop stale lines. */
-			fence::acquire_system();
+			/* The payload came from a peer: drop stale lines
+			 * (payload contract: fence.h). */
+			fence::payload_acquire();
 			const uint64_t *w = (const uint64_t *)(a.buf + off);
 			uint32_t bad = 0;
 

@@ -44,8 +44,9 @@ GPUNVME_KERNEL void gpunvme_read_verify(qpair *qps, const io_args *args,
 		if (group_failed(r))
 			break;
 
-		/* The payload came from a peer: drop stale lines first. */
-		fence::acquire_system();
+		/* The payload came from a peer: drop stale lines first
+		 * (payload contract: fence.h). */
+		fence::payload_acquire();
 		if (lane < n) {
 			const uint64_t *w = (const uint64_t *)(a.buf + c.off);
 			uint32_t bad = 0;

@@ -34,12 +34,14 @@ GPUNVME_KERNEL void gpunvme_write(qpair *qps, const io_args *args,
 				w[j] = pattern(a.seed,
 					       (c.slba << a.lba_shift) +
 						       8ull * j);
+			/* The SSD reads it mid-kernel (payload contract:
+			 * fence.h); sq_put's release orders it too. */
+			fence::payload_release();
 		}
 		sync_lanes();
 		if (group_failed(r))
 			break;
 
-		/* sq_put's release also publishes this lane's payload. */
 		sqe e = sqe_write((uint16_t)(k + lane), a.nsid, c.slba,
 				  (uint16_t)(a.blocks_per_cmd - 1), c.prp1,
 				  c.prp2);

@@ -23,7 +23,10 @@
 //    agreeing;
 //  - write.hip, read_verify.hip and sweep.hip themselves, launched with
 //    one workgroup per queue pair (their groups one after another: see
-//    launch()), results, ring positions and the data checked by the host.
+//    launch()), results, ring positions and the data checked by the host;
+//  - pthread_io.hip (the per-thread API) and guide_read.hip, the
+//    programming guide's kernel (kernels/README.md), its groups all at
+//    once on pairs they share.
 // Plus a PRP-list transfer (the list in a shared pair's PRP pool, or in
 // the buffer for a raw pair) and, on shared pairs, SQEs the module must
 // reject. Each runs first on shared pairs (flags 0: the module checks and
@@ -44,6 +47,7 @@
 #include "../examples/read_verify.hip"
 #include "../examples/sweep.hip"
 #include "../examples/pthread_io.hip"
+#include "../examples/guide_read.hip"
 
 #include "gpunvme.h" /* uapi/gpunvme.h */
 #include "vmenv.h"   /* tests/selftests/vmenv.h (-isystem: its -Wformat-truncation is not ours) */
@@ -1676,6 +1680,103 @@ static void t_pt_two_controllers(uint32_t)
 	g_skip = "the VM binds one controller to gpunvme (the second is nvme.ko's)";
 }
 
+/*
+ * The programming guide's kernel (examples/guide_read.hip, shown verbatim
+ * in kernels/README.md): 2 groups of 8 threads on 2 pairs, each thread one
+ * read of up to 16 KiB (a PRP list in the pair's pool when the transfer
+ * spans more than two pages). The blocks are written first with the
+ * example pattern by pthread_io.hip (same thread-to-block map), the buffer
+ * is poisoned, then the guide kernel reads and checks every word; the host
+ * checks every word again.
+ */
+static void t_guide_read(uint32_t flags)
+{
+	const uint32_t npairs = 2, depth = 16, groups = 2, lanes = 8;
+	const uint32_t threads = groups * lanes;
+	if (npairs > g_info.io_queues || depth > g_info.max_queue_entries) {
+		g_skip = "needs 2 queue pairs of depth 16";
+		return;
+	}
+	uint64_t bytes = 4 * PAGE;
+	if (max_transfer(flags) && bytes > max_transfer(flags))
+		bytes = max_transfer(flags);
+	bytes = bytes / g_lba_size * g_lba_size;
+	if (threads * bytes > (uint64_t)BUF_PAGES * PAGE || bytes == 0) {
+		g_skip = "buffer too small";
+		return;
+	}
+	std::vector<ptq> qs(npairs);
+	bool opened = true;
+	for (uint32_t i = 0; i < npairs && opened; i++)
+		opened = pt_open(qs[i], depth, flags, i);
+	std::vector<pqueue> views;
+	for (auto &t : qs)
+		views.push_back(t.q);
+	const uint64_t slba = lba_alloc((uint32_t)(threads * bytes / PAGE) + 1);
+	const uint32_t lba_shift = (uint32_t)__builtin_ctz(g_lba_size);
+	const uint64_t seed = 0x601de000u + flags;
+
+	if (opened) {
+		pt_args w{};
+		w.page_dma = g_dma;
+		w.buf = g_buf;
+		w.npages = BUF_PAGES;
+		w.slba = slba;
+		w.seed = seed;
+		w.nsid = g_nsid;
+		w.lba_shift = lba_shift;
+		w.bytes_per_cmd = (uint32_t)bytes;
+		w.cmds_per_thread = 1;
+		w.npairs = npairs;
+		w.opc = NVME_OPC_WRITE;
+		gx::io_result res{};
+		bool ran = run_groups(groups, lanes, [&] {
+			gpunvme_pthread_io(views.data(), &w, &res);
+		});
+		CHECK(ran && res.status == OK && res.completed == threads,
+		      "pattern write: status %d, %u of %u completed", res.status,
+		      res.completed, threads);
+	}
+	if (opened && g_ok) {
+		std::memset(g_buf, 0xA5, (size_t)BUF_PAGES * PAGE);
+		guide_args a{};
+		a.page_dma = g_dma;
+		a.buf = g_buf;
+		a.npages = BUF_PAGES;
+		a.slba = slba;
+		a.seed = seed;
+		a.nsid = g_nsid;
+		a.lba_shift = lba_shift;
+		a.blocks = (uint32_t)(bytes >> lba_shift);
+		a.npairs = npairs;
+		gx::io_result res{};
+		bool ran = run_groups(groups, lanes, [&] {
+			gpunvme_guide_read(views.data(), &a, &res);
+		});
+		CHECK(ran && res.status == OK && res.completed == threads && res.mismatches == 0,
+		      "guide_read: status %d, %u of %u completed, %u words wrong",
+		      res.status, res.completed, threads, res.mismatches);
+		uint64_t wrong = 0;
+		const uint64_t *words = (const uint64_t *)g_buf;
+		for (uint64_t j = 0; j < threads * bytes / 8; j++)
+			wrong += words[j] != gx::pattern(seed, (slba << lba_shift) + 8 * j);
+		CHECK(wrong == 0, "host: %llu of %llu words differ from the pattern",
+		      (unsigned long long)wrong, (unsigned long long)(threads * bytes / 8));
+		diag("guide_read: %u threads on %u pairs, %llu bytes each (%s)", threads,
+		     npairs, (unsigned long long)bytes,
+		     bytes > 2 * PAGE ? "PRP list in the pool" : "PRP1/PRP2");
+		for (uint32_t i = 0; i < npairs; i++) {
+			CHECK(pt_settled(qs[i], qs[i].q.st->cid_ticket), "pair %u", i);
+			if (is_shared(flags) && !bridge_relayed(qs[i].p, qs[i].q.st->cqes))
+				g_ok = false;
+		}
+	}
+	if (!opened)
+		g_ok = false;
+	for (auto &t : qs)
+		pt_close(t);
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 struct test {
@@ -1703,6 +1804,7 @@ static const test TESTS[] = {
 	{"pthread_coalesce_and_stop", t_pt_coalesce_stop},
 	{"pthread_own_ticket_in_the_way", t_pt_own_ticket},
 	{"pthread_two_controllers", t_pt_two_controllers},
+	{"guide_read", t_guide_read},
 };
 
 /*

@@ -12,13 +12,16 @@
  *                     shared pair, the module's shadow cell) must see
  *                     promptly, never lingering in the GPU write path;
  *   poll_load()       a load that re-fetches from memory on every call,
- *                     for CQ phase words and the host stop flag.
+ *                     for CQ phase words and the host stop flag;
+ * and the payload contract, payload_acquire() / payload_release() (below).
  *
  * Gates are family macros (__GFX9__/__GFX10__/__GFX11__/__GFX12__), never
  * chip macros: generic targets (gfx11-generic, ...) define only the family,
- * and a chip gate silently drops the fence there (field report). An unknown
- * GPU target is a compile error, never a weak fallback. `make isa-check`
- * proves the instructions below are really in every built code object.
+ * and a chip gate silently drops the fence there (field report). The one
+ * chip test, gfx9's two spellings of "system scope", ends in #error, not in
+ * a fallback. An unknown GPU target is a compile error, never a weak
+ * fallback. `make isa-check` proves the sequences below are really at every
+ * doorbell, poll, release and acquire of every built code object.
  */
 #ifndef GPUNVME_FENCE_H
 #define GPUNVME_FENCE_H
@@ -29,9 +32,9 @@
 #if defined(__GFX10__) || defined(__GFX11__)
 #define GPUNVME_FENCE_RDNA_GL 1 /* GL0/GL1 caches, explicit ISA sequence */
 #elif defined(__GFX12__)
-#define GPUNVME_FENCE_GFX12 1   /* scoped cache ops, LLVM memory model */
+#define GPUNVME_FENCE_GFX12 1   /* scoped cache ops, explicit ISA sequence */
 #elif defined(__GFX9__)
-#define GPUNVME_FENCE_GFX9 1    /* CDNA (gfx90a/gfx942), LLVM memory model */
+#define GPUNVME_FENCE_GFX9 1    /* CDNA (gfx90a/gfx942), explicit ISA sequence */
 #else
 #error "gpunvme/fence.h: AMDGPU family without a verified doorbell fence; add it here and to tests/isa"
 #endif
@@ -47,21 +50,96 @@
 #endif
 #endif
 
+/*
+ * AMD: every sequence below is one inline-assembly block, so nothing the
+ * compiler does can drop or move a wait inside it. clang-19 emits the
+ * system-scope release writeback (gfx9 buffer_wbl2, gfx12 global_wb) and
+ * then issues the next store without waiting for it (LLVM issues 178316,
+ * 135340; make isa-check's negative test reproduces it), so a doorbell
+ * could reach the controller before the SQE. Each block starts with a
+ * marker comment ("; gpunvme:<kind>") that survives into the compiler's
+ * assembly output, where tests/isa/isa_check.sh finds every site, per
+ * function, and checks the sequence after it; it also checks that the
+ * object holds exactly as many of these sequences as there are markers.
+ *
+ * Per family (GPUNVME_ASM_*):
+ *   REL     release: prior loads and stores (SQE, payload) done and, where
+ *           the family has a writeback, written back to memory first;
+ *   INV     acquire: drop the lines later loads might hit stale;
+ *   LD/ST   32-bit load/store that bypasses the non-coherent caches;
+ *   LD_WAIT / ST_WAIT  wait for that load/store to complete;
+ *   POST    after the doorbell store: write it back out of L2 (gfx9: a
+ *           store to fine-grained host memory may sit dirty in L2 until
+ *           the next buffer_wbl2; what the seq_cst fence that ended the
+ *           doorbell before did), nothing on RDNA.
+ *
+ * gfx9 (CDNA) needs two spellings: gfx940-class chips name the system
+ * scope sc0 sc1, gfx90a glc; any other gfx9 chip is a compile error, never
+ * a weak fallback (there is no gfx9 generic target with these caches).
+ */
+#if defined(GPUNVME_FENCE_RDNA_GL)
+#define GPUNVME_ASM_REL "s_waitcnt lgkmcnt(0) vmcnt(0)\n\t" \
+			"s_waitcnt_vscnt null, 0x0\n\t"
+#define GPUNVME_ASM_ACQ_WAIT "s_waitcnt vmcnt(0) lgkmcnt(0)\n\t"
+#define GPUNVME_ASM_INV "buffer_gl1_inv\n\t" \
+			"buffer_gl0_inv\n\t"
+#define GPUNVME_ASM_LD "global_load_dword"
+#define GPUNVME_ASM_LD_SYS " glc slc dlc"
+#define GPUNVME_ASM_ST "global_store_dword"
+#define GPUNVME_ASM_ST_SYS " glc slc dlc"
+#define GPUNVME_ASM_LD_WAIT "s_waitcnt vmcnt(0)\n\t"
+#define GPUNVME_ASM_ST_WAIT GPUNVME_ASM_REL
+#define GPUNVME_ASM_POST ""
+#elif defined(GPUNVME_FENCE_GFX12)
+#define GPUNVME_ASM_REL "global_wb scope:SCOPE_SYS\n\t" \
+			"s_wait_loadcnt 0x0\n\t"   \
+			"s_wait_storecnt 0x0\n\t"
+#define GPUNVME_ASM_ACQ_WAIT "s_wait_loadcnt 0x0\n\t" \
+			     "s_wait_storecnt 0x0\n\t"
+#define GPUNVME_ASM_INV "global_inv scope:SCOPE_SYS\n\t" \
+			"s_wait_loadcnt 0x0\n\t"
+#define GPUNVME_ASM_LD "global_load_b32"
+#define GPUNVME_ASM_LD_SYS " scope:SCOPE_SYS"
+#define GPUNVME_ASM_ST "global_store_b32"
+#define GPUNVME_ASM_ST_SYS " scope:SCOPE_SYS"
+#define GPUNVME_ASM_LD_WAIT "s_wait_loadcnt 0x0\n\t"
+#define GPUNVME_ASM_ST_WAIT "s_wait_storecnt 0x0\n\t"
+#define GPUNVME_ASM_POST "global_wb scope:SCOPE_SYS\n\ts_wait_storecnt 0x0\n\t"
+#elif defined(GPUNVME_FENCE_GFX9)
+#if defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)
+#define GPUNVME_ASM_WB "buffer_wbl2 sc0 sc1\n\t"
+#define GPUNVME_ASM_INV "buffer_inv sc0 sc1\n\t"
+#define GPUNVME_ASM_LD_SYS " sc0 sc1"
+#define GPUNVME_ASM_ST_SYS " sc0 sc1"
+#elif defined(__gfx90a__)
+#define GPUNVME_ASM_WB "buffer_wbl2\n\t"
+#define GPUNVME_ASM_INV "buffer_invl2\n\t" \
+			"buffer_wbinvl1_vol\n\t"
+#define GPUNVME_ASM_LD_SYS " glc"
+#define GPUNVME_ASM_ST_SYS ""
+#else
+#error "gpunvme/fence.h: gfx9 chip without a verified system-scope sequence (gfx90a, gfx940-942 only); add it here and to tests/isa"
+#endif
+#define GPUNVME_ASM_REL GPUNVME_ASM_WB \
+			"s_waitcnt vmcnt(0) lgkmcnt(0)\n\t"
+#define GPUNVME_ASM_ACQ_WAIT "s_waitcnt vmcnt(0) lgkmcnt(0)\n\t"
+#define GPUNVME_ASM_LD "global_load_dword"
+#define GPUNVME_ASM_ST "global_store_dword"
+#define GPUNVME_ASM_LD_WAIT "s_waitcnt vmcnt(0)\n\t"
+#define GPUNVME_ASM_ST_WAIT "s_waitcnt vmcnt(0)\n\t"
+#define GPUNVME_ASM_POST GPUNVME_ASM_WB "s_waitcnt vmcnt(0)\n\t"
+#endif
+
 namespace gpunvme {
 namespace fence {
-
-#if defined(GPUNVME_DEV_AMD)
-/* Global address space: global_* instead of flat_* (the doorbell and the
- * CQ are never LDS, so the flat aperture check is wasted work). */
-typedef __attribute__((address_space(1))) uint32_t global_u32;
-#endif
 
 GPUNVME_HD void release_system()
 {
 #if defined(GPUNVME_DEV_AMD)
-	/* gfx10/11: waits for vmcnt/vscnt (GL0/GL1 are write-through);
-	 * gfx12: global_wb scope:SCOPE_SYS; gfx9: buffer_wbl2 [sc0 sc1]. */
-	__builtin_amdgcn_fence(__ATOMIC_RELEASE, "");
+	/* gfx10/11: waits only (GL0/GL1 are write-through; GL2 keeps
+	 * coarse-grained lines: see payload_release()); gfx12: global_wb
+	 * scope:SCOPE_SYS, then the waits; gfx9: buffer_wbl2, then the wait. */
+	asm volatile("; gpunvme:release\n\t" GPUNVME_ASM_REL ::: "memory");
 #elif defined(GPUNVME_DEV_NVIDIA)
 	asm volatile("fence.sc.sys;" ::: "memory");
 #else
@@ -71,19 +149,48 @@ GPUNVME_HD void release_system()
 
 GPUNVME_HD void acquire_system()
 {
-#if defined(GPUNVME_FENCE_RDNA_GL)
-	/* Prior loads done, then drop per-CU (GL0) and per-SE (GL1) lines. */
-	asm volatile("s_waitcnt vmcnt(0) lgkmcnt(0)\n\t"
-		     "buffer_gl1_inv\n\t"
-		     "buffer_gl0_inv" ::: "memory");
-#elif defined(GPUNVME_DEV_AMD)
-	/* gfx12: global_inv scope:SCOPE_SYS; gfx90a: buffer_invl2 +
-	 * buffer_wbinvl1_vol; gfx942: buffer_inv sc0 sc1. */
-	__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "");
+#if defined(GPUNVME_DEV_AMD)
+	/* Prior loads done, then drop the stale lines: gfx10/11 GL1 and GL0;
+	 * gfx12 global_inv scope:SCOPE_SYS; gfx90a buffer_invl2 +
+	 * buffer_wbinvl1_vol; gfx942 buffer_inv sc0 sc1. */
+	asm volatile("; gpunvme:acquire\n\t" GPUNVME_ASM_ACQ_WAIT GPUNVME_ASM_INV ::: "memory");
 #elif defined(GPUNVME_DEV_NVIDIA)
 	asm volatile("fence.acq_rel.sys;" ::: "memory");
 #else
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
+/*
+ * The payload contract (what the SSD reads or writes while the kernel
+ * runs). The allocation: on RDNA (gfx10/11/12) the payload buffer must be
+ * fine-grained or uncached, because a system-scope release there is only
+ * waits and its acquire never invalidates GL2, so coarse-grained VRAM
+ * (plain hipMalloc) may keep stale or dirty lines the SSD never sees;
+ * gpunvme-gpu's Gpu::alloc_payload() allocates it uncached there
+ * (hipExtMallocWithFlags(hipDeviceMallocUncached)). The code: a kernel
+ * calls payload_acquire() after a read's completion and before its first
+ * load of the data, and payload_release() after its last store of data
+ * the SSD will read and before the command is submitted. The submit's own
+ * release_system() orders the same stores; payload_release() makes the
+ * kernel's side of the contract explicit, and make isa-check demands both
+ * in the example kernels that touch payload.
+ */
+GPUNVME_HD void payload_acquire()
+{
+#if defined(GPUNVME_DEV_AMD)
+	asm volatile("; gpunvme:payload-acquire\n\t" GPUNVME_ASM_ACQ_WAIT GPUNVME_ASM_INV ::: "memory");
+#else
+	acquire_system();
+#endif
+}
+
+GPUNVME_HD void payload_release()
+{
+#if defined(GPUNVME_DEV_AMD)
+	asm volatile("; gpunvme:payload-release\n\t" GPUNVME_ASM_REL ::: "memory");
+#else
+	release_system();
 #endif
 }
 
@@ -94,35 +201,25 @@ GPUNVME_HD void acquire_system()
  */
 GPUNVME_HD void doorbell_write(volatile uint32_t *db, uint32_t val)
 {
-#if defined(GPUNVME_FENCE_RDNA_GL)
+#if defined(GPUNVME_DEV_AMD)
 	/*
-	 * Field-proven RDNA sequence: drain everything, store bypassing all
-	 * caches (glc slc dlc), drain again, invalidate GL1/GL0. A plain
-	 * __threadfence_system() + release store lingers in the write path
-	 * until near kernel exit on gfx1101.
+	 * Release (gfx9/gfx12: writeback, then wait for it; gfx10/11: drain
+	 * everything), the store bypassing every non-coherent cache (glc slc
+	 * dlc / sc0 sc1 / scope:SCOPE_SYS), wait until it has left the CU so
+	 * it cannot linger in the write path while the lane spins on the CQ,
+	 * write it back out of L2 (gfx9/gfx12), then invalidate. The RDNA form is the field-proven one: a plain
+	 * __threadfence_system() + release store lingered until near kernel
+	 * exit on gfx1101.
 	 */
-	asm volatile("s_waitcnt lgkmcnt(0) vmcnt(0)\n\t"
-		     "s_waitcnt_vscnt null, 0x0\n\t"
-		     "global_store_dword %0, %1, off glc slc dlc\n\t"
-		     "s_waitcnt lgkmcnt(0) vmcnt(0)\n\t"
-		     "s_waitcnt_vscnt null, 0x0\n\t"
-		     "buffer_gl1_inv\n\t"
-		     "buffer_gl0_inv"
+	asm volatile("; gpunvme:doorbell\n\t"
+		     GPUNVME_ASM_REL
+		     GPUNVME_ASM_ST " %0, %1, off" GPUNVME_ASM_ST_SYS "\n\t"
+		     GPUNVME_ASM_ST_WAIT
+		     GPUNVME_ASM_POST
+		     GPUNVME_ASM_INV
 		     :
 		     : "v"(db), "v"(val)
 		     : "memory");
-#elif defined(GPUNVME_DEV_AMD)
-	/*
-	 * gfx12: global_wb scope:SCOPE_SYS, global_store_b32 scope:SCOPE_SYS,
-	 * then global_wb + global_inv scope:SCOPE_SYS. gfx9: buffer_wbl2,
-	 * store (sc0 sc1 on gfx942), buffer_wbl2 + invalidate. The trailing
-	 * seq_cst fence waits for the store to leave the CU so it cannot sit
-	 * in the write path while the lane spins on the CQ.
-	 */
-	__builtin_amdgcn_fence(__ATOMIC_RELEASE, "");
-	__scoped_atomic_store_n((global_u32 *)db, val, __ATOMIC_RELAXED,
-				__MEMORY_SCOPE_SYSTEM);
-	__builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "");
 #elif defined(GPUNVME_DEV_NVIDIA) && defined(GPUNVME_PTX_MMIO)
 	/* PTX 8.2+ (nvcc 12.2+): st.mmio.relaxed.sys, the store PTX defines
 	 * for MMIO: performed exactly once, never merged; the fence orders the
@@ -154,23 +251,17 @@ GPUNVME_HD void doorbell_write(volatile uint32_t *db, uint32_t val)
  */
 GPUNVME_HD uint32_t poll_load(const volatile uint32_t *p)
 {
-#if defined(GPUNVME_FENCE_RDNA_GL)
+#if defined(GPUNVME_DEV_AMD)
 	uint32_t v;
 
-	asm volatile("buffer_gl1_inv\n\t"
-		     "buffer_gl0_inv\n\t"
-		     "global_load_dword %0, %1, off glc slc dlc\n\t"
-		     "s_waitcnt vmcnt(0)"
+	asm volatile("; gpunvme:poll\n\t"
+		     GPUNVME_ASM_INV
+		     GPUNVME_ASM_LD " %0, %1, off" GPUNVME_ASM_LD_SYS "\n\t"
+		     GPUNVME_ASM_LD_WAIT
 		     : "=v"(v)
 		     : "v"(p)
 		     : "memory");
 	return v;
-#elif defined(GPUNVME_DEV_AMD)
-	/* gfx12: global_inv scope:SCOPE_SYS + load scope:SCOPE_SYS;
-	 * gfx9: buffer_invl2/buffer_inv sc0 sc1 + load glc/sc0 sc1. */
-	__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "");
-	return __scoped_atomic_load_n((global_u32 *)p, __ATOMIC_RELAXED,
-				      __MEMORY_SCOPE_SYSTEM);
 #elif defined(GPUNVME_DEV_NVIDIA)
 	uint32_t v;
 
@@ -196,28 +287,21 @@ constexpr int POLL_BATCH = 8;
 GPUNVME_HD void poll_load_batch(const volatile uint32_t *const p[POLL_BATCH],
 				uint32_t v[POLL_BATCH])
 {
-#if defined(GPUNVME_FENCE_RDNA_GL)
-	asm volatile("buffer_gl1_inv\n\t"
-		     "buffer_gl0_inv\n\t"
-		     "global_load_dword %0, %8, off glc slc dlc\n\t"
-		     "global_load_dword %1, %9, off glc slc dlc\n\t"
-		     "global_load_dword %2, %10, off glc slc dlc\n\t"
-		     "global_load_dword %3, %11, off glc slc dlc\n\t"
-		     "global_load_dword %4, %12, off glc slc dlc\n\t"
-		     "global_load_dword %5, %13, off glc slc dlc\n\t"
-		     "global_load_dword %6, %14, off glc slc dlc\n\t"
-		     "global_load_dword %7, %15, off glc slc dlc\n\t"
-		     "s_waitcnt vmcnt(0)"
+#if defined(GPUNVME_DEV_AMD)
+#define GPUNVME_ASM_LDN(o, i) GPUNVME_ASM_LD " %" #o ", %" #i ", off" GPUNVME_ASM_LD_SYS "\n\t"
+	asm volatile("; gpunvme:poll\n\t"
+		     GPUNVME_ASM_INV
+		     GPUNVME_ASM_LDN(0, 8) GPUNVME_ASM_LDN(1, 9)
+		     GPUNVME_ASM_LDN(2, 10) GPUNVME_ASM_LDN(3, 11)
+		     GPUNVME_ASM_LDN(4, 12) GPUNVME_ASM_LDN(5, 13)
+		     GPUNVME_ASM_LDN(6, 14) GPUNVME_ASM_LDN(7, 15)
+		     GPUNVME_ASM_LD_WAIT
 		     : "=&v"(v[0]), "=&v"(v[1]), "=&v"(v[2]), "=&v"(v[3]),
 		       "=&v"(v[4]), "=&v"(v[5]), "=&v"(v[6]), "=&v"(v[7])
 		     : "v"(p[0]), "v"(p[1]), "v"(p[2]), "v"(p[3]), "v"(p[4]),
 		       "v"(p[5]), "v"(p[6]), "v"(p[7])
 		     : "memory");
-#elif defined(GPUNVME_DEV_AMD)
-	__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "");
-	for (int i = 0; i < POLL_BATCH; i++)
-		v[i] = __scoped_atomic_load_n((global_u32 *)p[i], __ATOMIC_RELAXED,
-					      __MEMORY_SCOPE_SYSTEM);
+#undef GPUNVME_ASM_LDN
 #elif defined(GPUNVME_DEV_NVIDIA)
 	for (int i = 0; i < POLL_BATCH; i++)
 		asm volatile("ld.relaxed.sys.u32 %0, [%1];"

@@ -1,25 +1,23 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
  * bad_fence.hip - NEGATIVE TEST INPUT, never shipped: the field report's
- * bug reproduced on purpose. The RDNA doorbell sequence is gated on the
- * chip macro __gfx1101__ with a silent weak fallback, so gfx1101 gets the
- * fence and gfx11-generic quietly does not. isa_negative.sh proves that
- * isa_check.sh rejects the gfx11-generic object (and accepts gfx1101's).
+ * bug reproduced on purpose. The doorbell and poll sequences are gated on
+ * chip macros (__gfx1101__, __gfx90a__) with a silent weak fallback, so
+ * gfx1101 and gfx90a get the library's fenced sequences while
+ * gfx11-generic and gfx942 quietly do not. The weak path still carries
+ * the sites' markers (as a wrapper around a chip-gated body would), so the
+ * checker sees a marked site without its sequence. isa_negative.sh proves
+ * that isa_check.sh rejects the gfx11-generic and gfx942 objects (and
+ * accepts gfx1101's and gfx90a's).
  */
-#include <gpunvme/compat.h>
-#include <gpunvme/clock.h>
+#include <gpunvme/gpunvme.h>
 
 __device__ inline void bad_doorbell(volatile uint32_t *db, uint32_t v)
 {
-#if defined(__gfx1101__)
-	asm volatile("s_waitcnt lgkmcnt(0) vmcnt(0)\n\t"
-		     "s_waitcnt_vscnt null, 0x0\n\t"
-		     "global_store_dword %0, %1, off glc slc dlc\n\t"
-		     "s_waitcnt lgkmcnt(0) vmcnt(0)\n\t"
-		     "s_waitcnt_vscnt null, 0x0\n\t"
-		     "buffer_gl1_inv\n\t"
-		     "buffer_gl0_inv" ::"v"(db), "v"(v) : "memory");
+#if defined(__gfx1101__) || defined(__gfx90a__)
+	gpunvme::fence::doorbell_write(db, v);
 #else
+	asm volatile("; gpunvme:doorbell" ::: "memory");
 	__builtin_amdgcn_fence(__ATOMIC_RELEASE, "");
 	*db = v; /* the weak path: lingers in the write path on RDNA */
 #endif
@@ -27,15 +25,10 @@ __device__ inline void bad_doorbell(volatile uint32_t *db, uint32_t v)
 
 __device__ inline uint32_t bad_poll(const volatile uint32_t *p)
 {
-#if defined(__gfx1101__)
-	uint32_t v;
-
-	asm volatile("buffer_gl1_inv\n\t"
-		     "buffer_gl0_inv\n\t"
-		     "global_load_dword %0, %1, off glc slc dlc\n\t"
-		     "s_waitcnt vmcnt(0)" : "=v"(v) : "v"(p) : "memory");
-	return v;
+#if defined(__gfx1101__) || defined(__gfx90a__)
+	return gpunvme::fence::poll_load(p);
 #else
+	asm volatile("; gpunvme:poll" ::: "memory");
 	return *p;
 #endif
 }

@@ -8,6 +8,21 @@
 # every built object is disassembled and each family's required instruction
 # sequences are matched in order. KTAP out; exit 1 if any check fails.
 #
+# Every site, per function (AMD): fence.h opens each of its sequences with
+# a marker comment ("; gpunvme:doorbell", poll, release, acquire,
+# payload-acquire, payload-release) that survives into the compiler's
+# assembly (OBJECT's .s beside it, built from the same source with the same
+# flags). Every marked block must be exactly its family's sequence (the
+# waits after the gfx9/gfx12 writeback included: clang-19 drops them from
+# its own fences), the object must hold exactly as many fenced doorbell
+# stores and invalidating polls as the assembly has markers, and, where the
+# ISA can tell a system-scope store apart (gfx10/11/12, gfx942), there is
+# no system-scope store outside a fenced doorbell. A plain store that
+# bypasses doorbell_write() is indistinguishable from a data store on
+# gfx90a and is not caught there. Example kernels that touch payload must
+# hold the payload-contract sites (read_verify, pthread_io, guide_read:
+# payload-acquire; write, pthread_io: payload-release).
+#
 # usage: isa_check.sh TARGET:OBJECT [TARGET:OBJECT...]  (sm_NN:file.ptx for NVIDIA)
 # env:   OBJDUMP (default llvm-objdump-19)
 set -u
@@ -134,6 +149,151 @@ WAIT_ALL='^s_waitcnt (vmcnt\(0\) lgkmcnt\(0\)|lgkmcnt\(0\) vmcnt\(0\))$'
 WAIT_VS='^s_waitcnt_vscnt null, 0x0$'
 NO_CYCLES='s_memtime|SHADER_CYCLES'
 
+
+# The marked sites of an assembly file, one line per site:
+#   <kind> <function> <line> ok|bad <the block's instructions, ' | '-joined>
+# A block is every instruction between the marker and ;;#ASMEND.
+sites() { # asm-file
+	awk '
+		function flush() {
+			if (kind != "") print kind, fn, at, body
+			kind = ""; body = ""
+		}
+		{ t = $0; sub(/^[ \t]+/, "", t); sub(/[ \t]+$/, "", t); gsub(/[ \t]+/, " ", t) }
+		t ~ /^[A-Za-z_][A-Za-z0-9_.$]*:/ && t !~ /^\.L/ { fn = t; sub(/:.*/, "", fn) }
+		t ~ /^; gpunvme:[a-z-]+$/ { flush(); kind = substr(t, 11); at = NR; body = ""; next }
+		kind != "" && t == ";;#ASMEND" { flush(); next }
+		kind != "" && t != "" && t !~ /^;/ { body = body (body == "" ? "" : " | ") t }
+	' "$1"
+}
+
+# Does a ' | '-joined block match one of the family's sequences for its
+# kind? Each sequence is a list of regexes, one per instruction, in order.
+block_ok() { # kind block
+	local want
+	case $1 in
+	doorbell) want=("${REL[@]}" "$ST" "${ST_WAIT[@]}" "${POST[@]}" "${INV[@]}") ;;
+	release | payload-release) want=("${REL[@]}") ;;
+	acquire | payload-acquire) want=("${ACQ_WAIT[@]}" "${INV[@]}") ;;
+	poll)
+		want=("${INV[@]}" "$LD" "$LD_WAIT")
+		seq_match "$2" "${want[@]}" && return 0
+		want=("${INV[@]}" "$LD" "$LD" "$LD" "$LD" "$LD" "$LD" "$LD" "$LD" "$LD_WAIT")
+		;;
+	*) return 1 ;;
+	esac
+	seq_match "$2" "${want[@]}"
+}
+
+seq_match() { # block regex...
+	local block=$1
+	shift
+	local IFS=$'\x1f'
+	awk -v b="$block" -v pats="$*" 'BEGIN {
+		n = split(b, I, / \| /); k = split(pats, P, "\x1f")
+		if (n != k) exit 1
+		for (i = 1; i <= n; i++) if (I[i] !~ P[i]) exit 1
+		exit 0 }'
+}
+
+# Check every site of an assembly file; one KTAP line per kind.
+check_sites() { # tag asm-file need-kinds...
+	local tag=$1 asm=$2
+	shift 2
+	local kind fn at body cnt bad first fns
+	sites "$asm" >"$tmp/sites"
+	for kind in doorbell poll release acquire payload-acquire payload-release; do
+		cnt=0 bad=0 first="" fns=""
+		while read -r k fn at body; do
+			[ "$k" = "$kind" ] || continue
+			cnt=$((cnt + 1))
+			case " $fns " in *" $fn "*) ;; *) fns="$fns${fns:+ }$fn" ;; esac
+			if ! block_ok "$kind" "$body"; then
+				bad=$((bad + 1))
+				[ -n "$first" ] || first="$fn (.s line $at): $body"
+			fi
+		done <"$tmp/sites"
+		local need=0 w
+		for w in "$@"; do [ "$w" = "$kind" ] && need=1; done
+		[ "$cnt" -eq 0 ] && [ "$need" -eq 0 ] && continue
+		eval "count_${kind//-/_}=$cnt"
+		if [ "$cnt" -eq 0 ]; then
+			report 1 "$tag: every $kind site is the $FAMILY sequence" "no $kind site (marker) in any function"
+		elif [ "$bad" -gt 0 ]; then
+			report 1 "$tag: every $kind site is the $FAMILY sequence" "$bad of $cnt wrong, first in $first"
+		else
+			report 0 "$tag: every $kind site is the $FAMILY sequence ($cnt in $fns)" ""
+		fi
+	done
+}
+
+# Per family: the instruction regexes of fence.h's sequences (whitespace
+# collapsed). The object's disassembly prints waits canonically; the
+# assembly prints inline asm as written: either wait order is accepted.
+family() { # target
+	local V='v\[[0-9]+:[0-9]+\]' R='v[0-9]+'
+	case $1 in
+	gfx10* | gfx11*)
+		FAMILY="gfx10/11 (RDNA)"
+		REL=("$WAIT_ALL" "$WAIT_VS")
+		ACQ_WAIT=("$WAIT_ALL")
+		INV=('^buffer_gl1_inv$' '^buffer_gl0_inv$')
+		ST="^global_store_(dword|b32) $V, $R, off glc slc dlc\$"
+		LD="^global_load_(dword|b32) $R, $V, off glc slc dlc\$"
+		ST_WAIT=("$WAIT_ALL" "$WAIT_VS")
+		POST=()
+		LD_WAIT='^s_waitcnt vmcnt\(0\)$'
+		SYS_ST='^global_store_(dword|b32) .* glc slc dlc$'
+		;;
+	gfx12*)
+		FAMILY="gfx12"
+		REL=('^global_wb scope:SCOPE_SYS$' '^s_wait_loadcnt 0x0$' '^s_wait_storecnt 0x0$')
+		ACQ_WAIT=('^s_wait_loadcnt 0x0$' '^s_wait_storecnt 0x0$')
+		INV=('^global_inv scope:SCOPE_SYS$' '^s_wait_loadcnt 0x0$')
+		ST="^global_store_b32 $V, $R, off scope:SCOPE_SYS\$"
+		LD="^global_load_b32 $R, $V, off scope:SCOPE_SYS\$"
+		ST_WAIT=('^s_wait_storecnt 0x0$')
+		POST=('^global_wb scope:SCOPE_SYS$' '^s_wait_storecnt 0x0$')
+		LD_WAIT='^s_wait_loadcnt 0x0$'
+		SYS_ST='^global_store_[a-z0-9_]+ .*scope:SCOPE_SYS$'
+		;;
+	gfx94*)
+		FAMILY="gfx940-942"
+		REL=('^buffer_wbl2 sc0 sc1$' "$WAIT_ALL")
+		ACQ_WAIT=("$WAIT_ALL")
+		INV=('^buffer_inv sc0 sc1$')
+		ST="^global_store_dword $V, $R, off sc0 sc1\$"
+		LD="^global_load_dword $R, $V, off sc0 sc1\$"
+		ST_WAIT=('^s_waitcnt vmcnt\(0\)$')
+		POST=('^buffer_wbl2 sc0 sc1$' '^s_waitcnt vmcnt\(0\)$')
+		LD_WAIT='^s_waitcnt vmcnt\(0\)$'
+		SYS_ST='^global_store_[a-z0-9_]+ .* sc0 sc1$'
+		;;
+	gfx90a)
+		FAMILY="gfx90a"
+		REL=('^buffer_wbl2$' "$WAIT_ALL")
+		ACQ_WAIT=("$WAIT_ALL")
+		INV=('^buffer_invl2$' '^buffer_wbinvl1_vol$')
+		ST="^global_store_dword $V, $R, off\$"
+		LD="^global_load_dword $R, $V, off glc\$"
+		ST_WAIT=('^s_waitcnt vmcnt\(0\)$')
+		POST=('^buffer_wbl2$' '^s_waitcnt vmcnt\(0\)$')
+		LD_WAIT='^s_waitcnt vmcnt\(0\)$'
+		SYS_ST=""
+		;;
+	*) return 1 ;;
+	esac
+}
+
+# What each example kernel must hold besides doorbells and polls.
+needs() { # object name
+	case $1 in
+	read_verify | guide_read) echo payload-acquire ;;
+	write) echo payload-release ;;
+	pthread_io) echo payload-acquire payload-release ;;
+	esac
+}
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -174,69 +334,57 @@ for spec in "$@"; do
 	sed -e 's@[[:space:]]*//.*@@' -e 's/^[[:space:]]*//' "$tmp/raw" |
 		grep -Ev '^$|^s_nop 0$|^s_code_end$|file format|^Disassembly' >"$dis"
 
-	case $target in
-	gfx10* | gfx11*)
-		check_chain "$tag: doorbell drain; global_store glc slc dlc; drain; buffer_gl1_inv; buffer_gl0_inv" \
-			"$dis" 1 "$WAIT_ALL" "$WAIT_VS" \
-			'^global_store_(dword|b32) .* glc slc dlc$' \
-			"$WAIT_ALL" "$WAIT_VS" '^buffer_gl1_inv$' '^buffer_gl0_inv$'
-		check_chain "$tag: CQ poll buffer_gl1_inv; buffer_gl0_inv; global_load glc slc dlc" \
-			"$dis" 1 '^buffer_gl1_inv$' '^buffer_gl0_inv$' \
-			'^global_load_(dword|b32) .* glc slc dlc$'
-		case $target in
-		gfx10*) clk="^s_memrealtime " clkname=s_memrealtime ;;
-		*) clk="^s_sendmsg_rtn_b64 .*MSG_RTN_GET_REALTIME" clkname="s_sendmsg_rtn_b64 MSG_RTN_GET_REALTIME" ;;
-		esac
-		check_present "$tag: wall clock ${clkname}" "$dis" "$clk"
-		;;
-	gfx12*)
-		check_chain "$tag: doorbell global_wb scope:SCOPE_SYS; store scope:SCOPE_SYS; global_inv scope:SCOPE_SYS" \
-			"$dis" 4 '^global_wb scope:SCOPE_SYS$' \
-			'^global_store_b32 .*scope:SCOPE_SYS$' '^global_inv scope:SCOPE_SYS$'
-		check_chain "$tag: CQ poll global_inv scope:SCOPE_SYS; global_load scope:SCOPE_SYS" \
-			"$dis" 2 '^global_inv scope:SCOPE_SYS$' '^global_load_b32 .*scope:SCOPE_SYS$'
-		check_present "$tag: wall clock s_sendmsg_rtn_b64 MSG_RTN_GET_REALTIME" \
-			"$dis" '^s_sendmsg_rtn_b64 .*MSG_RTN_GET_REALTIME'
-		;;
-	gfx94*)
-		check_chain "$tag: doorbell buffer_wbl2 sc0 sc1; global_store sc0 sc1; buffer_inv sc0 sc1" \
-			"$dis" 4 '^buffer_wbl2 sc0 sc1$' '^global_store_dword .* sc0 sc1$' \
-			'^buffer_inv sc0 sc1$'
-		check_chain "$tag: CQ poll buffer_inv sc0 sc1; global_load sc0 sc1" \
-			"$dis" 2 '^buffer_inv sc0 sc1$' '^global_load_dword .* sc0 sc1$'
-		check_present "$tag: wall clock s_memrealtime" "$dis" '^s_memrealtime '
-		;;
-	gfx9*)
-		check_chain "$tag: doorbell buffer_wbl2; global_store; buffer_invl2; buffer_wbinvl1_vol" \
-			"$dis" 4 '^buffer_wbl2$' '^global_store_dword ' '^buffer_invl2$' \
-			'^buffer_wbinvl1_vol$'
-		check_chain "$tag: CQ poll buffer_invl2; buffer_wbinvl1_vol; global_load glc" \
-			"$dis" 2 '^buffer_invl2$' '^buffer_wbinvl1_vol$' '^global_load_dword .* glc$'
-		check_present "$tag: wall clock s_memrealtime" "$dis" '^s_memrealtime '
-		;;
-	*)
+	if ! family "$target"; then
 		report 1 "$tag: family" "no ISA rules for target $target: add them before shipping it"
 		continue
-		;;
+	fi
+	asm=${obj%.o}.s
+	if [ ! -f "$asm" ]; then
+		report 1 "$tag: assembly beside the object" "$asm missing (built by make -C kernels)"
+		continue
+	fi
+	count_doorbell=0 count_poll=0
+	# shellcheck disable=SC2046 # needs prints words
+	check_sites "$tag" "$asm" doorbell poll $(needs "$name")
+	db=("${REL[@]}" "$ST" "${ST_WAIT[@]}" "${POST[@]}" "${INV[@]}")
+	pl=("${INV[@]}" "$LD")
+	# The object: as many fenced doorbells and invalidating polls as markers.
+	res=$(chain "$dis" 1 "${db[@]}")
+	if [ "${res% *}" -eq "$count_doorbell" ] && [ "$count_doorbell" -gt 0 ]; then
+		report 0 "$tag: object holds the fenced doorbell store at all $count_doorbell marked sites" ""
+	else
+		report 1 "$tag: object holds the fenced doorbell store at all $count_doorbell marked sites" \
+			"object has ${res% *} complete sequences"
+	fi
+	res=$(chain "$dis" 1 "${pl[@]}")
+	if [ "${res% *}" -eq "$count_poll" ] && [ "$count_poll" -gt 0 ]; then
+		report 0 "$tag: object holds the invalidating poll at all $count_poll marked sites" ""
+	else
+		report 1 "$tag: object holds the invalidating poll at all $count_poll marked sites" \
+			"object has ${res% *} complete sequences"
+	fi
+	if [ -n "$SYS_ST" ]; then
+		c=$(grep -Ec "$SYS_ST" "$dis")
+		if [ "$c" -eq "$count_doorbell" ]; then
+			report 0 "$tag: no system-scope store outside a fenced doorbell ($c stores)" ""
+		else
+			report 1 "$tag: no system-scope store outside a fenced doorbell" \
+				"$c system-scope stores, $count_doorbell fenced doorbells"
+		fi
+	fi
+	case $target in
+	gfx10*) clk="^s_memrealtime " clkname=s_memrealtime ;;
+	gfx11* | gfx12*) clk="^s_sendmsg_rtn_b64 .*MSG_RTN_GET_REALTIME" clkname="s_sendmsg_rtn_b64 MSG_RTN_GET_REALTIME" ;;
+	*) clk="^s_memrealtime " clkname=s_memrealtime ;;
 	esac
+	check_present "$tag: wall clock ${clkname}" "$dis" "$clk"
 	if [ "$name" = pthread_io ]; then
-		case $target in
-		gfx10* | gfx11*) db=("$WAIT_ALL" "$WAIT_VS" '^global_store_(dword|b32) .* glc slc dlc$' "$WAIT_ALL" "$WAIT_VS" '^buffer_gl1_inv$' '^buffer_gl0_inv$') gap=1 ;;
-		gfx12*) db=('^global_wb scope:SCOPE_SYS$' '^global_store_b32 .*scope:SCOPE_SYS$' '^global_inv scope:SCOPE_SYS$') gap=4 ;;
-		gfx94*) db=('^buffer_wbl2 sc0 sc1$' '^global_store_dword .* sc0 sc1$' '^buffer_inv sc0 sc1$') gap=4 ;;
-		*) db=('^buffer_wbl2$' '^global_store_dword ' '^buffer_invl2$' '^buffer_wbinvl1_vol$') gap=4 ;;
-		esac
-		case $target in
-		gfx10* | gfx11*) bl='^global_load_(dword|b32) .* glc slc dlc$' ;;
-		gfx12*) bl='^global_load_b32 .*scope:SCOPE_SYS$' ;;
-		gfx94*) bl='^global_load_dword .* sc0 sc1$' ;;
-		*) bl='^global_load_dword .* glc$' ;;
-		esac
+		bl=$LD
 		check_count "$tag: per-thread API: CQ batch poll, 8 system-scope loads" "$dis" 9 "$bl"
 		check_present "$tag: per-thread API: one 16-byte CQE load" "$dis" '^global_load_(dwordx4|b128) '
 
 		check_chain_min "$tag: per-thread API: SQ and CQ doorbells both through the fenced store" \
-			"$dis" 2 "$gap" "${db[@]}"
+			"$dis" 2 1 "${db[@]}"
 		check_count "$tag: per-thread API: SQE as 4 x 16-byte stores" "$dis" 4 '^global_store_(dwordx4|b128) '
 		check_present "$tag: per-thread API: 64-bit ticket add" "$dis" '^(global|flat)_atomic_add_(x2|u64) '
 		check_present "$tag: per-thread API: lock CAS" "$dis" '^(global|flat)_atomic_cmpswap(_b32)? '

@@ -1,13 +1,30 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0 OR MIT
 #
-# isa_negative.sh - the ISA check must catch the field report's trap.
-#  1. bad_fence.hip (fence gated on __gfx1101__) built for gfx11-generic:
-#     isa_check.sh must FAIL and name the missing buffer_gl1_inv/glc store.
-#  2. The same source built for gfx1101: isa_check.sh must pass (so 1 fails
-#     for the gate, not for an unrelated reason).
+# isa_negative.sh - the ISA check must catch what it exists to catch.
+#  1. bad_fence.hip (fences chip-gated on __gfx1101__/__gfx90a__, weak
+#     fallback) built for gfx11-generic and gfx942: isa_check.sh must FAIL
+#     at the doorbell (a marked site without its sequence).
+#  2. The same source built for gfx1101 and gfx90a: isa_check.sh must pass
+#     (so 1 fails for the gate, not for an unrelated reason).
 #  3. Our real fence.h with its family gate swapped for __gfx1101__ must
 #     not compile for gfx11-generic at all (#error, no weak fallback).
+#  4. A missing wait: the real fence.h with the wait after the release
+#     writeback deleted (gfx9 buffer_wbl2, gfx12 global_wb), guide_read
+#     built for gfx90a, gfx942 and gfx1201: isa_check.sh must FAIL at the
+#     doorbell sites.
+#     And without the writeback after the doorbell store on gfx90a (a
+#     plain store that may sit dirty in L2): must FAIL too.
+#  5. clang-19 itself drops that wait: clang_wait.hip (the doorbell as
+#     builtin fences + a scoped store, fence.h's code before its inline
+#     assembly) still leaves no wait between the writeback and the store on
+#     gfx942 and gfx1201 (else the inline assembly could go: SKIP), and
+#     isa_check.sh rejects those objects.
+#  6. A plain-cached payload on RDNA: guide_read.hip without its
+#     payload_acquire(), built for gfx1100 and gfx11-generic: isa_check.sh
+#     must FAIL at the payload contract.
+#  7. A gfx9 chip fence.h has no sequence for (gfx908) is a compile
+#     error, never a fallback.
 #
 # usage: isa_negative.sh BUILD_DIR   (env: CLANG, OBJDUMP)
 set -u
@@ -15,47 +32,74 @@ here=$(cd "$(dirname "$0")" && pwd)
 kdir=$(cd "$here/../.." && pwd)
 out=${1:?build dir}/negative
 CLANG=${CLANG:-clang-19}
+OBJDUMP=${OBJDUMP:-llvm-objdump-19}
+export OBJDUMP
 HIP="-x hip --cuda-device-only --no-gpu-bundle-output -nogpuinc -nogpulib -O2 -std=c++17"
 mkdir -p "$out"
 
-n=0 pass=0 fail=0
-res() { # ok(0/1) desc [diag]
+n=0 pass=0 fail=0 skip=0
+res() { # ok(0/1/skip) desc [diag]
 	n=$((n + 1))
-	if [ "$1" = 0 ]; then pass=$((pass + 1)); echo "ok $n $2"
-	else fail=$((fail + 1)); echo "not ok $n $2 # $3"; fi
+	case $1 in
+	0) pass=$((pass + 1)); echo "ok $n $2" ;;
+	skip) skip=$((skip + 1)); echo "ok $n $2 # SKIP $3" ;;
+	*) fail=$((fail + 1)); echo "not ok $n $2 # $3" ;;
+	esac
 }
 
 echo "KTAP version 1"
-echo "1..3"
+echo "1..16"
 
-build() { # target obj
+# build target src obj-without-.o [include-dir]: object and assembly.
+build() {
 	local v=""
 	case $1 in *generic) v="-Xclang -mcode-object-version=6" ;; esac
-	$CLANG $HIP --offload-arch="$1" $v -I"$kdir/include" \
-		-c "$here/bad_fence.hip" -o "$2" 2>"$out/cc-$1.log"
+	mkdir -p "$(dirname "$3")"
+	$CLANG $HIP --offload-arch="$1" $v -I"${4:-$kdir/include}" -I"$kdir/examples" \
+		-c "$2" -o "$3.o" 2>"$3.log" &&
+		$CLANG $HIP --offload-arch="$1" $v -I"${4:-$kdir/include}" -I"$kdir/examples" \
+			-S "$2" -o "$3.s" 2>>"$3.log"
 }
 
-obj=$out/bad_fence-gfx11-generic.o
-if ! build gfx11-generic "$obj"; then
-	res 1 "gfx11-generic chip-gated fence rejected" "compile failed: $(head -1 "$out/cc-gfx11-generic.log")"
-else
-	"$here/isa_check.sh" "gfx11-generic:$obj" >"$out/check-generic.ktap"
-	rc=$?
-	sed 's/^/# /' "$out/check-generic.ktap"
-	if [ $rc -ne 0 ] && grep -q '^not ok .*doorbell' "$out/check-generic.ktap"; then
-		res 0 "gfx11-generic chip-gated fence rejected by isa_check"
+# must_fail desc target obj grep-pattern-of-the-failing-line
+must_fail() {
+	local ktap=$3.ktap
+	"$here/isa_check.sh" "$2:$3.o" >"$ktap"
+	local rc=$?
+	sed 's/^/# /' "$ktap" | grep -E '^# not ok|passed'
+	if [ $rc -ne 0 ] && grep -Eq "^not ok .*$4" "$ktap"; then
+		res 0 "$1"
 	else
-		res 1 "gfx11-generic chip-gated fence rejected by isa_check" "checker passed a weak fence"
+		res 1 "$1" "checker passed it, or failed elsewhere than /$4/"
 	fi
-fi
+}
 
-obj=$out/bad_fence-gfx1101.o
-if build gfx1101 "$obj" && "$here/isa_check.sh" "gfx1101:$obj" >"$out/check-1101.ktap"; then
-	res 0 "control: same source on gfx1101 passes isa_check"
-else
-	sed 's/^/# /' "$out/check-1101.ktap" 2>/dev/null
-	res 1 "control: same source on gfx1101 passes isa_check" "checker or build failed on the correct target"
-fi
+must_pass() { # desc target obj
+	if "$here/isa_check.sh" "$2:$3.o" >"$3.ktap"; then
+		res 0 "$1"
+	else
+		sed 's/^/# /' "$3.ktap" | grep '^# not ok'
+		res 1 "$1" "checker or build failed on the correct target"
+	fi
+}
+
+# 1 + 2: chip-gated fences.
+for t in gfx11-generic gfx942; do
+	o=$out/bad_fence-$t/bad_fence
+	if build $t "$here/bad_fence.hip" "$o"; then
+		must_fail "$t: chip-gated doorbell rejected by isa_check" $t "$o" 'doorbell'
+	else
+		res 1 "$t: chip-gated doorbell rejected by isa_check" "compile failed: $(head -1 "$o.log")"
+	fi
+done
+for t in gfx1101 gfx90a; do
+	o=$out/bad_fence-$t/bad_fence
+	if build $t "$here/bad_fence.hip" "$o"; then
+		must_pass "control: same source on $t passes isa_check" $t "$o"
+	else
+		res 1 "control: same source on $t passes isa_check" "compile failed: $(head -1 "$o.log")"
+	fi
+done
 
 # 3: real headers, family gate replaced by the chip gate.
 rm -rf "$out/include" && cp -r "$kdir/include" "$out/include"
@@ -73,5 +117,93 @@ else
 	res 1 "chip-gated fence.h is a compile error on gfx11-generic" "failed for another reason: $(grep -m1 error: "$out/chip-gated.log")"
 fi
 
-echo "$pass passed, $fail failed"
+# 4: the wait after the writeback deleted from the real fence.h.
+nw=$out/nowait-include
+rm -rf "$nw" && cp -r "$kdir/include" "$nw"
+sed -i -e 's/^\t\t\t"s_waitcnt vmcnt(0) lgkmcnt(0)\\n\\t"$/\t\t\t""/' \
+	-e 's/^\t\t\t"s_wait_loadcnt 0x0\\n\\t"   \\$/\t\t\t"" \\/' \
+	-e 's/^\t\t\t"s_wait_storecnt 0x0\\n\\t"$/\t\t\t""/' "$nw/gpunvme/fence.h"
+edits=$(diff "$kdir/include/gpunvme/fence.h" "$nw/gpunvme/fence.h" | grep -c '^>')
+for t in gfx90a gfx942 gfx1201; do
+	o=$out/nowait-$t/guide_read
+	if [ "$edits" -ne 3 ]; then
+		res 1 "$t: doorbell without the wait after the writeback rejected" "sed changed $edits lines of fence.h, want 3"
+	elif build $t "$kdir/examples/guide_read.hip" "$o" "$nw"; then
+		must_fail "$t: doorbell without the wait after the writeback rejected" $t "$o" 'doorbell'
+	else
+		res 1 "$t: doorbell without the wait after the writeback rejected" "compile failed: $(head -1 "$o.log")"
+	fi
+done
+
+nb=$out/nopost-include
+rm -rf "$nb" && cp -r "$kdir/include" "$nb"
+sed -i 's/^#define GPUNVME_ASM_POST GPUNVME_ASM_WB "s_waitcnt vmcnt(0)\\n\\t"$/#define GPUNVME_ASM_POST ""/' "$nb/gpunvme/fence.h"
+o=$out/nopost-gfx90a/guide_read
+if cmp -s "$kdir/include/gpunvme/fence.h" "$nb/gpunvme/fence.h"; then
+	res 1 "gfx90a: doorbell without the writeback after the store rejected" "sed found no gfx9 POST to remove"
+elif build gfx90a "$kdir/examples/guide_read.hip" "$o" "$nb"; then
+	must_fail "gfx90a: doorbell without the writeback after the store rejected" gfx90a "$o" 'doorbell'
+else
+	res 1 "gfx90a: doorbell without the writeback after the store rejected" "compile failed: $(head -1 "$o.log")"
+fi
+
+# 5: clang-19's own fences drop the wait; the checker rejects them.
+for t in gfx942 gfx1201; do
+	o=$out/clang-wait-$t/clang_wait
+	if ! build $t "$here/clang_wait.hip" "$o"; then
+		res 1 "$t: clang-19 drops the wait after its release writeback" "compile failed: $(head -1 "$o.log")"
+		res 1 "$t: clang-19's builtin doorbell rejected by isa_check" "compile failed"
+		continue
+	fi
+	case $t in
+	gfx12*) wb='global_wb scope:SCOPE_SYS' st='global_store_b32 .*scope:SCOPE_SYS' w='^s_wait_storecnt 0x0$' ;;
+	*) wb='buffer_wbl2 sc0 sc1' st='global_store_dword .* sc0 sc1' w='^s_waitcnt vmcnt\(0\)' ;;
+	esac
+	"$OBJDUMP" -d --mcpu=$t "$o.o" | sed -e 's@[[:space:]]*//.*@@' -e 's/^[[:space:]]*//' |
+		grep -Ev '^$|^s_nop 0$' >"$o.dis"
+	# The writeback, then the store, with no wait for the writeback
+	# (vmcnt / storecnt) in between: scalar waits and moves only.
+	if awk -v wb="^$wb\$" -v st="^$st\$" -v w="$w" '
+		$0 ~ wb { armed = 1; next }
+		$0 ~ w { armed = 0 }
+		armed && $0 ~ st { hit = 1 }
+		END { exit !hit }' "$o.dis"; then
+		awk -v wb="^$wb\$" -v st="^$st\$" '$0 ~ wb { p = 1 } p { print "# " $0 } p && $0 ~ st { exit }' "$o.dis"
+		res 0 "$t: clang-19 drops the wait after its release writeback"
+	else
+		res skip "$t: clang-19 drops the wait after its release writeback" "this clang waits: fence.h's inline assembly is no longer needed for it"
+	fi
+	must_fail "$t: clang-19's builtin doorbell rejected by isa_check" $t "$o" 'doorbell'
+done
+
+# 6: payload read without the acquire on RDNA.
+pp=$out/plain-payload
+mkdir -p "$pp"
+grep -v 'fence::payload_acquire();' "$kdir/examples/guide_read.hip" >"$pp/guide_read.hip"
+for t in gfx1100 gfx11-generic; do
+	o=$pp/$t/guide_read
+	if cmp -s "$kdir/examples/guide_read.hip" "$pp/guide_read.hip"; then
+		res 1 "$t: plain-cached payload read rejected" "guide_read.hip has no payload_acquire() to remove"
+	elif build $t "$pp/guide_read.hip" "$o"; then
+		must_fail "$t: plain-cached payload read rejected" $t "$o" 'payload-acquire'
+	else
+		res 1 "$t: plain-cached payload read rejected" "compile failed: $(head -1 "$o.log")"
+	fi
+done
+
+# 7: an unverified gfx9 chip.
+if $CLANG $HIP --offload-arch=gfx908 -I"$kdir/include" -c "$kdir/examples/guide_read.hip" \
+	-o "$out/gfx908.o" 2>"$out/gfx908.log"; then
+	res 1 "gfx908 (no verified gfx9 sequence) is a compile error" "it compiled: a fallback exists"
+elif grep -q 'error: "gpunvme/fence.h: gfx9 chip' "$out/gfx908.log"; then
+	res 0 "gfx908 (no verified gfx9 sequence) is a compile error"
+else
+	res 1 "gfx908 (no verified gfx9 sequence) is a compile error" "failed for another reason: $(grep -m1 error: "$out/gfx908.log")"
+fi
+
+if [ "$skip" -gt 0 ]; then
+	echo "$pass passed, $fail failed, $skip skipped"
+else
+	echo "$pass passed, $fail failed"
+fi
 [ "$fail" -eq 0 ]

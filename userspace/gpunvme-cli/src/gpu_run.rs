@@ -315,8 +315,10 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let module = gpu.load_module(&image)?;
     let hz = gpu.tick_hz()?;
 
-    // Data buffer in VRAM, imported by the module for the controller's DMA.
-    let vram = gpu.alloc(bytes as usize)?;
+    // Data buffer in VRAM, imported by the module for the controller's DMA;
+    // uncached on RDNA (the payload contract of kernels/include/gpunvme/fence.h).
+    let vram = gpu.alloc_payload(bytes as usize)?;
+    eprintln!("gpu-run: payload memory {:?}", gpu.payload_memory());
     let dmabuf = gpu
         .export_dmabuf(&vram)
         .map_err(|e| format!("gpu-run: exporting VRAM for the controller: {e}"))?;

@@ -16,9 +16,12 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("write", "gpunvme_write"),
     ("read_verify", "gpunvme_read_verify"),
     ("sweep", "gpunvme_sweep"),
+    ("pthread_io", "gpunvme_pthread_io"),
+    ("guide_read", "gpunvme_guide_read"),
 ];
 
-/// The entry point of an example kernel (`write`, `read_verify`, `sweep`).
+/// The entry point of an example kernel (`write`, `read_verify`, `sweep`,
+/// `pthread_io`, `guide_read`).
 pub fn entry_point(kernel: &str) -> Option<&'static str> {
     KERNELS.iter().find(|(k, _)| *k == kernel).map(|(_, e)| *e)
 }

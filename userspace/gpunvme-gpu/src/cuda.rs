@@ -111,6 +111,12 @@ impl Vendor for Cuda {
         Ok(1_000_000_000)
     }
 
+    fn alloc_uncached(&self, _bytes: usize) -> Result<u64> {
+        Err(GpuError(
+            "CUDA has no uncached device allocation (payload_memory never asks it for one)".into(),
+        ))
+    }
+
     fn export_dmabuf(&self, api: &Api, ptr: u64, bytes: usize) -> Result<OwnedFd> {
         let mut supported = 0;
         // SAFETY: out-parameter owned here.

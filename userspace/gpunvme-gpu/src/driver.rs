@@ -235,6 +235,9 @@ pub(crate) trait Vendor: Send + Sync {
     fn bind(&self) -> Result<()>;
     fn tick_hz(&self) -> Result<u64>;
     fn export_dmabuf(&self, api: &Api, ptr: u64, bytes: usize) -> Result<OwnedFd>;
+    /// Uncached device memory (freed like `alloc`'s), where the runtime
+    /// has such an allocation.
+    fn alloc_uncached(&self, bytes: usize) -> Result<u64>;
     /// Routes tried between the external-memory import and host registration.
     fn extra_routes<'a>(&'a self, region: &Region<'a>) -> Vec<Route<'a>>;
     /// Undoes what an extra route did.
@@ -407,6 +410,11 @@ impl<V: Vendor> Backend for Driver<V> {
         let r = unsafe { (self.api.alloc)(&mut p, bytes) };
         self.check(&format!("{}({bytes})", V::DIALECT.alloc), r)?;
         Ok(p)
+    }
+
+    fn alloc_device_uncached(&self, bytes: usize) -> Result<u64> {
+        self.v.bind()?;
+        self.v.alloc_uncached(bytes)
     }
 
     fn free_device(&self, ptr: u64) {

@@ -19,6 +19,13 @@ pub(crate) trait Backend: Send + Sync {
     /// Wall-clock ticks per second of the device's fixed-rate counter.
     fn tick_hz(&self) -> Result<u64>;
     fn alloc_device(&self, bytes: usize) -> Result<u64>;
+    /// Uncached device memory, freed by `free_device`.
+    fn alloc_device_uncached(&self, bytes: usize) -> Result<u64> {
+        let _ = bytes;
+        Err(GpuError(
+            "this runtime has no uncached device memory".into(),
+        ))
+    }
     fn free_device(&self, ptr: u64);
     /// A dma-buf of `bytes` at `ptr` (from alloc_device).
     fn export_dmabuf(&self, ptr: u64, bytes: usize) -> Result<OwnedFd>;
@@ -185,6 +192,32 @@ impl Gpu {
         })
     }
 
+    /// How [`alloc_payload`](Self::alloc_payload) allocates on this GPU.
+    pub fn payload_memory(&self) -> PayloadMemory {
+        payload_memory(self.runtime.kind, &self.device.arch)
+    }
+
+    /// Allocates `bytes` of device memory for payload the SSD reads or
+    /// writes while a kernel runs (the payload contract of
+    /// `kernels/include/gpunvme/fence.h`): uncached VRAM on RDNA
+    /// (`hipExtMallocWithFlags(hipDeviceMallocUncached)`), where a
+    /// system-scope acquire never invalidates GL2, so coarse-grained VRAM
+    /// could serve the kernel stale lines; plain device memory elsewhere
+    /// (see [`payload_memory`]). Rounded up to 64 KiB like
+    /// [`alloc`](Self::alloc), and exportable the same way.
+    pub fn alloc_payload(&self, bytes: usize) -> Result<DeviceMemory<'_>> {
+        let len = bytes.max(1).div_ceil(64 << 10) * (64 << 10);
+        let ptr = match self.payload_memory() {
+            PayloadMemory::Uncached => self.backend.alloc_device_uncached(len)?,
+            PayloadMemory::Device => self.backend.alloc_device(len)?,
+        };
+        Ok(DeviceMemory {
+            gpu: self,
+            ptr,
+            len,
+        })
+    }
+
     /// Exports device memory as a dma-buf, for `GPUNVME_IOC_MAP_DMABUF`.
     pub fn export_dmabuf(&self, mem: &DeviceMemory<'_>) -> Result<OwnedFd> {
         self.backend.export_dmabuf(mem.ptr, mem.len)
@@ -311,6 +344,32 @@ impl Gpu {
 
     pub(crate) fn release_import(&self, undo: Undo) {
         self.backend.release_import(undo)
+    }
+}
+
+/// Which memory [`Gpu::alloc_payload`] takes for payload the SSD touches
+/// while a kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadMemory {
+    /// `hipMalloc` / `cuMemAlloc`: the kernel's payload_acquire() and
+    /// payload_release() make it coherent with the SSD (NVIDIA; AMD gfx9,
+    /// whose system-scope release writes L2 back and whose acquire
+    /// invalidates it; that a peer's DMA into coarse-grained VRAM drops
+    /// the lines L2 holds for it there is not verified on hardware).
+    Device,
+    /// `hipExtMallocWithFlags(hipDeviceMallocUncached)`: RDNA (gfx10, 11,
+    /// 12), whose system-scope release is only waits and whose acquire
+    /// never invalidates GL2.
+    Uncached,
+}
+
+/// The payload memory a GPU needs (the payload contract of
+/// `kernels/include/gpunvme/fence.h`).
+pub fn payload_memory(kind: RuntimeKind, arch: &str) -> PayloadMemory {
+    if kind == RuntimeKind::Hip && crate::fine_grain::is_rdna(arch) {
+        PayloadMemory::Uncached
+    } else {
+        PayloadMemory::Device
     }
 }
 
@@ -621,6 +680,51 @@ mod tests {
     use std::sync::Mutex;
 
     #[test]
+    fn payload_memory_is_uncached_on_rdna_only() {
+        for arch in ["gfx1030", "gfx1100", "gfx1101", "gfx1201"] {
+            assert_eq!(
+                payload_memory(RuntimeKind::Hip, arch),
+                PayloadMemory::Uncached,
+                "{arch}"
+            );
+        }
+        for arch in ["gfx90a", "gfx942"] {
+            assert_eq!(
+                payload_memory(RuntimeKind::Hip, arch),
+                PayloadMemory::Device
+            );
+        }
+        assert_eq!(
+            payload_memory(RuntimeKind::Cuda, "sm_90"),
+            PayloadMemory::Device
+        );
+    }
+
+    #[test]
+    fn alloc_payload_takes_uncached_memory_on_rdna() {
+        let (gpu, log) = gpu(false);
+        assert_eq!(
+            gpu.payload_memory(),
+            PayloadMemory::Uncached,
+            "fake is gfx1101"
+        );
+        let m = gpu.alloc_payload(1).unwrap();
+        assert_eq!((m.ptr(), m.len()), (0x2000, 64 << 10));
+        drop(m);
+        let m = gpu.alloc(1).unwrap();
+        assert_eq!(m.ptr(), 0x1000);
+        drop(m);
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "alloc_device_uncached 65536",
+                "free_device 0x2000",
+                "free_device 0x1000"
+            ]
+        );
+    }
+
+    #[test]
     fn without_a_runtime_open_says_what_was_tried() {
         let e = Gpu::open_with(&["libgpunvme-test-none.so", "libc.so.6"], 0).unwrap_err();
         assert!(e.0.starts_with("no GPU:"), "{e}");
@@ -656,6 +760,10 @@ mod tests {
         }
         fn alloc_device(&self, _: usize) -> Result<u64> {
             Ok(0x1000)
+        }
+        fn alloc_device_uncached(&self, bytes: usize) -> Result<u64> {
+            self.note(format!("alloc_device_uncached {bytes}"));
+            Ok(0x2000)
         }
         fn free_device(&self, p: u64) {
             self.note(format!("free_device {p:#x}"));

@@ -19,6 +19,9 @@ type HipError = c_int;
 type HipInit = unsafe extern "C" fn(c_uint) -> HipError;
 type HipSetDevice = unsafe extern "C" fn(c_int) -> HipError;
 type HipDeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> HipError;
+type HipExtMallocWithFlags = unsafe extern "C" fn(*mut u64, usize, c_uint) -> HipError;
+/// hipDeviceMallocUncached (hip_runtime_api.h).
+const HIP_DEVICE_MALLOC_UNCACHED: c_uint = 0x3;
 
 type HsaStatus = c_int;
 type HsaAgent = u64;
@@ -443,6 +446,17 @@ impl Vendor for Hip {
             )));
         }
         Ok(khz as u64 * 1000)
+    }
+
+    fn alloc_uncached(&self, bytes: usize) -> Result<u64> {
+        let f: HipExtMallocWithFlags = sym(&self.rt, "hipExtMallocWithFlags")?;
+        let mut p = 0u64;
+        // SAFETY: out-parameter owned here; freed by hipFree (free_device).
+        self.rt.check(
+            &format!("hipExtMallocWithFlags({bytes}, hipDeviceMallocUncached)"),
+            unsafe { f(&mut p, bytes, HIP_DEVICE_MALLOC_UNCACHED) },
+        )?;
+        Ok(p)
     }
 
     fn export_dmabuf(&self, api: &Api, ptr: u64, bytes: usize) -> Result<OwnedFd> {

@@ -1,6 +1,7 @@
 //! The argument blocks of the example kernels (`kernels/examples/`), as
-//! `#[repr(C)]` mirrors of `gpunvme::qpair` (queue.h) and `gx::io_args` /
-//! `gx::io_result` (example.h). The offsets are asserted here and, with the
+//! `#[repr(C)]` mirrors of `gpunvme::qpair` (queue.h), `gpunvme::pqueue`
+//! and its shared state (pqueue.h), `gx::io_args` / `gx::io_result`
+//! (example.h) and `guide_args` (guide_read.hip). The offsets are asserted here and, with the
 //! same numbers, by `static_assert`s in example.h, so a change on either
 //! side stops the build instead of corrupting a launch.
 
@@ -83,7 +84,125 @@ pub struct IoResult {
     pub ticks_max_round: u64,
 }
 
-// The same numbers are asserted in kernels/examples/example.h.
+/// `gpunvme::pqueue`: one queue pair as the per-thread API sees it. Every
+/// pointer is a device address; [`PQueue::attach`] points the three
+/// shared-state pointers into memory that [`pq_shared_init`] filled.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PQueue {
+    /// SQ ring (a shared pair's shadow SQ).
+    pub sq: u64,
+    /// CQ ring (a shared pair's mirror).
+    pub cq: u64,
+    /// SQ tail doorbell.
+    pub sq_db: u64,
+    /// CQ head doorbell.
+    pub cq_db: u64,
+    /// Host stop flag (non-zero aborts every wait); 0 = none.
+    pub stop: u64,
+    /// Shared state (`pq_shared`, [`pq_bytes`] in all).
+    pub st: u64,
+    /// Ready marks, inside the shared state.
+    pub ready: u64,
+    /// Command slots, inside the shared state.
+    pub slots: u64,
+    /// The PRP pool as the GPU sees it (a shared pair's imported pool).
+    pub prp_va: u64,
+    /// Per-page DMA addresses of the pool (owner mode); 0: use `prp_dma`.
+    pub prp_page_dma: u64,
+    /// The address naming the pool's first byte in a PRP2.
+    pub prp_dma: u64,
+    /// Per-wait deadline in wall-clock ticks (the device caps it at 2 s).
+    pub timeout_ticks: u64,
+    /// Wall-clock ticks per second on this GPU.
+    pub tick_hz: u64,
+    /// Entries in the SQ and in the CQ.
+    pub depth: u32,
+    /// Bytes of the pool per command slot ([`pq_prp_stride`]); 0: no pool.
+    pub prp_stride: u32,
+    /// Largest transfer of one command in bytes; 0: no limit.
+    pub max_transfer: u32,
+    /// 1: pause between polls that found nothing.
+    pub backoff: u32,
+}
+
+impl PQueue {
+    /// Points `st`, `ready` and `slots` into the shared state at device
+    /// address `st` (what pqueue.h's `pq_attach` does); `depth` must be set.
+    pub fn attach(&mut self, st: u64) {
+        self.st = st;
+        self.ready = st + PQ_SHARED_BYTES;
+        self.slots = st + pq_slots_off(self.depth);
+    }
+}
+
+/// `sizeof(pq_shared)`.
+pub const PQ_SHARED_BYTES: u64 = 192;
+/// Offset of `pq_shared::phase`.
+const PQ_PHASE_OFFSET: usize = 136;
+
+fn pq_slots_off(depth: u32) -> u64 {
+    (PQ_SHARED_BYTES + 4 * depth as u64 + 63) & !63
+}
+
+/// Bytes of a pair's shared state (pqueue.h `pq_bytes`).
+pub fn pq_bytes(depth: u32) -> u64 {
+    pq_slots_off(depth) + 16 * depth as u64
+}
+
+/// The shared state of a fresh pair (pqueue.h `pq_init(mem, depth, 0, 0,
+/// 1)`), to copy into GPU memory before the first launch.
+pub fn pq_shared_init(depth: u32) -> Vec<u8> {
+    let mut v = vec![0u8; pq_bytes(depth) as usize];
+    v[PQ_PHASE_OFFSET..PQ_PHASE_OFFSET + 4].copy_from_slice(&1u32.to_ne_bytes());
+    v
+}
+
+/// Pool bytes per command slot (pqueue.h `pq_prp_stride`): the largest
+/// power of two, at most a page, that gives each of `depth` slots its own.
+pub fn pq_prp_stride(pool_bytes: u64, depth: u32) -> u32 {
+    let per = if depth == 0 {
+        0
+    } else {
+        pool_bytes / depth as u64
+    };
+    let mut s = 4096u32;
+    while s >= 8 && s as u64 > per {
+        s >>= 1;
+    }
+    if s >= 8 {
+        s
+    } else {
+        0
+    }
+}
+
+/// `guide_args` of `kernels/examples/guide_read.hip`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GuideArgs {
+    /// Device address of the DMA address of each 4 KiB page of `buf`.
+    pub page_dma: u64,
+    /// The data buffer, device address.
+    pub buf: u64,
+    /// Pages of `buf`.
+    pub npages: u64,
+    /// First LBA of thread 0.
+    pub slba: u64,
+    /// Pattern seed the blocks were written with.
+    pub seed: u64,
+    /// Namespace.
+    pub nsid: u32,
+    /// log2 of the LBA size.
+    pub lba_shift: u32,
+    /// LBAs per thread (one command).
+    pub blocks: u32,
+    /// Queue pairs in the `PQueue` array.
+    pub npairs: u32,
+}
+
+// The same numbers are asserted in kernels/examples/example.h and
+// guide_read.hip.
 const _: () = {
     assert!(size_of::<QPair>() == 80);
     assert!(offset_of!(QPair, stop) == 32);
@@ -97,6 +216,15 @@ const _: () = {
     assert!(size_of::<IoResult>() == 32);
     assert!(offset_of!(IoResult, ticks_total) == 16);
     assert!(offset_of!(IoResult, ticks_max_round) == 24);
+    assert!(size_of::<PQueue>() == 120);
+    assert!(offset_of!(PQueue, st) == 40);
+    assert!(offset_of!(PQueue, prp_va) == 64);
+    assert!(offset_of!(PQueue, timeout_ticks) == 88);
+    assert!(offset_of!(PQueue, depth) == 104);
+    assert!(offset_of!(PQueue, backoff) == 116);
+    assert!(size_of::<GuideArgs>() == 56);
+    assert!(offset_of!(GuideArgs, nsid) == 40);
+    assert!(offset_of!(GuideArgs, npairs) == 52);
 };
 
 /// The device library's negative results (queue.h), by name.
@@ -138,6 +266,26 @@ mod tests {
         assert_eq!(pattern(0, 8), 0xe220_a839_7b1d_cdaf);
         assert_ne!(pattern(1, 0), pattern(1, 8));
         assert_eq!(pattern(7, 8), pattern(7, 15), "one word per 8 bytes");
+    }
+
+    #[test]
+    fn pqueue_shared_state_matches_pqueue_h() {
+        // pq_slots_off(32) = (192 + 128 + 63) & ~63 = 320; + 16 * 32.
+        assert_eq!(pq_bytes(32), 320 + 512);
+        assert_eq!(pq_bytes(4), 256 + 64);
+        let v = pq_shared_init(32);
+        assert_eq!(v.len(), 832);
+        assert_eq!(&v[136..140], &1u32.to_ne_bytes(), "phase 1");
+        assert!(v.iter().enumerate().all(|(i, b)| *b == 0 || i == 136));
+        let mut q = PQueue {
+            depth: 32,
+            ..Default::default()
+        };
+        q.attach(0x10_000);
+        assert_eq!((q.ready, q.slots), (0x10_000 + 192, 0x10_000 + 320));
+        assert_eq!(pq_prp_stride(4096 * 16, 32), 2048);
+        assert_eq!(pq_prp_stride(4096, 32), 128);
+        assert_eq!(pq_prp_stride(100, 32), 0);
     }
 
     #[test]

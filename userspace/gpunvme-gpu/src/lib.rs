@@ -13,7 +13,8 @@
 //!   CQ mirror are memory, and the module's relay, the CPU bridge, rings
 //!   the controller) or `none`. Shared pairs, the default, work with
 //!   either.
-//! - [`Gpu`]: one opened GPU: VRAM allocation and its export as a dma-buf
+//! - [`Gpu`]: one opened GPU: VRAM allocation (payload buffers through
+//!   [`Gpu::alloc_payload`]: uncached on RDNA, see [`PayloadMemory`]) and its export as a dma-buf
 //!   (for `GPUNVME_IOC_MAP_DMABUF`), host memory mapped for the GPU, import
 //!   of the module's doorbell/SQ/CQ dma-bufs into the GPU's address space
 //!   ([`import`]: every route is tried in order and the report says which
@@ -51,7 +52,10 @@ mod probe;
 mod runtime;
 
 pub use error::{GpuError, Result};
-pub use gpu::{DeviceMemory, Gpu, HostMapped, Launch, LaunchConfig, Module, DROP_DEADLINE};
+pub use gpu::{
+    payload_memory, DeviceMemory, Gpu, HostMapped, Launch, LaunchConfig, Module, PayloadMemory,
+    DROP_DEADLINE,
+};
 pub use probe::{
     classify, probe, probe_with, Attempt, DoorbellMode, GpuDevice, ProbeReport, RuntimeInfo,
     RuntimeKind, DEFAULT_LIBRARIES,
