@@ -5,7 +5,7 @@
 #          to the committed ones, rust-version, cargo doc, examples
 #   gpu    the device library as host C++ (kernels/ host-test)
 #   relay  the H200 bench's port of the shared-mode relay and checks, as host C++
-#   isa    fences present in the disassembly of every AMD target
+#   isa    every doorbell, poll, release, acquire and payload site of every AMD object (+ negative tests)
 #   guide  kernels/README.md's code is the code that is built and run
 #   kcache two builds of one test kernel at once: one waits, the kernel is built once
 #   runner the VM runner itself: passing, failing and hung tests are counted right
