@@ -1,17 +1,28 @@
-//! `gpunvme`: command-line tool for the gpunvme kernel module.
+//! `gpunvme`: command-line tool for the gpunvme kernel module. The
+//! binary (src/main.rs) calls [`main`]; [`command`] is the clap definition,
+//! which tests/habits.rs checks against every documented example.
 
 mod bench;
 mod blockio;
 mod gpu_run;
+pub mod habits;
 mod sriov;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use gpunvme::sysfs::{NvmeController, Sysfs, GPUNVME_DRIVER};
 use gpunvme::{Controller, Info};
+use habits::{human_bytes, parse_device, parse_size, Device, Output};
 use serde_json::json;
+
+/// `after_help` of a command: its examples (one `gpunvme ...` line each,
+/// two spaces in, `#` comments after two spaces; tests/habits.rs parses
+/// each with the real parser), then the exit codes.
+fn examples(lines: &str) -> String {
+    format!("Examples:\n{lines}\n\n{}", habits::EXIT_CODES_HELP)
+}
 
 /// Hand NVMe controllers to the gpunvme kernel module so GPUs can drive
 /// them, and inspect what this machine can do.
@@ -20,9 +31,19 @@ use serde_json::json;
     name = "gpunvme",
     version,
     about = "Hand NVMe controllers to the gpunvme kernel module so GPUs can drive them, and inspect what this machine can do.",
+    long_about = "Hand NVMe controllers to the gpunvme kernel module so GPUs can drive them, and inspect what this machine can do.\n\n\
+        One vocabulary in every command, nvme-cli's where it has one: the device comes first, right after the command \
+        (DEVICE: a PCI address 0000:01:00.0 or 01:00.0, /dev/gpunvmeN, gpunvmeN, or a namespace node /dev/gpunvmeNnM); \
+        -n/--namespace-id, -s/--start-block (first LBA), -c/--block-count (a number of blocks, 1-based: -c 8 is eight \
+        blocks, unlike nvme-cli's 0-based count), --qd (commands in flight per queue pair, like fio's iodepth), \
+        --qpairs (queue pairs), -p/--pattern SEED (the data pattern of write, verify, pattern and the GPU examples), \
+        -o/--output-format normal|json. Lists take commas or spaces (--qd 1,8,32 or --qd 1 8 32); sizes take binary \
+        suffixes (512, 4k, 1M, 1MiB, 2G). A progress bar is drawn on stderr when it is a terminal. Ctrl-C stops \
+        submitting, reaps what is in flight (gpu-run: raises the GPU's stop flag) and exits 130.",
+    after_help = examples("  gpunvme list\n  gpunvme bind 0000:01:00.0\n  gpunvme info /dev/gpunvme0 -o json\n  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1,4"),
     propagate_version = true
 )]
-struct Cli {
+pub struct Cli {
     /// sysfs root to use instead of /sys (for tests and chroots).
     #[arg(
         long,
@@ -41,21 +62,24 @@ struct Cli {
 enum Cmd {
     /// List NVMe controllers (PCI class 0x010802): address, IDs, driver,
     /// driver_override, and the gpunvme nodes or nvme namespaces.
+    #[command(after_help = examples("  gpunvme list\n  gpunvme list -o json"))]
     List {
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: Output,
     },
     /// Show a gpunvme controller's identity, decoded CAP/VS registers
     /// (queue depth, doorbell stride, ready timeout, ...), its IOMMU mode
     /// and the modes (shared, owner) you may use on it. Needs access to
     /// the node (root, unless a udev rule grants it).
+    #[command(override_usage = "gpunvme info <DEVICE> [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme info 0000:01:00.0\n  gpunvme info /dev/gpunvme0 -o json\n  gpunvme info gpunvme0n1  # a namespace node"))]
     Info {
+        /// The controller: a PCI address (0000:01:00.0 or 01:00.0),
+        /// /dev/gpunvmeN, gpunvmeN, or a namespace node /dev/gpunvmeNnM.
+        #[arg(value_name = "DEVICE", value_parser = parse_device)]
+        device: Device,
         #[command(flatten)]
-        target: blockio::Target,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        out: Output,
     },
     /// Bind a controller to gpunvme: unbind it from its driver, set
     /// driver_override=gpunvme, probe, and check that gpunvme took it.
@@ -68,16 +92,23 @@ enum Cmd {
     /// the mount point, swap, holder (dm name) or pid. A process that has
     /// a namespace, /dev/nvmeN or /dev/ngNnM open refuses it too. The
     /// O_EXCL opens are held until the unbind is done.
+    #[command(override_usage = "gpunvme bind <DEVICE> [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme bind 0000:01:00.0\n  gpunvme bind 01:00.0\n  gpunvme bind /dev/nvme1  # the kernel nvme controller's node"))]
     Bind {
-        /// PCI address, e.g. 0000:01:00.0.
-        bdf: String,
+        /// The controller: a PCI address (0000:01:00.0 or 01:00.0) or its
+        /// kernel nvme node (/dev/nvmeN, nvmeN).
+        #[arg(value_name = "DEVICE", value_parser = parse_device)]
+        device: Device,
     },
     /// Unbind a controller from gpunvme and clear driver_override, leaving
     /// it without a driver; with --to-nvme, hand it back to the kernel nvme
     /// driver instead.
+    #[command(override_usage = "gpunvme unbind <DEVICE> [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme unbind 0000:01:00.0\n  gpunvme unbind /dev/gpunvme0 --to-nvme"))]
     Unbind {
-        /// PCI address, e.g. 0000:01:00.0.
-        bdf: String,
+        /// The controller: a PCI address, /dev/gpunvmeN or gpunvmeN.
+        #[arg(value_name = "DEVICE", value_parser = parse_device)]
+        device: Device,
         /// Give the controller back to the kernel nvme driver.
         #[arg(long)]
         to_nvme: bool,
@@ -86,53 +117,78 @@ enum Cmd {
     /// doorbell mapping mode this machine can do (direct, bridge only or
     /// none), and for each controller bound to gpunvme its IOMMU mode and
     /// the modes (shared, owner) you may use.
+    #[command(after_help = examples("  gpunvme probe\n  gpunvme probe -o json"))]
     Probe {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: Output,
     },
-    /// Read LBAs through a queue pair of this process (shared, or raw with
-    /// --owner): to --out FILE, or a hex dump on stdout.
+    /// Read blocks through a queue pair of this process (shared, or raw
+    /// with --owner): to --data FILE, or a hex dump on stdout.
+    #[command(override_usage = "gpunvme read <DEVICE> --start-block <LBA> [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme read 0000:01:00.0 -s 0 -c 8\n  gpunvme read /dev/gpunvme0 --start-block 2048 --block-count 256 --data blocks.bin\n  gpunvme read gpunvme0n1 -s 0 -c 2048 -d out.bin -o json  # summary as JSON, data to the file"))]
     Read {
         #[command(flatten)]
         range: blockio::Range,
-        /// Write the raw bytes here instead of a hex dump.
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
+        /// Write the raw bytes to FILE instead of a hex dump on stdout
+        /// (nvme-cli's --data).
+        #[arg(short = 'd', long = "data", value_name = "FILE")]
+        data: Option<PathBuf>,
+        #[command(flatten)]
+        out: Output,
     },
-    /// Write LBAs with the deterministic pattern of --pattern SEED (each
-    /// block from seed and LBA: see `gpunvme pattern`), then flush.
+    /// Write blocks with the data pattern of -p SEED (every 64-bit word
+    /// from seed and byte offset, the GPU examples' pattern: see `gpunvme
+    /// pattern`), then flush.
+    #[command(
+        override_usage = "gpunvme write <DEVICE> --start-block <LBA> --pattern <SEED> [OPTIONS]"
+    )]
+    #[command(after_help = examples("  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme write /dev/gpunvme0 --start-block 4096 --block-count 512 --pattern 7 --qd 8 --owner"))]
     Write {
         #[command(flatten)]
         range: blockio::Range,
         /// Pattern seed.
-        #[arg(long, value_name = "SEED")]
+        #[arg(short = 'p', long, value_name = "SEED")]
         pattern: u64,
+        #[command(flatten)]
+        out: Output,
     },
-    /// Read LBAs and check every byte against the pattern of --pattern
-    /// SEED; prints the first mismatch and fails on any.
+    /// Read blocks and check every byte against the pattern of -p SEED;
+    /// prints the first mismatch and exits 3 on any.
+    #[command(
+        override_usage = "gpunvme verify <DEVICE> --start-block <LBA> --pattern <SEED> [OPTIONS]"
+    )]
+    #[command(after_help = examples("  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme verify gpunvme0n1 -n 1 -s 0 -c 8 --pattern 42 -o json"))]
     Verify {
         #[command(flatten)]
         range: blockio::Range,
         /// Pattern seed.
-        #[arg(long, value_name = "SEED")]
+        #[arg(short = 'p', long, value_name = "SEED")]
         pattern: u64,
+        #[command(flatten)]
+        out: Output,
     },
-    /// Print the pattern bytes `write --pattern SEED` puts in LBAs
-    /// (raw, to stdout), e.g. to compare with what dd reads.
+    /// Print the bytes `write -p SEED` (and the GPU examples with
+    /// `gpu-run --pattern SEED`) put in blocks (raw, to stdout), e.g. to
+    /// compare with what dd reads. No device needed.
+    #[command(after_help = examples("  gpunvme pattern -p 42 -s 0 -c 8 > expected.bin\n  gpunvme pattern --pattern 42 --start-block 5 --block-count 3 --block-size 4k"))]
     Pattern {
         /// Pattern seed.
-        #[arg(long)]
-        seed: u64,
+        #[arg(short = 'p', long, value_name = "SEED")]
+        pattern: u64,
         /// First logical block.
-        #[arg(long)]
-        lba: u64,
-        /// Number of logical blocks.
-        #[arg(long, default_value_t = 1)]
-        count: u64,
-        /// Bytes per logical block.
-        #[arg(long, default_value_t = 512)]
-        lba_size: usize,
+        #[arg(short = 's', long = "start-block", value_name = "LBA")]
+        start_block: u64,
+        /// Number of logical blocks (1-based: 8 is eight blocks).
+        #[arg(
+            short = 'c',
+            long = "block-count",
+            value_name = "N",
+            default_value_t = 1
+        )]
+        block_count: u64,
+        /// Bytes per logical block (512, 4k, ...).
+        #[arg(short = 'b', long = "block-size", value_name = "SIZE", default_value = "512", value_parser = parse_size)]
+        block_size: u64,
     },
     /// 4 KiB random-read benchmark: IOPS and latency p50/p99/p99.9/max at
     /// each queue depth (default 1, 8, 32) with each number of queue pairs
@@ -140,24 +196,48 @@ enum Cmd {
     /// with --block-device, the same matrix on a kernel nvme device (O_DIRECT
     /// io_uring with interrupt completions and, polled like gpunvme, with
     /// IORING_SETUP_IOPOLL; or pread threads with --pread). Table on stdout.
+    #[command(override_usage = "gpunvme bench [DEVICE] [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme bench 0000:01:00.0\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1 4\n  gpunvme bench /dev/gpunvme0 --qd 1,32 --qpairs 1 --range 16M --ops 10000 -o json > bench.json\n  gpunvme bench 0000:01:00.0 --owner --block-device /dev/nvme1n1 --duration-ms 300\n  gpunvme bench --block-device /dev/nvme1n1 --kernel-mode poll  # the kernel driver only"))]
     Bench(bench::BenchArgs),
     /// Run an example GPU kernel (write, read-verify, sweep) against a
     /// controller bound to gpunvme: VRAM exported to the controller, queue
     /// pairs (shared, or raw with --owner) imported into the GPU, every
     /// import route reported. Needs a GPU, ROCm or the NVIDIA driver, and
     /// access to the node (root for --owner).
+    #[command(override_usage = "gpunvme gpu-run <DEVICE> --kernel <KERNEL> [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme gpu-run 0000:01:00.0 --kernel write -p 7\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --qpairs 4 --qd 63 --cmds 64 --cmd-blocks 8 -s 0\n  gpunvme gpu-run /dev/gpunvme0 --kernel sweep --rounds 32 -o json"))]
     GpuRun(gpu_run::GpuRunArgs),
     /// SR-IOV: keep the physical function with the kernel nvme driver (its
     /// file systems stay mounted) and prepare virtual functions for
     /// gpunvme: move flexible queue and interrupt resources from the
     /// primary to each VF's secondary controller (resetting the PF if its
     /// own allocation must shrink), enable the VFs, bring them online and
-    /// attach --nsid; then `gpunvme bind VF`. --vfs 0 undoes it; --print
-    /// prints the nvme-cli commands instead. Needs root.
+    /// attach the namespaces of -n; then `gpunvme bind VF`. --vfs 0 undoes
+    /// it; --print prints the nvme-cli commands instead. Needs root.
+    #[command(override_usage = "gpunvme sriov <DEVICE> [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme sriov /dev/nvme0 --vfs 1 -n 2 --print\n  gpunvme sriov 0000:01:00.0 --vfs 2 --namespace-id 2 --namespace-id 3 --flex-queues 5\n  gpunvme sriov /dev/nvme0 --vfs 0 -n 2 --reclaim"))]
     Sriov(sriov::SriovArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell) on stdout.
+    #[command(after_help = examples("  gpunvme completions bash > /etc/bash_completion.d/gpunvme\n  gpunvme completions zsh > ~/.zfunc/_gpunvme"))]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout, generated from this help.
+    #[command(after_help = examples("  gpunvme man > gpunvme.1"))]
+    Man,
 }
 
-fn main() -> ExitCode {
+/// The clap definition of the command line (for tests and generators).
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+/// Runs the command line of this process; the exit status is 0, 1 (could
+/// not run), 2 (usage: clap's), 3 (data mismatch) or 130 (Ctrl-C).
+pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -173,7 +253,7 @@ fn main() -> ExitCode {
                 }
             }
             eprintln!("gpunvme: {msg}");
-            ExitCode::FAILURE
+            ExitCode::from(habits::exit_code(e.as_ref()))
         }
     }
 }
@@ -182,10 +262,17 @@ type Res = Result<(), Box<dyn std::error::Error>>;
 
 fn run(cli: Cli) -> Res {
     let sysfs = Sysfs::with_root(&cli.sysfs_root);
+    if matches!(
+        cli.cmd,
+        Cmd::Read { .. } | Cmd::Write { .. } | Cmd::Verify { .. } | Cmd::Bench(_) | Cmd::GpuRun(_)
+    ) {
+        habits::catch_sigint();
+    }
     match cli.cmd {
-        Cmd::List { json } => list(&sysfs, json),
-        Cmd::Info { target, json } => info(&sysfs, &target, json),
-        Cmd::Bind { bdf } => {
+        Cmd::List { out } => list(&sysfs, out.json()),
+        Cmd::Info { device, out } => info(&sysfs, &device, out.json()),
+        Cmd::Bind { device } => {
+            let bdf = habits::device_bdf(&sysfs, &device)?;
             let c = sysfs.bind(&bdf)?;
             let node = c
                 .node
@@ -195,7 +282,8 @@ fn run(cli: Cli) -> Res {
             println!("{}: bound to gpunvme{node}", c.bdf);
             Ok(())
         }
-        Cmd::Unbind { bdf, to_nvme } => {
+        Cmd::Unbind { device, to_nvme } => {
+            let bdf = habits::device_bdf(&sysfs, &device)?;
             let c = sysfs.unbind(&bdf, to_nvme)?;
             match (&c.driver, &c.nvme_name) {
                 (Some(d), Some(n)) => println!("{}: handed back to {d} as {n}", c.bdf),
@@ -204,19 +292,35 @@ fn run(cli: Cli) -> Res {
             }
             Ok(())
         }
-        Cmd::Probe { json } => probe(&sysfs, json),
-        Cmd::Read { range, out } => blockio::read(&sysfs, &range, out),
-        Cmd::Write { range, pattern } => blockio::write(&sysfs, &range, pattern),
-        Cmd::Verify { range, pattern } => blockio::verify(&sysfs, &range, pattern),
+        Cmd::Probe { out } => probe(&sysfs, out.json()),
+        Cmd::Read { range, data, out } => blockio::read(&sysfs, &range, data, out),
+        Cmd::Write {
+            range,
+            pattern,
+            out,
+        } => blockio::write(&sysfs, &range, pattern, out),
+        Cmd::Verify {
+            range,
+            pattern,
+            out,
+        } => blockio::verify(&sysfs, &range, pattern, out),
         Cmd::Pattern {
-            seed,
-            lba,
-            count,
-            lba_size,
-        } => blockio::print_pattern(seed, lba, count, lba_size),
+            pattern,
+            start_block,
+            block_count,
+            block_size,
+        } => blockio::print_pattern(pattern, start_block, block_count, block_size),
         Cmd::Bench(a) => bench::bench(&sysfs, &a),
         Cmd::GpuRun(a) => gpu_run::gpu_run(&sysfs, &a),
         Cmd::Sriov(a) => sriov::sriov(&sysfs, &a),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut command(), "gpunvme", &mut std::io::stdout());
+            Ok(())
+        }
+        Cmd::Man => {
+            clap_mangen::Man::new(command()).render(&mut std::io::stdout())?;
+            Ok(())
+        }
     }
 }
 
@@ -280,8 +384,8 @@ fn usage(c: &NvmeController) -> String {
     }
 }
 
-fn info(sysfs: &Sysfs, target: &blockio::Target, json: bool) -> Res {
-    let ctrl = blockio::open(sysfs, target)?;
+fn info(sysfs: &Sysfs, device: &Device, json: bool) -> Res {
+    let ctrl = blockio::open(sysfs, device)?;
     let i = ctrl.info()?;
     if json {
         println!("{}", serde_json::to_string_pretty(&info_json(&ctrl, &i))?);
@@ -374,14 +478,20 @@ fn print_info(ctrl: &Controller, i: &Info) {
     );
     println!("  I/O queue pairs     {}", i.io_queues);
     match i.max_transfer_bytes {
-        Some(b) => println!("  max transfer        {b} bytes"),
+        Some(b) => println!(
+            "  max transfer        {} ({b} bytes)",
+            human_bytes(b as u64)
+        ),
         None => println!("  max transfer        no limit"),
     }
     println!("  page size           {} bytes", i.page_size);
     println!("  IOMMU mode          {}", i.iommu_mode);
     println!("  modes you may use   {}", modes_line(i));
     match i.shared_max_transfer_bytes {
-        Some(b) => println!("  shared max transfer {b} bytes"),
+        Some(b) => println!(
+            "  shared max transfer {} ({b} bytes)",
+            human_bytes(b as u64)
+        ),
         None => println!("  shared max transfer not reported"),
     }
     if let Some(n) = i.node_nsid {
@@ -389,11 +499,11 @@ fn print_info(ctrl: &Controller, i: &Info) {
     }
     for n in &i.namespaces {
         println!(
-            "  namespace {:<9} {} blocks of {} bytes ({} bytes)",
+            "  namespace {:<9} {} blocks of {} bytes ({})",
             n.nsid,
             n.capacity_lbas,
             n.lba_size,
-            n.capacity_bytes()
+            human_bytes(n.capacity_bytes())
         );
     }
     println!("  CAP                 0x{:016x}", c.raw);
