@@ -245,7 +245,9 @@ fn readme_command_lines_parse() {
                 continue;
             }
             let t = l.trim_start().trim_start_matches("sudo ");
-            if !in_code || !t.starts_with("gpunvme ") {
+            // Output quoted in a block (a kernel log line: `gpunvme 0000:03:00.0: ...`) is no command.
+            let log = t.split_whitespace().nth(1).is_some_and(|w| w.ends_with(':'));
+            if !in_code || !t.starts_with("gpunvme ") || log {
                 continue;
             }
             checked += 1;
