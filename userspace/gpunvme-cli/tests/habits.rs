@@ -201,7 +201,7 @@ fn every_option_listed_in_help_is_accepted() {
                 continue;
             }
             let name = t
-                .split(|c: char| c == ' ' || c == '=' || c == '<' || c == ',')
+                .split([' ', '=', '<', ','])
                 .find(|w| w.starts_with("--"))
                 .unwrap_or("")
                 .trim_start_matches("--")
@@ -246,7 +246,10 @@ fn readme_command_lines_parse() {
             }
             let t = l.trim_start().trim_start_matches("sudo ");
             // Output quoted in a block (a kernel log line: `gpunvme 0000:03:00.0: ...`) is no command.
-            let log = t.split_whitespace().nth(1).is_some_and(|w| w.ends_with(':'));
+            let log = t
+                .split_whitespace()
+                .nth(1)
+                .is_some_and(|w| w.ends_with(':'));
             if !in_code || !t.starts_with("gpunvme ") || log {
                 continue;
             }
