@@ -182,7 +182,7 @@ lba_out_of_range() {
 	if out=$(gpunvme read "$BDF" $M --start-block "$CAP" --block-count 1 2>&1); then echo "read past the end succeeded"; return 1; fi
 	echo "client side: $out"
 	echo "$out" | grep -q "beyond namespace" || return 1
-	for args in "--lba $CAP --count 1" "--lba $((CAP - 1)) --count 2"; do
+	for args in "--start-block $CAP --block-count 1" "--start-block $((CAP - 1)) --block-count 2"; do
 		# shellcheck disable=SC2086
 		if out=$(gpunvme read "$BDF" $M $args --no-range-check 2>&1); then echo "unchecked read $args succeeded"; return 1; fi
 		who=module

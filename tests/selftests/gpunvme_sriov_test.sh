@@ -92,7 +92,7 @@ pf_files_intact() {
 # ---- gpunvme sriov: refusals and --print change nothing --------------------------
 ktap_check "sriov on a controller without SR-IOV: EOPNOTSUPP" \
 	expect_fail "errno 95" gpunvme sriov "$KERNEL_NVME_BDF"
-ktap_check "sriov --queues beyond the flexible resources: ENOSPC" \
+ktap_check "sriov --flex-queues beyond the flexible resources: ENOSPC" \
 	expect_fail "errno 28" gpunvme sriov "$PF" --vfs 1 --flex-queues 50
 print_plan() {
 	out=$(gpunvme sriov "/dev/$PFC" --vfs 1 --namespace-id 2 --print) || return 1
@@ -121,7 +121,7 @@ else
 fi
 
 # ---- the VF ------------------------------------------------------------------------
-ktap_check "sriov --vfs 1 --nsid 2: VF enabled, resources assigned, online, namespace 2 attached" \
+ktap_check "sriov --vfs 1 --namespace-id 2: VF enabled, resources assigned, online, namespace 2 attached" \
 	gpunvme sriov "$PF" --vfs 1 --namespace-id 2
 VF=$(readlink "$PFDIR/virtfn0" 2>/dev/null)
 VF=${VF##*/}
@@ -204,7 +204,7 @@ round2() {
 	echo "$out" | grep -q "reset (FLR).*the primary holds 2 flexible queues and 1 interrupts" &&
 		echo "$out" | grep -q "online with 2 queues (1 I/O queue pairs) and 1 interrupts"
 }
-ktap_check "sriov --queues 2 --interrupts 1: primary shrunk by a PF reset, VF online" round2
+ktap_check "sriov --flex-queues 2 --flex-interrupts 1: primary shrunk by a PF reset, VF online" round2
 ktap_check "PF files intact after that PF reset" pf_files_intact
 ktap_check "PF still with nvme, mounted" test "$(driver_of "$PF")" = nvme
 vf_again() {

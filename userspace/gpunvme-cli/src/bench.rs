@@ -393,6 +393,7 @@ fn gpunvme_run(
             })?);
         }
     }
+    check_interrupt(&results)?;
     let (target, method) = match mode {
         Mode::Shared => (
             TARGET_SHARED,
@@ -691,6 +692,7 @@ fn kernel_run(
         }
     }
     drop(f);
+    check_interrupt(&results)?;
     Ok(Run {
         target,
         device: dev.display().to_string(),
