@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plot `gpunvme bench --json` output as an SVG (no third-party modules).
+"""Plot `gpunvme bench -o json` output as an SVG (no third-party modules).
 
 One panel per metric (IOPS, p50, p99, p99.9); a bar per (queue pairs, queue
 depth) cell for each target, so gpunvme (shared and raw) and the kernel

@@ -16,8 +16,8 @@ while [ -z "$(ls /sys/bus/pci/devices/$KERNEL_NVME_BDF/nvme/*/ 2>/dev/null | gre
 	sleep 0.05
 done
 ctrl=$(ls "/sys/bus/pci/devices/$KERNEL_NVME_BDF/nvme/")
-gpunvme bench "$GPUNVME_BDF" --block-device "/dev/${ctrl}n1" --owner --range-mib 32 \
-	--duration-ms "${BENCH_MS:-1000}" --json /tmp/bench.json
+gpunvme bench "$GPUNVME_BDF" --block-device "/dev/${ctrl}n1" --owner --range 32M \
+	--duration-ms "${BENCH_MS:-1000}" -o json > /tmp/bench.json
 echo "@@BENCH-JSON-BEGIN"
 cat /tmp/bench.json
 echo

@@ -36,7 +36,7 @@ bound() {
 # LBA_SIZE and CAP of namespace 1 (each ktap_check runs in a subshell:
 # every check that needs them calls this).
 geometry() {
-	gpunvme info --json "$BDF" > "$T/info.json" || return 1
+	gpunvme info "$BDF" -o json > "$T/info.json" || return 1
 	LBA_SIZE=$(sed -n 's/.*"lba_size": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
 	CAP=$(sed -n 's/.*"capacity_lbas": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
 	[ -n "$LBA_SIZE" ] && [ -n "$CAP" ] || { cat "$T/info.json"; return 1; }
@@ -44,10 +44,10 @@ geometry() {
 }
 
 wv() { # seed lba count: write, then verify in a second process
-	gpunvme write --lba "$2" --count "$3" --pattern "$1" "$BDF" &&
-		gpunvme verify --lba "$2" --count "$3" --pattern "$1" "$BDF"
+	gpunvme write "$BDF" --start-block "$2" --block-count "$3" --pattern "$1" &&
+		gpunvme verify "$BDF" --start-block "$2" --block-count "$3" --pattern "$1"
 }
-verify() { gpunvme verify --lba "$2" --count "$3" --pattern "$1" "$BDF"; }
+verify() { gpunvme verify "$BDF" --start-block "$2" --block-count "$3" --pattern "$1"; }
 
 patterns() {
 	geometry || return 1

@@ -255,7 +255,7 @@ fi
 
 # ---- 3. what the kernel's driver sees first (read-only baseline) --------------
 kernel_block_device() { # the namespace's block device while nvme drives it
-    "$GPUNVME" list --json | python3 -c '
+    "$GPUNVME" list -o json | python3 -c '
 import json, sys
 bdf, nsid = sys.argv[1], sys.argv[2]
 for c in json.load(sys.stdin):
@@ -268,7 +268,7 @@ sys.exit(1)' "$BDF" "$NSID"
 step "gpunvme list (before)" "the CLI cannot read sysfs: see the log" "$GPUNVME" list
 if KBLK=$(kernel_block_device) && [ -b "$KBLK" ]; then
     step "kernel nvme baseline bench (read-only)" "the kernel's own driver cannot read $KBLK: the SSD or its slot has a problem before gpunvme is involved" \
-        "$GPUNVME" bench --block-device "$KBLK" --qd 1,32 --qpairs 1 --duration-ms 1000 --json "$RESULTS/bench-kernel.json"
+        "$GPUNVME" bench --block-device "$KBLK" --qd 1,32 --qpairs 1 --duration-ms 1000 -o json > "$RESULTS/bench-kernel.json"
 else
     log "# no kernel block device for namespace $NSID of $BDF now: no baseline"
 fi
@@ -292,7 +292,7 @@ step "gpunvme bind" "see the log: 'is in use: ...' names the mount, swap, holder
 step "gpunvme list (bound)" "the CLI cannot read sysfs" "$GPUNVME" list
 check "listed as bound to gpunvme" "gpunvme list does not show $BDF on gpunvme with a /dev/gpunvme node" grep -Eq "^$BDF .*gpunvme .*/dev/gpunvme[0-9]" "$LAST_LOG"
 step "gpunvme info" "GET_INFO failed: 'Permission denied' means the node's file mode keeps you out (root-only unless a udev rule); EINVAL means a CLI built for UAPI version 1 (make userspace); ENODEV means the controller was unbound meanwhile" "$GPUNVME" info "$BDF"
-"$GPUNVME" info "$BDF" --json > "$RESULTS/info.json" 2>&1
+"$GPUNVME" info "$BDF" -o json > "$RESULTS/info.json" 2>&1
 read -r LBA_SIZE CAPACITY IOMMU OWNER_OK SHARED_OK NODE < <(python3 -c '
 import json, sys
 i = json.load(open(sys.argv[1]))
@@ -309,7 +309,7 @@ LOCKDOWN=${LOCKDOWN:-unknown}
 case $IOMMU in strict|lazy) TRANSLATING=1 ;; *) TRANSLATING='' ;; esac
 
 # ---- 5. the CPU path in shared mode: write, verify, and prove verify can fail ----
-R=("$BDF" --nsid "$NSID" --lba "$LBA" --count "$COUNT")
+R=("$BDF" --namespace-id "$NSID" --start-block "$LBA" --block-count "$COUNT")
 used_pair() { # KIND LOG: the summary in LOG names a KIND (shared or raw) pair
     grep -q " on $1 qid [0-9]" "$2" || { echo "no 'on $1 qid N' in $2" >&2; return 1; }
 }
@@ -336,15 +336,15 @@ must_fail_with() { # PATTERN CMD...: CMD fails, and its output matches PATTERN
     grep -Eq "$pat" <<<"$out" || { echo "validate: it failed, but not with '$pat'" >&2; return 1; }
 }
 step "a shared pair refuses a read past the namespace's end (LBA Out of Range)" "the read of LBA $CAPACITY (one past the end) did not fail with LBA Out of Range: shared mode's range check (rust/bridge/validate.rs) is broken, or the relay hung" \
-    must_fail_with 'LBA Out of Range' "$GPUNVME" read "$BDF" --nsid "$NSID" --lba "$CAPACITY" --count 1 --no-range-check
+    must_fail_with 'LBA Out of Range' "$GPUNVME" read "$BDF" --namespace-id "$NSID" --start-block "$CAPACITY" --block-count 1 --no-range-check
 NSNODE=''
 if [ "$NODE" != - ] && [ "$NSID" -ge 1 ] && [ "$NSID" -le 4 ]; then
     NSNODE=${NODE}n$NSID
     check "namespace node $NSNODE exists" "namespace $NSID should have a node of its own ($NSNODE): see dmesg" test -c "$NSNODE"
     step "verify through the namespace node $NSNODE" "a file of the namespace node could not read its own namespace: see the log" \
-        "$GPUNVME" verify --node "$NSNODE" --nsid "$NSID" --lba "$LBA" --count "$COUNT" --pattern "$SEED"
+        "$GPUNVME" verify "$NSNODE" --namespace-id "$NSID" --start-block "$LBA" --block-count "$COUNT" --pattern "$SEED"
     step "the namespace node refuses owner mode" "CLAIM_OWNER on a namespace node must fail with EPERM ('a namespace node gives shared mode only'): a namespace-limited file could otherwise take the whole controller" \
-        must_fail_with 'CLAIM_OWNER.*Operation not permitted' "$GPUNVME" read --node "$NSNODE" --nsid "$NSID" --lba "$LBA" --count 1 --owner
+        must_fail_with 'CLAIM_OWNER.*Operation not permitted' "$GPUNVME" read "$NSNODE" --namespace-id "$NSID" --start-block "$LBA" --block-count 1 --owner
 fi
 
 # ---- 5b. owner mode (raw pairs) where the IOMMU bounds it, else proof it is refused --
@@ -369,7 +369,7 @@ if [ "$OWNER_MODE" != skip ]; then
         # Not offered: the claim itself must be refused, and the log says why.
         KLOG_MARK=$(klog_since_start | wc -l)
         step "owner claim refused (EPERM), as GET_INFO says" "GET_INFO does not offer owner mode, yet CLAIM_OWNER did not fail with EPERM: the module's owner policy is broken" \
-            must_fail_with 'CLAIM_OWNER.*Operation not permitted' "$GPUNVME" read "$BDF" --nsid "$NSID" --lba "$LBA" --count 1 --owner
+            must_fail_with 'CLAIM_OWNER.*Operation not permitted' "$GPUNVME" read "$BDF" --namespace-id "$NSID" --start-block "$LBA" --block-count 1 --owner
         WHY=$(klog_since_start | tail -n +"$((KLOG_MARK + 1))" | grep -o 'CLAIM_OWNER: .*' | tail -n 1)
         log "# owner mode refused here (IOMMU '$IOMMU', lockdown '$LOCKDOWN'): ${WHY:-no CLAIM_OWNER line in the kernel log}"
         if [ -z "$TRANSLATING" ] || [ "$LOCKDOWN" = integrity ] || [ "$LOCKDOWN" = confidentiality ]; then
@@ -395,14 +395,14 @@ if [ -n "$OWNER_RUN" ]; then
     step "a shared pair reads what the owner wrote" "after the owner's file closed, a shared pair could not be created (ownership outlived the file) or read other data: see the log" \
         "$GPUNVME" verify "${R[@]}" --pattern $((SEED + 2))
     step "gpunvme bench (shared and raw pairs)" "the polled benchmark failed: see the log ($OWNER_FAIL)" \
-        "$GPUNVME" bench "$BDF" --nsid "$NSID" --qd 1,8,32 --qpairs 1,4 --owner --duration-ms 1000 --json "$RESULTS/bench.json"
+        "$GPUNVME" bench "$BDF" --namespace-id "$NSID" --qd 1,8,32 --qpairs 1,4 --owner --duration-ms 1000 -o json > "$RESULTS/bench.json"
     has_owner_ratios() {
         python3 -c 'import json, sys; r = json.load(open(sys.argv[1])).get("owner_ratios"); sys.exit(0 if r else 1)' "$RESULTS/bench.json"
     }
     check "bench.json has shared/raw ratios" "bench --owner wrote no owner_ratios to $RESULTS/bench.json" has_owner_ratios
 else
     step "gpunvme bench (shared pairs)" "the polled benchmark failed: see the log" \
-        "$GPUNVME" bench "$BDF" --nsid "$NSID" --qd 1,8,32 --qpairs 1,4 --duration-ms 1000 --json "$RESULTS/bench.json"
+        "$GPUNVME" bench "$BDF" --namespace-id "$NSID" --qd 1,8,32 --qpairs 1,4 --duration-ms 1000 -o json > "$RESULTS/bench.json"
 fi
 
 # ---- 6. the GPU path ----------------------------------------------------------------
@@ -452,24 +452,27 @@ if [ -z "$SKIP_GPU" ]; then
     step "gpunvme probe" "the probe itself failed: see the log" "$GPUNVME" probe
     check "a GPU runtime and a GPU were found" "no GPU: install ROCm (libamdhip64.so) or the NVIDIA driver (libcuda.so.1) and check access to /dev/kfd and /dev/dri (render group) or /dev/nvidia*; or rerun with --skip-gpu" \
         grep -q '^GPUs:$' "$LAST_LOG"
-    "$GPUNVME" probe --json > "$RESULTS/probe.json" 2>&1
+    "$GPUNVME" probe -o json > "$RESULTS/probe.json" 2>&1
     BLOCKS=${BLOCKS:-$((4096 / LBA_SIZE > 0 ? 4096 / LBA_SIZE : 1))}
     CMDS=$((COUNT / (QUEUES * BLOCKS)))
     check "the GPU run fits the scratch range" "--count $COUNT is too small for $QUEUES queues x $BLOCKS blocks per command" test "$CMDS" -ge 1
     check "one GPU command moves at most 8 KiB" "--blocks $BLOCKS x $LBA_SIZE bytes: the device library builds PRP1+PRP2 only (kernels/include/gpunvme/nvme.h)" \
         test $((BLOCKS * LBA_SIZE)) -le 8192
-    G=("$BDF" --nsid "$NSID" --queues "$QUEUES" --depth "$DEPTH" --cmds "$CMDS" --blocks "$BLOCKS" --slba "$LBA" --code-objects "$CODE_OBJECTS")
+    G=("$BDF" --namespace-id "$NSID" --qpairs "$QUEUES" --qd $((DEPTH - 1)) --cmds "$CMDS" --cmd-blocks "$BLOCKS" --start-block "$LBA" --code-objects "$CODE_OBJECTS")
     rm -f "$RESULTS/.stop-sampling"
     sample_counters & SAMPLER=$!
     step "gpu-run write (shared pairs)" "the GPU could not write: the log says which import route failed and why, and the status (< 0: errno, e.g. -110 no completion before the deadline; > 0: NVMe status, with DNR from shared mode's checks); see README Troubleshooting and $RESULTS/relay-counters.txt" \
-        gpu_run "${G[@]}" --kernel write --seed "$SEED"
+        gpu_run "${G[@]}" --kernel write --pattern "$SEED"
     check "the GPU drove shared pairs" "gpu-run's 'route qN ...' lines do not all say shared: this CLI is not UAPI version 2's" routes_are shared
+    # One pattern for the CPU and the GPU: what the GPU wrote, the CLI verifies.
+    step "the CPU verifies what the GPU wrote (gpunvme verify, same --pattern)" "the GPU's data differs from \`gpunvme pattern\`'s (first mismatch in the log): the GPU wrote elsewhere or other bytes" \
+        "$GPUNVME" verify "$BDF" --namespace-id "$NSID" --start-block "$LBA" --block-count $((QUEUES * CMDS * BLOCKS)) --pattern "$SEED"
     step "gpu-run read-verify (shared pairs), same seed: 0 mismatches" "the SSD DMAed other data into VRAM than the GPU wrote, or commands failed: see the log" \
-        gpu_run "${G[@]}" --kernel read-verify --seed "$SEED"
+        gpu_run "${G[@]}" --kernel read-verify --pattern "$SEED"
     step "gpu-run read-verify with a wrong seed reports mismatches (negative control)" "read-verify did not report mismatches for the wrong seed: no GPU verification can be trusted" \
-        gpu_run_must_fail "${G[@]}" --kernel read-verify --seed $((SEED + 1))
+        gpu_run_must_fail "${G[@]}" --kernel read-verify --pattern $((SEED + 1))
     step "gpu-run sweep (shared pairs)" "the read sweep failed: see the log (latency per batch is printed when it works)" \
-        gpu_run "${G[@]}" --kernel sweep --seed "$SEED"
+        gpu_run "${G[@]}" --kernel sweep --pattern "$SEED"
     stop_sampler
     check "relay counters: no SQE rejected, no bad doorbell value" "the relay refused commands of the example kernels or saw out-of-range doorbell cells (lines above, $RESULTS/relay-counters.txt): see rust/bridge/bridge.md" relay_counters_clean
     SAMPLES=$(grep -c '^== ' "$RESULTS/relay-counters.txt" 2>/dev/null)
@@ -477,12 +480,12 @@ if [ -z "$SKIP_GPU" ]; then
     if [ -n "$OWNER_RUN" ]; then
         OWNER_GPU_WHY="raw pairs on the GPU need it to map the controller's BAR0 doorbell page (a peer-to-peer route and a runtime that maps peer MMIO): the log says which import route failed and why"
         if [ "$OWNER_MODE" = require ]; then
-            step "gpu-run read-verify (raw pairs, owner mode)" "$OWNER_GPU_WHY" gpu_run "${G[@]}" --kernel read-verify --seed "$SEED" --owner
+            step "gpu-run read-verify (raw pairs, owner mode)" "$OWNER_GPU_WHY" gpu_run "${G[@]}" --kernel read-verify --pattern "$SEED" --owner
             OWNER_GPU=1
         else
             n=$((n + 1))
             logf=$RESULTS/$(printf '%02d' "$n")-gpu-run-owner-attempt.log
-            if gpu_run "${G[@]}" --kernel read-verify --seed "$SEED" --owner > "$logf" 2>&1; then
+            if gpu_run "${G[@]}" --kernel read-verify --pattern "$SEED" --owner > "$logf" 2>&1; then
                 pass "gpu-run read-verify (raw pairs, owner mode): the GPU rings the controller's doorbell itself on this machine"
                 OWNER_GPU=1
             elif grep -Eq '(^|[^0-9])[1-9][0-9]* mismatches' "$logf"; then
@@ -497,7 +500,7 @@ if [ -z "$SKIP_GPU" ]; then
         if [ -n "$OWNER_GPU" ]; then
             check "the GPU drove raw pairs" "gpu-run --owner's 'route qN ...' lines do not all say raw" routes_are raw
             step "gpu-run sweep (raw pairs, owner mode)" "the raw read-verify worked but the sweep did not: see the log" \
-                gpu_run "${G[@]}" --kernel sweep --seed "$SEED" --owner
+                gpu_run "${G[@]}" --kernel sweep --pattern "$SEED" --owner
         fi
     fi
 fi
@@ -511,7 +514,7 @@ if [ -z "$KEEP_BOUND" ]; then
     wait_block_device() { for _ in $(seq 100); do KBLK=$(kernel_block_device) && [ -b "$KBLK" ] && return 0; sleep 0.1; done; return 1; }
     check "the nvme driver shows the namespace again" "no block device for namespace $NSID after 10 s: see dmesg" wait_block_device
     cross_check() {
-        cmp <("$GPUNVME" pattern --seed "$SEED" --lba "$LBA" --count "$COUNT" --lba-size "$LBA_SIZE") \
+        cmp <("$GPUNVME" pattern --pattern "$SEED" --start-block "$LBA" --block-count "$COUNT" --block-size "$LBA_SIZE") \
             <(dd if="$KBLK" bs="$LBA_SIZE" skip="$LBA" count="$COUNT" iflag=direct status=none)
     }
     step "the kernel nvme driver reads what gpunvme wrote" "the data on the SSD is not what gpunvme's queues wrote (or dd failed): see the log" cross_check

@@ -43,7 +43,7 @@ driver_of() { basename "$(readlink "/sys/bus/pci/devices/$1/driver" 2>/dev/null)
 setup() {
 	[ -d /sys/module/gpunvme ] || insmod "$DIR/gpunvme.ko" || return 1
 	[ "$(driver_of "$BDF")" = gpunvme ] || gpunvme bind "$BDF" || return 1
-	gpunvme info --json "$BDF" > "$T/info.json" || return 1
+	gpunvme info "$BDF" -o json > "$T/info.json" || return 1
 	LBA_SIZE=$(sed -n 's/.*"lba_size": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
 	CAP=$(sed -n 's/.*"capacity_lbas": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
 	MDTS=$(sed -n 's/.*"max_transfer_bytes": *\([0-9]*\).*/\1/p' "$T/info.json" | head -1)
@@ -58,8 +58,8 @@ setup() {
 wv() { # seed lba count [extra args]: write then verify in a second process
 	s=$1 l=$2 c=$3
 	shift 3
-	gpunvme write "$BDF" $M --pattern "$s" --lba "$l" --count "$c" "$@" || return 1
-	gpunvme verify "$BDF" $M --pattern "$s" --lba "$l" --count "$c" "$@"
+	gpunvme write "$BDF" $M --pattern "$s" --start-block "$l" --block-count "$c" "$@" || return 1
+	gpunvme verify "$BDF" $M --pattern "$s" --start-block "$l" --block-count "$c" "$@"
 }
 
 
@@ -68,7 +68,7 @@ single_io() { wv 11 0 1; }
 # No GPU in the VM: gpu-run must say so (naming every library tried),
 # fail, and leave the controller as it was.
 gpu_run_without_gpu() {
-	out=$(gpunvme gpu-run "$BDF" --kernel write --queues 2 2>&1)
+	out=$(gpunvme gpu-run "$BDF" --kernel write --qpairs 2 2>&1)
 	rc=$?
 	echo "$out"
 	[ "$rc" -ne 0 ] || return 1
@@ -78,16 +78,17 @@ gpu_run_without_gpu() {
 }
 
 read_out_matches_pattern() {
-	gpunvme read "$BDF" $M --lba 0 --count 1 --out "$T/r0" || return 1
-	gpunvme pattern --seed 11 --lba 0 --count 1 --lba-size "$LBA_SIZE" > "$T/p0" || return 1
+	gpunvme read "$BDF" $M --start-block 0 --block-count 1 --data "$T/r0" || return 1
+	gpunvme pattern --pattern 11 --start-block 0 --block-count 1 --block-size "$LBA_SIZE" > "$T/p0" || return 1
 	cmp "$T/r0" "$T/p0"
 }
 
+# A mismatch is not a failure to run: its own exit status, 3.
 verify_detects_a_wrong_seed() {
-	if out=$(gpunvme verify "$BDF" $M --pattern 12 --lba 0 --count 1 2>&1); then
-		echo "verify with the wrong seed passed"; return 1
-	fi
+	out=$(gpunvme verify "$BDF" $M --pattern 12 --start-block 0 --block-count 1 2>&1)
+	rc=$?
 	echo "$out"
+	[ "$rc" = 3 ] || { echo "verify with the wrong seed exited $rc, not 3"; return 1; }
 	echo "$out" | grep -q "first mismatch at LBA 0"
 }
 
@@ -95,16 +96,16 @@ multi_block() { wv 21 64 256; }
 
 # Several rounds over one range with different seeds: each overwrite lands.
 multi_round() {
-	for s in 31 32 33 34; do wv $s 1024 96 --depth 8 || return 1; done
+	for s in 31 32 33 34; do wv $s 1024 96 --qd 7 || return 1; done
 }
 
 # depth 4 (3 in flight), one block per command: 96 commands, 24 laps of the
 # SQ and CQ, so the phase tag flips many times.
 queue_wrap() {
-	out=$(gpunvme write "$BDF" $M --pattern 41 --lba 2048 --count 96 --depth 4 --max-blocks 1 2>&1) || { echo "$out"; return 1; }
+	out=$(gpunvme write "$BDF" $M --pattern 41 --start-block 2048 --block-count 96 --qd 3 --max-cmd-blocks 1 2>&1) || { echo "$out"; return 1; }
 	echo "$out"
 	echo "$out" | grep -q "96 command(s) on $KIND qid [0-9]* of depth 4" || return 1
-	gpunvme verify "$BDF" $M --pattern 41 --lba 2048 --count 96 --depth 2 --max-blocks 3
+	gpunvme verify "$BDF" $M --pattern 41 --start-block 2048 --block-count 96 --qd 1 --max-cmd-blocks 3
 }
 
 # Shared (validated: shadow SQ and doorbells, mirrored CQ, a kernel thread
@@ -113,22 +114,22 @@ queue_wrap() {
 # wrap, verified in the other, and the other way round.
 shared_owner_cross_check() {
 	[ -n "$OWNER" ] || { echo "the CLI has no owner-mode option (--owner or --raw)"; return 1; }
-	out=$(gpunvme write "$BDF" --pattern 43 --lba 3072 --count 96 --depth 4 --max-blocks 1 2>&1) || { echo "$out"; return 1; }
+	out=$(gpunvme write "$BDF" --pattern 43 --start-block 3072 --block-count 96 --qd 3 --max-cmd-blocks 1 2>&1) || { echo "$out"; return 1; }
 	echo "$out"
 	echo "$out" | grep -q "96 command(s) on shared qid [0-9]* of depth 4" || return 1
-	out=$(gpunvme verify "$BDF" "$OWNER" --pattern 43 --lba 3072 --count 96 2>&1) || { echo "$out"; return 1; }
+	out=$(gpunvme verify "$BDF" "$OWNER" --pattern 43 --start-block 3072 --block-count 96 2>&1) || { echo "$out"; return 1; }
 	echo "$out"
 	echo "$out" | grep -q "on raw qid" || return 1
-	out=$(gpunvme write "$BDF" "$OWNER" --pattern 44 --lba 3200 --count 96 --depth 4 --max-blocks 1 2>&1) || { echo "$out"; return 1; }
+	out=$(gpunvme write "$BDF" "$OWNER" --pattern 44 --start-block 3200 --block-count 96 --qd 3 --max-cmd-blocks 1 2>&1) || { echo "$out"; return 1; }
 	echo "$out"
 	echo "$out" | grep -q "96 command(s) on raw qid [0-9]* of depth 4" || return 1
-	gpunvme verify "$BDF" --pattern 44 --lba 3200 --count 96 --depth 8 --max-blocks 5
+	gpunvme verify "$BDF" --pattern 44 --start-block 3200 --block-count 96 --qd 7 --max-cmd-blocks 5
 }
 
 qpairs_parallel() { # N: N processes, each with its own queue pair
 	n=$1 i=0 pids=""
 	while [ $i -lt "$n" ]; do
-		gpunvme write "$BDF" $M --pattern $((50 + i)) --lba $((4096 + i * 512)) --count 512 --max-blocks 8 > "$T/q$i.log" 2>&1 &
+		gpunvme write "$BDF" $M --pattern $((50 + i)) --start-block $((4096 + i * 512)) --block-count 512 --max-cmd-blocks 8 > "$T/q$i.log" 2>&1 &
 		pids="$pids $!"
 		i=$((i + 1))
 	done
@@ -138,7 +139,7 @@ qpairs_parallel() { # N: N processes, each with its own queue pair
 	[ $rc = 0 ] || return 1
 	i=0
 	while [ $i -lt "$n" ]; do
-		gpunvme verify "$BDF" $M --pattern $((50 + i)) --lba $((4096 + i * 512)) --count 512 || return 1
+		gpunvme verify "$BDF" $M --pattern $((50 + i)) --start-block $((4096 + i * 512)) --block-count 512 || return 1
 		i=$((i + 1))
 	done
 }
@@ -149,7 +150,7 @@ four_qpairs() { qpairs_parallel 4; }
 # pairs, then (--owner) raw pairs of the owner, and their ratios.
 bench_four_qpairs() {
 	[ -n "$OWNER" ] || { echo "the CLI has no owner-mode option"; return 1; }
-	gpunvme bench "$BDF" "$OWNER" --qpairs 1,4 --qd 1,8 --ops 400 --range-mib 4 --json "$T/bench.json" || return 1
+	gpunvme bench "$BDF" "$OWNER" --qpairs 1,4 --qd 1,8 --ops 400 --range 4M -o json > "$T/bench.json" || return 1
 	grep -q '"qpairs": 4' "$T/bench.json" || return 1
 	grep -q '"target": "gpunvme"' "$T/bench.json" || return 1
 	grep -q '"target": "gpunvme-raw"' "$T/bench.json" || return 1
@@ -157,16 +158,16 @@ bench_four_qpairs() {
 }
 
 exactly_mdts() {
-	out=$(gpunvme write "$BDF" $M --pattern 61 --lba 8192 --count "$MDTS_BLOCKS" 2>&1) || { echo "$out"; return 1; }
+	out=$(gpunvme write "$BDF" $M --pattern 61 --start-block 8192 --block-count "$MDTS_BLOCKS" 2>&1) || { echo "$out"; return 1; }
 	echo "$out"
 	echo "$out" | grep -q " 1 command(s)" || return 1
-	gpunvme verify "$BDF" $M --pattern 61 --lba 8192 --count "$MDTS_BLOCKS" || return 1
+	gpunvme verify "$BDF" $M --pattern 61 --start-block 8192 --block-count "$MDTS_BLOCKS" || return 1
 	# One block more: two commands.
 	l=$((8192 + MDTS_BLOCKS * 2))
-	out=$(gpunvme write "$BDF" $M --pattern 62 --lba $l --count $((MDTS_BLOCKS + 1)) 2>&1) || { echo "$out"; return 1; }
+	out=$(gpunvme write "$BDF" $M --pattern 62 --start-block $l --block-count $((MDTS_BLOCKS + 1)) 2>&1) || { echo "$out"; return 1; }
 	echo "$out"
 	echo "$out" | grep -q " 2 command(s)" || return 1
-	gpunvme verify "$BDF" $M --pattern 62 --lba $l --count $((MDTS_BLOCKS + 1))
+	gpunvme verify "$BDF" $M --pattern 62 --start-block $l --block-count $((MDTS_BLOCKS + 1))
 }
 
 last_lba() {
@@ -178,10 +179,10 @@ last_lba() {
 # validator (shared mode) or the controller (owner mode) answer, with the
 # same status.
 lba_out_of_range() {
-	if out=$(gpunvme read "$BDF" $M --lba "$CAP" --count 1 2>&1); then echo "read past the end succeeded"; return 1; fi
+	if out=$(gpunvme read "$BDF" $M --start-block "$CAP" --block-count 1 2>&1); then echo "read past the end succeeded"; return 1; fi
 	echo "client side: $out"
 	echo "$out" | grep -q "beyond namespace" || return 1
-	for args in "--lba $CAP --count 1" "--lba $((CAP - 1)) --count 2"; do
+	for args in "--start-block $CAP --block-count 1" "--start-block $((CAP - 1)) --block-count 2"; do
 		# shellcheck disable=SC2086
 		if out=$(gpunvme read "$BDF" $M $args --no-range-check 2>&1); then echo "unchecked read $args succeeded"; return 1; fi
 		who=module
@@ -190,8 +191,8 @@ lba_out_of_range() {
 		echo "$out" | grep -q "LBA Out of Range (SCT 0x0, SC 0x80" || return 1
 	done
 	# And a write that spans the end must not have written the in-range block.
-	if gpunvme write "$BDF" $M --pattern 99 --lba $((CAP - 1)) --count 2 --no-range-check 2>/dev/null; then return 1; fi
-	gpunvme verify "$BDF" $M --pattern 71 --lba $((CAP - 1)) --count 1
+	if gpunvme write "$BDF" $M --pattern 99 --start-block $((CAP - 1)) --block-count 2 --no-range-check 2>/dev/null; then return 1; fi
+	gpunvme verify "$BDF" $M --pattern 71 --start-block $((CAP - 1)) --block-count 1
 }
 
 to_kernel_nvme() {
@@ -210,7 +211,7 @@ to_kernel_nvme() {
 
 dd_cmp() { # seed lba count
 	dd if="/dev/$NVME" of="$T/dd" bs="$LBA_SIZE" skip="$2" count="$3" 2>/dev/null || return 1
-	gpunvme pattern --seed "$1" --lba "$2" --count "$3" --lba-size "$LBA_SIZE" > "$T/ref" || return 1
+	gpunvme pattern --pattern "$1" --start-block "$2" --block-count "$3" --block-size "$LBA_SIZE" > "$T/ref" || return 1
 	cmp "$T/dd" "$T/ref" || { echo "LBA $2 count $3 differs"; return 1; }
 }
 
@@ -236,7 +237,7 @@ grep_bench() {
 bench_vs_kernel() {
 	k=$(gpunvme list | grep "^${KERNEL_NVME_BDF:-none} " | sed -n 's/.*: \(nvme[0-9]*n1\).*/\1/p')
 	[ -b "/dev/$k" ] || { echo "no block device for KERNEL_NVME_BDF=$KERNEL_NVME_BDF"; gpunvme list; return 1; }
-	gpunvme bench "$BDF" --block-device "/dev/$k" --qpairs 1,4 --qd 1,8,32 --ops 600 --range-mib 16 --json "$T/vs.json" || return 1
+	gpunvme bench "$BDF" --block-device "/dev/$k" --qpairs 1,4 --qd 1,8,32 --ops 600 --range 16M -o json > "$T/vs.json" || return 1
 	# Both kernel modes measured (vm-env.sh loads nvme with a poll queue, so
 	# no cell is skipped), ratios against the polled one, interrupt ones beside.
 	grep_bench "$T/vs.json" || { cat "$T/vs.json"; return 1; }
@@ -246,7 +247,7 @@ ktap_skip() { __ktap_n=$((__ktap_n + 1)); echo "ok $__ktap_n $1 # SKIP $2"; }
 
 back_to_gpunvme() {
 	gpunvme bind "$BDF" || return 1
-	gpunvme verify "$BDF" $M --pattern 21 --lba 64 --count 256
+	gpunvme verify "$BDF" $M --pattern 21 --start-block 64 --block-count 256
 }
 
 if [ -n "$OWNER_MODE" ] && [ -z "$OWNER" ]; then
@@ -267,7 +268,7 @@ MDTS_BLOCKS=$((MDTS / ${LBA_SIZE:-512}))
 [ "$MDTS_BLOCKS" -gt 65536 ] && MDTS_BLOCKS=65536
 ktap_check "single I/O: write + verify one block" single_io
 ktap_check "gpu-run without a GPU fails clearly, controller untouched" gpu_run_without_gpu
-ktap_check "read --out equals gpunvme pattern" read_out_matches_pattern
+ktap_check "read --data equals gpunvme pattern" read_out_matches_pattern
 ktap_check "verify reports the first mismatch" verify_detects_a_wrong_seed
 ktap_check "multi-block write + verify" multi_block
 ktap_check "multi-round overwrite" multi_round
@@ -278,7 +279,7 @@ if [ -n "$OWNER_MODE" ]; then
 	# ranges still get the data the later checks read.
 	i=0
 	while [ $i -lt 2 ]; do
-		gpunvme write "$BDF" $M --pattern $((50 + i)) --lba $((4096 + i * 512)) --count 512 >/dev/null 2>&1
+		gpunvme write "$BDF" $M --pattern $((50 + i)) --start-block $((4096 + i * 512)) --block-count 512 >/dev/null 2>&1
 		i=$((i + 1))
 	done
 	ktap_skip "2 queue pairs in parallel" "owner mode: one process owns the controller"

@@ -71,14 +71,14 @@ swap_in() {
 }
 ktap_check "with a node free, the ninth binds and takes it" swap_in
 ninth_io() {
-	gpunvme write "$ninth" --pattern 909 --lba 0 --count 64 &&
-	gpunvme verify "$ninth" --pattern 909 --lba 0 --count 64 &&
-	! gpunvme verify "$ninth" --pattern 910 --lba 0 --count 64 2>/dev/null
+	gpunvme write "$ninth" --pattern 909 --start-block 0 --block-count 64 &&
+	gpunvme verify "$ninth" --pattern 909 --start-block 0 --block-count 64 &&
+	! gpunvme verify "$ninth" --pattern 910 --start-block 0 --block-count 64 2>/dev/null
 }
 ktap_check "write and verify on the ninth controller" ninth_io
 others_io() {
 	first=$(for b in $ctrls; do echo "$b"; done | sed -n 1p)
-	gpunvme write "$first" --pattern 101 --lba 8 --count 8 && gpunvme verify "$first" --pattern 101 --lba 8 --count 8
+	gpunvme write "$first" --pattern 101 --start-block 8 --block-count 8 && gpunvme verify "$first" --pattern 101 --start-block 8 --block-count 8
 }
 ktap_check "the first controller still does I/O" others_io
 rm -rf "$T"

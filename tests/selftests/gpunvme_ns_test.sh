@@ -25,8 +25,8 @@ echo "$nslist" | while read -r nsid blocks lbs; do
 done
 write_all() {
 	echo "$nslist" | while read -r nsid blocks lbs; do
-		gpunvme write "$BDF" --nsid "$nsid" --lba 0 --count 8 --pattern $((100 + nsid)) >/dev/null || return 1
-		gpunvme write "$BDF" --nsid "$nsid" --lba $((blocks - 8)) --count 8 --pattern $((200 + nsid)) >/dev/null || return 1
+		gpunvme write "$BDF" --namespace-id "$nsid" --start-block 0 --block-count 8 --pattern $((100 + nsid)) >/dev/null || return 1
+		gpunvme write "$BDF" --namespace-id "$nsid" --start-block $((blocks - 8)) --block-count 8 --pattern $((200 + nsid)) >/dev/null || return 1
 	done
 }
 # Subshell-free loop so results are counted in this shell.
@@ -34,8 +34,8 @@ set -- $nslist
 write_all >/dev/null 2>&1
 while [ $# -ge 3 ]; do
 	nsid=$1 blocks=$2 lbs=$3; shift 3
-	ktap_check "ns $nsid ($lbs-byte LBAs): first blocks" gpunvme verify "$BDF" --nsid "$nsid" --lba 0 --count 8 --pattern $((100 + nsid))
-	ktap_check "ns $nsid: last blocks" gpunvme verify "$BDF" --nsid "$nsid" --lba $((blocks - 8)) --count 8 --pattern $((200 + nsid))
+	ktap_check "ns $nsid ($lbs-byte LBAs): first blocks" gpunvme verify "$BDF" --namespace-id "$nsid" --start-block 0 --block-count 8 --pattern $((100 + nsid))
+	ktap_check "ns $nsid: last blocks" gpunvme verify "$BDF" --namespace-id "$nsid" --start-block $((blocks - 8)) --block-count 8 --pattern $((200 + nsid))
 	ktap_check "ns $nsid: LBA size matches the format" test "$lbs" -eq "${EXPECT_LBS_NS2:-$lbs}" -o "$nsid" -ne 2
 	if [ "$nsid" -le 4 ]; then
 		ktap_check "ns $nsid: node /dev/${ctrl}n$nsid" test -c "/dev/${ctrl}n$nsid"

@@ -69,8 +69,8 @@ ktap_check "PF sees only its namespace 1 (namespace 2 is detached)" test -z "$(b
 
 mkfs_mount() {
 	"$MKFS" -q -F -t ext4 "/dev/$PFB" && mount -t ext4 "/dev/$PFB" "$MNT" || return 1
-	gpunvme pattern --seed 7 --lba 0 --count 2048 >"$MNT/pattern7.bin" &&
-		gpunvme pattern --seed 8 --lba 5 --count 333 --lba-size 4096 >"$MNT/pattern8.bin" &&
+	gpunvme pattern --pattern 7 --start-block 0 --block-count 2048 >"$MNT/pattern7.bin" &&
+		gpunvme pattern --pattern 8 --start-block 5 --block-count 333 --block-size 4096 >"$MNT/pattern8.bin" &&
 		echo "the PF's file system, written before SR-IOV" >"$MNT/note.txt" &&
 		mkdir -p "$MNT/dir" && dd if=/dev/urandom of="$MNT/dir/random.bin" bs=4096 count=300 2>/dev/null &&
 		sync || return 1
@@ -85,17 +85,17 @@ pf_files_intact() {
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
 	(cd "$MNT" && sha256sum -c "$SUMS") || return 1
-	gpunvme pattern --seed 7 --lba 0 --count 2048 >"$T/p7" && cmp "$T/p7" "$MNT/pattern7.bin" || return 1
-	gpunvme pattern --seed 8 --lba 5 --count 333 --lba-size 4096 >"$T/p8" && cmp "$T/p8" "$MNT/pattern8.bin"
+	gpunvme pattern --pattern 7 --start-block 0 --block-count 2048 >"$T/p7" && cmp "$T/p7" "$MNT/pattern7.bin" || return 1
+	gpunvme pattern --pattern 8 --start-block 5 --block-count 333 --block-size 4096 >"$T/p8" && cmp "$T/p8" "$MNT/pattern8.bin"
 }
 
 # ---- gpunvme sriov: refusals and --print change nothing --------------------------
 ktap_check "sriov on a controller without SR-IOV: EOPNOTSUPP" \
 	expect_fail "errno 95" gpunvme sriov "$KERNEL_NVME_BDF"
-ktap_check "sriov --queues beyond the flexible resources: ENOSPC" \
-	expect_fail "errno 28" gpunvme sriov "$PF" --vfs 1 --queues 50
+ktap_check "sriov --flex-queues beyond the flexible resources: ENOSPC" \
+	expect_fail "errno 28" gpunvme sriov "$PF" --vfs 1 --flex-queues 50
 print_plan() {
-	out=$(gpunvme sriov "/dev/$PFC" --vfs 1 --nsid 2 --print) || return 1
+	out=$(gpunvme sriov "/dev/$PFC" --vfs 1 --namespace-id 2 --print) || return 1
 	echo "$out"
 	echo "$out" | grep -q "^nvme virt-mgmt /dev/$PFC --cntlid=[0-9]* --rt=0 --act=1 --nr=0$" &&
 		echo "$out" | grep -q "^nvme virt-mgmt /dev/$PFC --cntlid=[0-9]* --rt=0 --act=8 --nr=4$" &&
@@ -121,8 +121,8 @@ else
 fi
 
 # ---- the VF ------------------------------------------------------------------------
-ktap_check "sriov --vfs 1 --nsid 2: VF enabled, resources assigned, online, namespace 2 attached" \
-	gpunvme sriov "$PF" --vfs 1 --nsid 2
+ktap_check "sriov --vfs 1 --namespace-id 2: VF enabled, resources assigned, online, namespace 2 attached" \
+	gpunvme sriov "$PF" --vfs 1 --namespace-id 2
 VF=$(readlink "$PFDIR/virtfn0" 2>/dev/null)
 VF=${VF##*/}
 ktap_check "VF $VF exists, no driver probed it" test -n "$VF" -a -z "$(driver_of "$VF")"
@@ -141,27 +141,27 @@ vf_namespaces() {
 ktap_check "the VF's controller has namespace 2 only" vf_namespaces
 
 # The PF's file system keeps being written while gpunvme works on the VF.
-(gpunvme pattern --seed 9 --lba 0 --count 4096 >"$MNT/during.bin" && sync) &
+(gpunvme pattern --pattern 9 --start-block 0 --block-count 4096 >"$MNT/during.bin" && sync) &
 bg=$!
 ktap_check "VF shared queue pair: write ns 2 first blocks" \
-	gpunvme write "$VF" --nsid 2 --lba 0 --count 256 --pattern 41
+	gpunvme write "$VF" --namespace-id 2 --start-block 0 --block-count 256 --pattern 41
 ktap_check "VF shared queue pair: write ns 2 last blocks (1 block per command)" \
-	gpunvme write "$VF" --nsid 2 --lba $((131072 - 64)) --count 64 --max-blocks 1 --pattern 42
+	gpunvme write "$VF" --namespace-id 2 --start-block $((131072 - 64)) --block-count 64 --max-cmd-blocks 1 --pattern 42
 ktap_check "VF raw queue pair (owner): write ns 2 middle" \
-	gpunvme write "$VF" --owner --nsid 2 --lba 4096 --count 512 --pattern 43
+	gpunvme write "$VF" --owner --namespace-id 2 --start-block 4096 --block-count 512 --pattern 43
 wait $bg
-ktap_check "VF: verify first blocks" gpunvme verify "$VF" --nsid 2 --lba 0 --count 256 --pattern 41
-ktap_check "VF: verify last blocks" gpunvme verify "$VF" --nsid 2 --lba $((131072 - 64)) --count 64 --pattern 42
-ktap_check "VF (owner): verify middle" gpunvme verify "$VF" --owner --nsid 2 --lba 4096 --count 512 --pattern 43
+ktap_check "VF: verify first blocks" gpunvme verify "$VF" --namespace-id 2 --start-block 0 --block-count 256 --pattern 41
+ktap_check "VF: verify last blocks" gpunvme verify "$VF" --namespace-id 2 --start-block $((131072 - 64)) --block-count 64 --pattern 42
+ktap_check "VF (owner): verify middle" gpunvme verify "$VF" --owner --namespace-id 2 --start-block 4096 --block-count 512 --pattern 43
 ktap_check "VF: a wrong pattern does not verify" expect_fail mismatch \
-	gpunvme verify "$VF" --nsid 2 --lba 0 --count 8 --pattern 40
+	gpunvme verify "$VF" --namespace-id 2 --start-block 0 --block-count 8 --pattern 40
 no_ns1() {
 	test -n "$VF" && [ "$(driver_of "$VF")" = gpunvme ] &&
-		expect_fail "" gpunvme read "$VF" --nsid 1 --lba 0 --count 1 --no-range-check --out "$T/ns1"
+		expect_fail "" gpunvme read "$VF" --namespace-id 1 --start-block 0 --block-count 1 --no-range-check --data "$T/ns1"
 }
 ktap_check "VF's controller reports namespace 2 alone active; namespace 1 refused" no_ns1
 during_ok() {
-	grep -q " $MNT ext4 " /proc/mounts && gpunvme pattern --seed 9 --lba 0 --count 4096 >"$T/p9" && cmp "$T/p9" "$MNT/during.bin"
+	grep -q " $MNT ext4 " /proc/mounts && gpunvme pattern --pattern 9 --start-block 0 --block-count 4096 >"$T/p9" && cmp "$T/p9" "$MNT/during.bin"
 }
 ktap_check "PF files intact after the VF I/O" pf_files_intact
 ktap_check "PF file written during the VF I/O intact" during_ok
@@ -177,9 +177,9 @@ vf_nvme_reads() {
 	wait_for test -b "/dev/$b" || return 1
 	echo "VF: $c, namespace 2 is /dev/$b"
 	dd if="/dev/$b" of="$T/vf0" bs=512 count=256 iflag=direct 2>/dev/null &&
-		gpunvme pattern --seed 41 --lba 0 --count 256 >"$T/p41" && cmp "$T/p41" "$T/vf0" &&
+		gpunvme pattern --pattern 41 --start-block 0 --block-count 256 >"$T/p41" && cmp "$T/p41" "$T/vf0" &&
 		dd if="/dev/$b" of="$T/vf1" bs=512 skip=4096 count=512 iflag=direct 2>/dev/null &&
-		gpunvme pattern --seed 43 --lba 4096 --count 512 >"$T/p43" && cmp "$T/p43" "$T/vf1"
+		gpunvme pattern --pattern 43 --start-block 4096 --block-count 512 >"$T/p43" && cmp "$T/p43" "$T/vf1"
 }
 ktap_check "nvme.ko on the VF reads gpunvme's patterns from namespace 2" vf_nvme_reads
 vf_release() {
@@ -188,7 +188,7 @@ vf_release() {
 }
 ktap_check "VF unbound from nvme" vf_release
 reclaim() {
-	out=$(gpunvme sriov "$PF" --vfs 0 --nsid 2 --reclaim) || { echo "$out"; return 1; }
+	out=$(gpunvme sriov "$PF" --vfs 0 --namespace-id 2 --reclaim) || { echo "$out"; return 1; }
 	echo "$out"
 	echo "$out" | grep -q "reset (FLR).*the primary holds 4 flexible queues and 2 interrupts"
 }
@@ -199,12 +199,12 @@ ktap_check "PF still sees only namespace 1" test -z "$(blk_of "$PFC" 2)" -a -n "
 
 # ---- again, now the primary must give up resources: a PF reset under the mount ----
 round2() {
-	out=$(gpunvme sriov "$PF" --vfs 1 --queues 2 --interrupts 1 --nsid 2) || { echo "$out"; return 1; }
+	out=$(gpunvme sriov "$PF" --vfs 1 --flex-queues 2 --flex-interrupts 1 --namespace-id 2) || { echo "$out"; return 1; }
 	echo "$out"
 	echo "$out" | grep -q "reset (FLR).*the primary holds 2 flexible queues and 1 interrupts" &&
 		echo "$out" | grep -q "online with 2 queues (1 I/O queue pairs) and 1 interrupts"
 }
-ktap_check "sriov --queues 2 --interrupts 1: primary shrunk by a PF reset, VF online" round2
+ktap_check "sriov --flex-queues 2 --flex-interrupts 1: primary shrunk by a PF reset, VF online" round2
 ktap_check "PF files intact after that PF reset" pf_files_intact
 ktap_check "PF still with nvme, mounted" test "$(driver_of "$PF")" = nvme
 vf_again() {
@@ -213,11 +213,11 @@ vf_again() {
 		echo "$info" | grep -q '^ *namespace 2 ' && ! echo "$info" | grep -q '^ *namespace 1 '
 }
 ktap_check "VF bound to gpunvme again: 1 I/O queue pair, namespace 2 only" vf_again
-ktap_check "VF: namespace 2 kept gpunvme's first blocks" gpunvme verify "$VF" --nsid 2 --lba 0 --count 256 --pattern 41
+ktap_check "VF: namespace 2 kept gpunvme's first blocks" gpunvme verify "$VF" --namespace-id 2 --start-block 0 --block-count 256 --pattern 41
 ktap_check "VF: write + verify with one I/O queue pair" sh -c \
-	"gpunvme write $VF --nsid 2 --lba 8192 --count 1024 --pattern 44 && gpunvme verify $VF --nsid 2 --lba 8192 --count 1024 --pattern 44"
+	"gpunvme write $VF --namespace-id 2 --start-block 8192 --block-count 1024 --pattern 44 && gpunvme verify $VF --namespace-id 2 --start-block 8192 --block-count 1024 --pattern 44"
 ktap_check "gpunvme unbind VF (left without a driver)" sh -c "gpunvme unbind $VF && test ! -e /sys/bus/pci/devices/$VF/driver"
-ktap_check "sriov --vfs 0 again" gpunvme sriov "$PF" --vfs 0 --nsid 2
+ktap_check "sriov --vfs 0 again" gpunvme sriov "$PF" --vfs 0 --namespace-id 2
 ktap_check "PF files intact at the end, still mounted" pf_files_intact
 remount_fsck() {
 	umount "$MNT" || return 1

@@ -30,15 +30,15 @@ ls -l /dev/gpunvme*
 
 step "write a known pattern through a shared queue pair, read it back, verify every byte"
 echo "(shared mode: the module checks every command against this file's own buffers and the namespace before the controller sees it)"
-gpunvme write "$GPUNVME_BDF" --lba 0 --count 256 --pattern 42
-gpunvme verify "$GPUNVME_BDF" --lba 0 --count 256 --pattern 42
+gpunvme write "$GPUNVME_BDF" --start-block 0 --block-count 256 --pattern 42
+gpunvme verify "$GPUNVME_BDF" --start-block 0 --block-count 256 --pattern 42
 
 step "a command the checks refuse never reaches the controller: the module completes it with LBA Out of Range"
-gpunvme read "$GPUNVME_BDF" --lba 999999999 --count 1 --no-range-check || true
+gpunvme read "$GPUNVME_BDF" --start-block 999999999 --block-count 1 --no-range-check || true
 
 step "owner mode: one file claims the controller and gets raw queue pairs (root, translating IOMMU)"
-gpunvme write "$GPUNVME_BDF" --owner --lba 256 --count 64 --pattern 43
-gpunvme verify "$GPUNVME_BDF" --lba 256 --count 64 --pattern 43
+gpunvme write "$GPUNVME_BDF" --owner --start-block 256 --block-count 64 --pattern 43
+gpunvme verify "$GPUNVME_BDF" --start-block 256 --block-count 64 --pattern 43
 
 step "the GPU device library (kernels/, compiled as host C++, threads as lanes) drives the queues"
 echo "(the same source builds for AMD and NVIDIA GPUs; here every lane is a host thread)"

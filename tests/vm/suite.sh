@@ -93,7 +93,7 @@ add "$work/boot2.log"
 
 # The VM is gone: what gpunvme wrote must be in the images, byte-exact.
 check_image() { # name image lba count lba_size seed
-    if cmp -s <("$cli" pattern --seed "$6" --lba "$3" --count "$4" --lba-size "$5") \
+    if cmp -s <("$cli" pattern --pattern "$6" --start-block "$3" --block-count "$4" --block-size "$5") \
               <(dd if="$2" bs="$5" skip="$3" count="$4" status=none); then
         echo "ok - host: $1"; pass=$((pass + 1))
     else

@@ -26,16 +26,22 @@ use serde::Serialize;
 use serde_json::json;
 use std::sync::Arc;
 
-use crate::blockio::Target;
+use crate::habits::{
+    human_count, human_us, interrupted, parse_count, parse_device, parse_size, Device, Interrupted,
+    Output, Progress, Unit,
+};
 use crate::Res;
 
 const BS: usize = 4096;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    #[command(flatten)]
-    pub target: Target,
-    /// Also (or, without BDF/--dev/--node, only) measure this kernel nvme block
+    /// The gpunvme controller: a PCI address (0000:01:00.0 or 01:00.0),
+    /// /dev/gpunvmeN or gpunvmeN. Without it (and without --owner) only
+    /// --block-device is measured.
+    #[arg(value_name = "DEVICE", value_parser = parse_device)]
+    pub device: Option<Device>,
+    /// Also (or, without DEVICE, only) measure this kernel nvme block
     /// device, e.g. /dev/nvme0n1: O_DIRECT io_uring, one ring of QD reads
     /// per queue-pair thread, in each --kernel-mode.
     #[arg(long, value_name = "DEV")]
@@ -43,8 +49,8 @@ pub struct BenchArgs {
     /// How the kernel side completes: irq (interrupts), poll
     /// (IORING_SETUP_IOPOLL; needs nvme.ko loaded with poll_queues=N, else
     /// its cells are skipped with the reason). Ratios are published against
-    /// poll, which busy-polls as gpunvme does.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [KernelMode::Irq, KernelMode::Poll])]
+    /// poll, which busy-polls as gpunvme does. A list: irq,poll or irq poll.
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 1.., default_values_t = [KernelMode::Irq, KernelMode::Poll])]
     pub kernel_mode: Vec<KernelMode>,
     /// On the block device use synchronous O_DIRECT pread from QD x
     /// queue-pairs threads instead of io_uring.
@@ -52,22 +58,30 @@ pub struct BenchArgs {
     pub pread: bool,
     /// Also measure the gpunvme matrix on raw queue pairs in owner mode
     /// (claims the controller: needs CAP_SYS_RAWIO, no lockdown, a
-    /// translating IOMMU) and print/write shared/raw ratios: what the
-    /// module's checking relay costs.
+    /// translating IOMMU) and print shared/raw ratios: what the module's
+    /// checking relay costs.
     #[arg(long)]
     pub owner: bool,
     /// Namespace ID on the gpunvme controller.
-    #[arg(long, default_value_t = 1)]
+    #[arg(
+        short = 'n',
+        long = "namespace-id",
+        value_name = "NSID",
+        default_value_t = 1
+    )]
     pub nsid: u32,
-    /// Read randomly within the first MiB of the namespace/device (default:
-    /// all of it, at most 1024).
-    #[arg(long, value_name = "MIB")]
-    pub range_mib: Option<u64>,
-    /// Queue depths per queue pair (per thread group on the block device).
-    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 8, 32])]
+    /// Read randomly within the first SIZE bytes of the namespace/device
+    /// (4k, 16M, 1G, ...; default: all of it, at most 1 GiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub range: Option<u64>,
+    /// Queue depths (reads in flight) per queue pair, per thread group on
+    /// the block device. A list: 1,8,32 or 1 8 32.
+    #[arg(long, value_name = "N", value_delimiter = ',', num_args = 1.., value_parser = parse_count,
+          default_values_t = [1u32, 8, 32])]
     pub qd: Vec<u32>,
-    /// Queue pair counts.
-    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 4])]
+    /// Queue pair counts. A list: 1,4 or 1 4.
+    #[arg(long, value_name = "N", value_delimiter = ',', num_args = 1.., value_parser = parse_count,
+          default_values_t = [1u32, 4])]
     pub qpairs: Vec<u32>,
     /// Length of each measurement in milliseconds.
     #[arg(
@@ -78,15 +92,13 @@ pub struct BenchArgs {
     )]
     pub duration_ms: u64,
     /// Fixed number of reads per measurement instead of a duration.
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub ops: Option<u64>,
-    /// Random seed of the LBA sequence.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Write the results (every run, and ratios when there is something to
-    /// compare) as JSON.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
+    /// Seed of the random LBA sequence (fio's randseed).
+    #[arg(long, value_name = "SEED", default_value_t = 1)]
+    pub randseed: u64,
+    #[command(flatten)]
+    pub out: Output,
 }
 
 /// Completion mode of the kernel-side io_uring.
@@ -131,8 +143,12 @@ struct Stop {
 }
 
 impl Stop {
+    /// Time to stop submitting: the count or deadline is reached, or
+    /// Ctrl-C was pressed (what is in flight is still reaped).
     fn done(&self, n: u64) -> bool {
-        self.ops.is_some_and(|o| n >= o) || self.deadline.is_some_and(|d| Instant::now() >= d)
+        self.ops.is_some_and(|o| n >= o)
+            || self.deadline.is_some_and(|d| Instant::now() >= d)
+            || interrupted()
     }
 }
 
@@ -264,7 +280,7 @@ fn gpunvme_worker(
 
 /// Each worker's own LBA sequence: distinct per thread, fixed by --seed.
 fn worker_seed(a: &BenchArgs, i: u64) -> u64 {
-    a.seed
+    a.randseed
         .wrapping_mul(0x9E37_79B9_7F4A_7C15)
         .wrapping_add(i + 1)
 }
@@ -308,7 +324,7 @@ fn stop_for(a: &BenchArgs, qpairs: u32) -> Stop {
 }
 
 fn range_bytes(a: &BenchArgs, capacity: u64) -> u64 {
-    let want = a.range_mib.map_or(1024 << 20, |m| m << 20);
+    let want = a.range.unwrap_or(1 << 30);
     want.min(capacity) / BS as u64 * BS as u64
 }
 
@@ -323,7 +339,11 @@ fn gpunvme_run(
     a: &BenchArgs,
     mode: Mode,
 ) -> Result<Run, Box<dyn std::error::Error>> {
-    let ctrl = Arc::new(crate::blockio::open(sysfs, &a.target)?);
+    let dev = a
+        .device
+        .as_ref()
+        .ok_or("bench --owner measures a gpunvme controller: name it (DEVICE) first")?;
+    let ctrl = Arc::new(crate::blockio::open(sysfs, dev)?);
     let mode = crate::blockio::mode_for(&ctrl, mode == Mode::Raw, "bench")?;
     let info = ctrl.info()?;
     let ns = *info
@@ -341,8 +361,15 @@ fn gpunvme_run(
         return Err("namespace smaller than 4 KiB".into());
     }
     let mut results = Vec::new();
+    let mut bar = Progress::new("bench", cells(a), Unit::Items);
     for &qpairs in &a.qpairs {
         for &qd in &a.qd {
+            check_interrupt(&results)?;
+            bar.set_what(format!(
+                "bench {} {qpairs} qpair(s) QD {qd}",
+                mode_name(mode)
+            ));
+            bar.set(results.len() as u64);
             if qpairs > info.io_queues {
                 results.push(skipped(
                     qpairs,
@@ -366,6 +393,7 @@ fn gpunvme_run(
             })?);
         }
     }
+    check_interrupt(&results)?;
     let (target, method) = match mode {
         Mode::Shared => (
             TARGET_SHARED,
@@ -386,6 +414,29 @@ fn gpunvme_run(
         range_bytes: range,
         results,
     })
+}
+
+/// Cells of one run's matrix.
+fn cells(a: &BenchArgs) -> u64 {
+    (a.qd.len() * a.qpairs.len()) as u64
+}
+
+fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::Shared => TARGET_SHARED,
+        Mode::Raw => TARGET_RAW,
+    }
+}
+
+/// After Ctrl-C: the cell that was running has reaped its reads; stop.
+fn check_interrupt(done: &[Cell]) -> Result<(), Interrupted> {
+    if interrupted() {
+        return Err(Interrupted(format!(
+            "bench stopped after {} cell(s) (every read in flight was reaped)",
+            done.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Anonymous page-aligned buffer of `n` blocks for O_DIRECT.
@@ -610,8 +661,12 @@ fn kernel_run(
         None => (TARGET_KERNEL_PREAD, "kernel block device: O_DIRECT pread, qd x qpairs synchronous threads"),
     };
     let mut results = Vec::new();
+    let mut bar = Progress::new("bench", cells(a), Unit::Items);
     for &qpairs in &a.qpairs {
         for &qd in &a.qd {
+            check_interrupt(&results)?;
+            bar.set_what(format!("bench {target} {qpairs} qpair(s) QD {qd}"));
+            bar.set(results.len() as u64);
             if let Some(why) = &no_poll {
                 results.push(skipped(qpairs, qd, why.clone()));
                 continue;
@@ -637,6 +692,7 @@ fn kernel_run(
         }
     }
     drop(f);
+    check_interrupt(&results)?;
     Ok(Run {
         target,
         device: dev.display().to_string(),
@@ -648,30 +704,30 @@ fn kernel_run(
 
 fn print_run(r: &Run) {
     println!(
-        "{} {} ({}), range {} MiB, 4 KiB random reads",
+        "{} {} ({}), range {}, 4 KiB random reads",
         r.target,
         r.device,
         r.method,
-        r.range_bytes >> 20
+        crate::habits::human_bytes(r.range_bytes)
     );
     println!(
-        "{:>7} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "QPAIRS", "QD", "OPS", "IOPS", "MiB/s", "P50_US", "P99_US", "P99.9_US", "MAX_US"
+        "{:>7} {:>4} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "QPAIRS", "QD", "OPS", "IOPS", "MiB/s", "P50", "P99", "P99.9", "MAX"
     );
     for c in &r.results {
         match &c.skipped {
             Some(w) => println!("{:>7} {:>4} skipped: {w}", c.qpairs, c.qd),
             None => println!(
-                "{:>7} {:>4} {:>10} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                "{:>7} {:>4} {:>10} {:>9} {:>9.1} {:>9} {:>9} {:>9} {:>9}",
                 c.qpairs,
                 c.qd,
                 c.ops,
-                c.iops,
+                human_count(c.iops),
                 c.mib_per_s,
-                c.lat_us_p50,
-                c.lat_us_p99,
-                c.lat_us_p999,
-                c.lat_us_max
+                human_us(c.lat_us_p50),
+                human_us(c.lat_us_p99),
+                human_us(c.lat_us_p999),
+                human_us(c.lat_us_max)
             ),
         }
     }
@@ -702,14 +758,33 @@ fn fmt_ratio(r: Option<f64>) -> String {
     r.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
 }
 
+/// `println!` when `$show` (the tables of -o normal).
+macro_rules! outln {
+    ($show:expr) => {
+        if $show {
+            println!()
+        }
+    };
+    ($show:expr, $($t:tt)*) => {
+        if $show {
+            println!($($t)*)
+        }
+    };
+}
+
 /// gpunvme (shared) vs one kernel run: IOPS gpunvme/kernel, p50 and p99
 /// kernel/gpunvme (above 1: gpunvme is ahead).
-fn kernel_ratios(g: &Run, k: &Run) -> Vec<serde_json::Value> {
-    println!();
-    println!("gpunvme against {} ({})", k.target, k.method);
-    println!(
+fn kernel_ratios(g: &Run, k: &Run, show: bool) -> Vec<serde_json::Value> {
+    outln!(show);
+    outln!(show, "gpunvme against {} ({})", k.target, k.method);
+    outln!(
+        show,
         "{:>7} {:>4} {:>22} {:>22} {:>22}",
-        "QPAIRS", "QD", "IOPS gpunvme/kernel", "P50 kernel/gpunvme", "P99 kernel/gpunvme"
+        "QPAIRS",
+        "QD",
+        "IOPS gpunvme/kernel",
+        "P50 kernel/gpunvme",
+        "P99 kernel/gpunvme"
     );
     let mut out = Vec::new();
     for (cg, ck) in matched(g, k) {
@@ -719,7 +794,8 @@ fn kernel_ratios(g: &Run, k: &Run) -> Vec<serde_json::Value> {
         let ri = cg.iops / ck.iops;
         let rl = ck.lat_us_p50 / cg.lat_us_p50;
         let r99 = ratio(ck.lat_us_p99, cg.lat_us_p99);
-        println!(
+        outln!(
+            show,
             "{:>7} {:>4} {:>22.2} {:>22.2} {:>22}",
             cg.qpairs,
             cg.qd,
@@ -739,21 +815,28 @@ fn kernel_ratios(g: &Run, k: &Run) -> Vec<serde_json::Value> {
 
 /// Shared vs raw, every cell: IOPS, p50 and p99 latency, each shared/raw
 /// (latency > 1 and IOPS < 1: the checking relay costs).
-fn owner_ratios(raw: &Run, shared: &Run) -> Vec<serde_json::Value> {
-    println!();
-    println!(
+fn owner_ratios(raw: &Run, shared: &Run, show: bool) -> Vec<serde_json::Value> {
+    outln!(show);
+    outln!(
+        show,
         "shared/raw (latency above 1 and IOPS below 1: what the module's checking relay costs)"
     );
-    println!(
+    outln!(
+        show,
         "{:>7} {:>4} {:>10} {:>10} {:>10}",
-        "QPAIRS", "QD", "IOPS", "P50", "P99"
+        "QPAIRS",
+        "QD",
+        "IOPS",
+        "P50",
+        "P99"
     );
     let mut out = Vec::new();
     for (cr, cs) in matched(raw, shared) {
         let ri = ratio(cs.iops, cr.iops);
         let r50 = ratio(cs.lat_us_p50, cr.lat_us_p50);
         let r99 = ratio(cs.lat_us_p99, cr.lat_us_p99);
-        println!(
+        outln!(
+            show,
             "{:>7} {:>4} {:>10} {:>10} {:>10}",
             cr.qpairs,
             cr.qd,
@@ -772,19 +855,18 @@ fn owner_ratios(raw: &Run, shared: &Run) -> Vec<serde_json::Value> {
 }
 
 pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
-    if a.qd.iter().chain(&a.qpairs).any(|&v| v == 0) {
-        return Err("--qd and --qpairs values must be at least 1".into());
+    let show = !a.out.json();
+    let want_gpunvme = a.device.is_some() || a.block_device.is_none() || a.owner;
+    if want_gpunvme && a.device.is_none() {
+        return Err("bench: name the gpunvme controller first (DEVICE), or measure a kernel device alone with --block-device".into());
     }
-    let want_gpunvme = a.target.bdf.is_some()
-        || a.target.dev.is_some()
-        || a.target.node.is_some()
-        || a.block_device.is_none()
-        || a.owner;
     // JSON order: gpunvme (shared), kernel modes, then gpunvme-raw.
     let mut runs = Vec::new();
     if want_gpunvme {
         runs.push(gpunvme_run(sysfs, a, Mode::Shared)?);
-        print_run(runs.last().unwrap());
+        if show {
+            print_run(runs.last().unwrap());
+        }
     }
     if let Some(dev) = &a.block_device {
         let modes: Vec<Option<KernelMode>> = if a.pread {
@@ -794,16 +876,18 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
         };
         for m in modes {
             if !runs.is_empty() {
-                println!();
+                outln!(show);
             }
             runs.push(kernel_run(a, dev, m)?);
-            print_run(runs.last().unwrap());
+            if show {
+                print_run(runs.last().unwrap());
+            }
         }
     }
     // Published ratios are against the polled kernel (both sides busy-poll);
     // the interrupt-mode ones are reported beside them.
     let ratio_vs = |target| match (find(&runs, TARGET_SHARED), find(&runs, target)) {
-        (Some(g), Some(k)) => Some(kernel_ratios(g, k)),
+        (Some(g), Some(k)) => Some(kernel_ratios(g, k, show)),
         _ => None,
     };
     let ratios = ratio_vs(TARGET_KERNEL_POLL);
@@ -811,22 +895,24 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
     let ratios_pread = ratio_vs(TARGET_KERNEL_PREAD);
     let mut owner = Vec::new();
     if a.owner {
-        println!();
+        outln!(show);
         // A file of its own, claimed as owner once the shared run's file
         // (and its queue pairs) are gone; closed at the end of the run.
         runs.push(gpunvme_run(sysfs, a, Mode::Raw)?);
-        print_run(runs.last().unwrap());
+        if show {
+            print_run(runs.last().unwrap());
+        }
         if let (Some(r), Some(s)) = (find(&runs, TARGET_RAW), find(&runs, TARGET_SHARED)) {
-            owner = owner_ratios(r, s);
+            owner = owner_ratios(r, s, show);
         }
     }
-    if let Some(p) = &a.json {
+    if !show {
         let mut v = json!({
             "block_size": BS,
             "pattern": "random reads, 4 KiB aligned, uniform over the range",
             "duration_ms": if a.ops.is_none() { Some(a.duration_ms) } else { None },
             "ops": a.ops,
-            "seed": a.seed,
+            "randseed": a.randseed,
             "runs": runs,
             "ratios_against": "kernel-poll",
             "ratios": ratios.unwrap_or_default(),
@@ -840,8 +926,7 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
         if a.owner {
             v["owner_ratios"] = json!(owner);
         }
-        std::fs::write(p, serde_json::to_string_pretty(&v)? + "\n")
-            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+        println!("{}", serde_json::to_string_pretty(&v)?);
     }
     Ok(())
 }

@@ -23,48 +23,47 @@ pub fn mode_for(ctrl: &Controller, owner: bool, who: &str) -> Result<Mode, gpunv
     Ok(Mode::Raw)
 }
 
+use crate::habits::{
+    human_bytes, interrupted, parse_device, DataMismatch, Device, Interrupted, Output, Progress,
+    Unit,
+};
 use crate::Res;
 
-/// Which controller: a BDF bound to gpunvme, /dev/gpunvme<N>, or a node
-/// by path.
-#[derive(Args, Debug, Clone)]
-pub struct Target {
-    /// PCI address of a controller bound to gpunvme, e.g. 0000:01:00.0.
-    pub bdf: Option<String>,
-    /// Use /dev/gpunvme<N> (default: 0 when no BDF is given).
-    #[arg(long, value_name = "N", conflicts_with = "bdf")]
-    pub dev: Option<u32>,
-    /// Use this device node, e.g. /dev/gpunvme0n1 (a namespace node:
-    /// shared mode, that namespace only).
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["bdf", "dev"])]
-    pub node: Option<PathBuf>,
-}
-
-/// An LBA range of a namespace and how to move it.
+/// A block range of a namespace and how to move it.
 #[derive(Args, Debug, Clone)]
 pub struct Range {
-    #[command(flatten)]
-    pub target: Target,
+    /// The controller: a PCI address (0000:01:00.0 or 01:00.0),
+    /// /dev/gpunvmeN, gpunvmeN, or a namespace node /dev/gpunvmeNnM
+    /// (shared mode, that namespace only).
+    #[arg(value_name = "DEVICE", value_parser = parse_device)]
+    pub device: Device,
     /// Namespace ID.
-    #[arg(long, default_value_t = 1)]
+    #[arg(
+        short = 'n',
+        long = "namespace-id",
+        value_name = "NSID",
+        default_value_t = 1
+    )]
     pub nsid: u32,
-    /// First logical block.
-    #[arg(long)]
-    pub lba: u64,
-    /// Number of logical blocks.
-    #[arg(long, default_value_t = 1)]
-    pub count: u64,
-    /// Queue depth of the queue pair used (commands in flight: depth - 1).
-    #[arg(long, default_value_t = 32)]
-    pub depth: u32,
+    /// First logical block (the SLBA).
+    #[arg(short = 's', long = "start-block", value_name = "LBA")]
+    pub start_block: u64,
+    /// Number of logical blocks, 1-based (8 is eight blocks; nvme-cli's
+    /// --block-count is 0-based).
+    #[arg(short = 'c', long = "block-count", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub block_count: u64,
+    /// Commands in flight on the queue pair used (it has QD + 1 entries).
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub qd: u32,
     /// Skip the client-side check against the namespace capacity, so the
     /// controller's own status (e.g. LBA Out of Range) is what you get.
     #[arg(long)]
     pub no_range_check: bool,
     /// Largest command in blocks (default: the controller's MDTS), e.g. 1
     /// to push many commands through a small queue.
-    #[arg(long, value_name = "BLOCKS")]
-    pub max_blocks: Option<u32>,
+    #[arg(long, value_name = "N")]
+    pub max_cmd_blocks: Option<u32>,
     /// Deadline of each command in milliseconds.
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     pub timeout_ms: u64,
@@ -80,15 +79,19 @@ pub struct Range {
 /// Bytes moved per batch of commands (a multiple of every LBA size).
 const CHUNK_BYTES: usize = 4 << 20;
 
+/// Opens the gpunvme node of `d`: a node by path, or the node of the
+/// controller at a PCI address (which must be bound to gpunvme).
 pub fn open(
     sysfs: &gpunvme::sysfs::Sysfs,
-    t: &Target,
+    d: &Device,
 ) -> Result<Controller, Box<dyn std::error::Error>> {
-    if let Some(p) = &t.node {
-        return Ok(Controller::open(p)?);
-    }
-    Ok(match &t.bdf {
-        Some(bdf) => {
+    match d {
+        Device::Node(p) => Ok(Controller::open(p)?),
+        Device::KernelNvme(n) => Err(format!(
+            "/dev/{n} is a kernel nvme controller, not gpunvme's: `gpunvme bind /dev/{n}` first"
+        )
+        .into()),
+        Device::Bdf(bdf) => {
             let c = sysfs.controller(bdf)?;
             if c.driver.as_deref() != Some(gpunvme::sysfs::GPUNVME_DRIVER) {
                 return Err(format!(
@@ -105,10 +108,9 @@ pub fn open(
                     c.bdf
                 )
             })?;
-            Controller::open(node)?
+            Ok(Controller::open(node)?)
         }
-        None => Controller::open_index(t.dev.unwrap_or(0))?,
-    })
+    }
 }
 
 struct Session {
@@ -161,14 +163,14 @@ fn session(
     // Session's field order drops the Io (its queue pair) before the data
     // buffer: no deferred UNMAP.
     let mode = mode_for(ctrl, r.owner, "gpunvme")?;
-    let mut io = Io::new_with(ctrl, info, r.nsid, r.depth, mode)?;
+    let mut io = Io::new_with(ctrl, info, r.nsid, r.qd.saturating_add(1), mode)?;
     io.set_timeout(std::time::Duration::from_millis(r.timeout_ms));
-    if let Some(b) = r.max_blocks {
+    if let Some(b) = r.max_cmd_blocks {
         io.limit_transfer_blocks(b);
     }
     let lba_size = io.namespace().lba_size as usize;
     let chunk = CHUNK_BYTES.max(lba_size);
-    let want = (r.count as usize).saturating_mul(lba_size).min(chunk);
+    let want = (r.block_count as usize).saturating_mul(lba_size).min(chunk);
     let buf = DmaBuffer::with_len(ctrl, want)?;
     Ok(Session {
         io,
@@ -182,42 +184,93 @@ fn session(
     })
 }
 
-/// Runs `f(first_lba, blocks, session)` over the range in buffer-sized chunks.
-fn chunks(s: &mut Session, r: &Range, mut f: impl FnMut(u64, u64, &mut Session) -> Res) -> Res {
+/// Runs `f(first_lba, blocks, session)` over the range in buffer-sized
+/// chunks, with a progress bar on a terminal. Ctrl-C ends it between
+/// chunks: each chunk's commands have all completed by then.
+fn chunks(
+    what: &str,
+    s: &mut Session,
+    r: &Range,
+    mut f: impl FnMut(u64, u64, &mut Session) -> Res,
+) -> Res {
     let per = (s.buf().len() / s.lba_size) as u64;
+    let mut bar = Progress::new(what, r.block_count * s.lba_size as u64, Unit::Bytes);
     let mut done = 0;
-    while done < r.count {
-        let n = (r.count - done).min(per);
-        f(r.lba + done, n, s)?;
+    while done < r.block_count {
+        if interrupted() {
+            bar.finish();
+            return Err(Interrupted(format!(
+                "{what} stopped after {done} of {} block(s) from LBA {} (nothing left in flight)",
+                r.block_count, r.start_block
+            ))
+            .into());
+        }
+        let n = (r.block_count - done).min(per);
+        f(r.start_block + done, n, s)?;
         done += n;
+        bar.set(done * s.lba_size as u64);
     }
+    bar.finish();
     Ok(())
 }
 
-fn summary(what: &str, info: &Info, r: &Range, s: &mut Session, t: Instant) {
+/// The summary of a transfer: a line on stderr, or (-o json) a JSON
+/// object on stdout with `extra` merged in.
+fn summary(
+    what: &str,
+    info: &Info,
+    r: &Range,
+    s: &mut Session,
+    t: Instant,
+    out: Output,
+    extra: serde_json::Value,
+) -> Res {
     let lba_size = s.lba_size;
-    let bytes = r.count * lba_size as u64;
+    let bytes = r.block_count * lba_size as u64;
     let (cmds, qid, depth, mode) = (
         s.io.commands(),
         s.io.qpair().qid(),
         s.io.qpair().depth(),
         s.io.qpair().mode(),
     );
-    let s = t.elapsed().as_secs_f64();
+    let secs = t.elapsed().as_secs_f64();
+    let rate = bytes as f64 / secs.max(1e-9);
+    if out.json() {
+        let mut v = serde_json::json!({
+            "command": what, "bdf": info.bdf, "namespace_id": r.nsid, "start_block": r.start_block,
+            "block_count": r.block_count, "block_size": lba_size, "bytes": bytes, "commands": cmds,
+            "mode": mode.to_string(), "qid": qid, "queue_entries": depth, "qd": depth - 1,
+            "seconds": secs, "bytes_per_second": rate,
+        });
+        if let (Some(v), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
+            v.extend(e);
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
     eprintln!(
-        "{what} {} block(s) of {lba_size} bytes at LBA {} of namespace {} on {} ({bytes} bytes, \
-         {cmds} command(s) on {mode} qid {qid} of depth {depth}, {:.1} ms, {:.1} MiB/s)",
-        r.count,
-        r.lba,
+        "{what} {} block(s) of {lba_size} bytes at LBA {} of namespace {} on {} ({}, \
+         {cmds} command(s) on {mode} qid {qid} of depth {depth}, {:.1} ms, {}/s)",
+        r.block_count,
+        r.start_block,
         r.nsid,
         info.bdf,
-        s * 1e3,
-        bytes as f64 / s.max(1e-9) / (1 << 20) as f64
+        human_bytes(bytes),
+        secs * 1e3,
+        human_bytes(rate as u64)
     );
+    Ok(())
 }
 
-pub fn read(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, out: Option<PathBuf>) -> Res {
-    let ctrl = Arc::new(open(sysfs, &r.target)?);
+pub fn read(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, data: Option<PathBuf>, o: Output) -> Res {
+    if o.json() && data.is_none() {
+        return Err(
+            "read -o json prints the summary on stdout: give the data a file with --data FILE"
+                .into(),
+        );
+    }
+    let out = data;
+    let ctrl = Arc::new(open(sysfs, &r.device)?);
     let info = ctrl.info()?;
     let mut s = session(&ctrl, &info, r)?;
     let mut sink: Box<dyn std::io::Write> = match &out {
@@ -228,7 +281,7 @@ pub fn read(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, out: Option<PathBuf>) -> R
     };
     let t = Instant::now();
     let mut pos = 0u64;
-    chunks(&mut s, r, |lba, n, s| {
+    chunks("read", &mut s, r, |lba, n, s| {
         s.transfer(opcode::READ, lba, n)?;
         let data = &s.buf().as_slice()[..n as usize * s.lba_size];
         if out.is_some() {
@@ -240,8 +293,16 @@ pub fn read(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, out: Option<PathBuf>) -> R
         Ok(())
     })?;
     sink.flush()?;
-    summary("read", &info, r, &mut s, t);
-    Ok(())
+    let file = out.as_ref().map(|p| p.display().to_string());
+    summary(
+        "read",
+        &info,
+        r,
+        &mut s,
+        t,
+        o,
+        serde_json::json!({ "data": file }),
+    )
 }
 
 fn hexdump(w: &mut dyn std::io::Write, base: u64, data: &[u8]) -> std::io::Result<()> {
@@ -264,12 +325,12 @@ fn hexdump(w: &mut dyn std::io::Write, base: u64, data: &[u8]) -> std::io::Resul
     Ok(())
 }
 
-pub fn write(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64) -> Res {
-    let ctrl = Arc::new(open(sysfs, &r.target)?);
+pub fn write(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64, o: Output) -> Res {
+    let ctrl = Arc::new(open(sysfs, &r.device)?);
     let info = ctrl.info()?;
     let mut s = session(&ctrl, &info, r)?;
     let t = Instant::now();
-    chunks(&mut s, r, |lba, n, s| {
+    chunks("write", &mut s, r, |lba, n, s| {
         let len = n as usize * s.lba_size;
         let lba_size = s.lba_size;
         pattern::fill(seed, lba, lba_size, &mut s.buf_mut().as_mut_slice()[..len]);
@@ -277,46 +338,90 @@ pub fn write(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64) -> Res {
         Ok(())
     })?;
     s.io.flush()?;
-    summary(&format!("wrote (pattern seed {seed})"), &info, r, &mut s, t);
-    Ok(())
+    let what = if o.json() {
+        "write".to_string()
+    } else {
+        format!("wrote (pattern seed {seed})")
+    };
+    summary(
+        &what,
+        &info,
+        r,
+        &mut s,
+        t,
+        o,
+        serde_json::json!({ "pattern": seed }),
+    )
 }
 
-pub fn verify(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64) -> Res {
-    let ctrl = Arc::new(open(sysfs, &r.target)?);
+pub fn verify(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64, o: Output) -> Res {
+    let ctrl = Arc::new(open(sysfs, &r.device)?);
     let info = ctrl.info()?;
     let mut s = session(&ctrl, &info, r)?;
     let t = Instant::now();
-    chunks(&mut s, r, |lba, n, s| {
+    let mut bad = None;
+    chunks("verify", &mut s, r, |lba, n, s| {
         let len = n as usize * s.lba_size;
         // Poison first so a transfer that moved nothing can't pass.
         s.buf_mut().as_mut_slice()[..len].fill(0xa5);
         s.transfer(opcode::READ, lba, n)?;
         match pattern::first_mismatch(seed, lba, s.lba_size, &s.buf().as_slice()[..len]) {
-            Some(m) => Err(format!("verify failed (seed {seed}): first mismatch at {m}").into()),
+            Some(m) => {
+                let e = format!("verify failed (seed {seed}): first mismatch at {m}");
+                bad = Some(m);
+                Err(DataMismatch(e).into())
+            }
             None => Ok(()),
         }
+    })
+    .or_else(|e| match (&bad, o.json()) {
+        // -o json: the mismatch is a result, reported on stdout (exit 3).
+        (Some(m), true) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "command": "verify", "bdf": info.bdf, "namespace_id": r.nsid,
+                    "start_block": r.start_block, "block_count": r.block_count, "pattern": seed,
+                    "ok": false,
+                    "first_mismatch": {"lba": m.lba, "offset": m.offset, "expected": m.expected,
+                                       "got": m.got, "bad_bytes": m.bad_bytes,
+                                       "found_offset": m.found_offset},
+                }))?
+            );
+            Err(e)
+        }
+        _ => Err(e),
     })?;
+    let what = if o.json() {
+        "verify".to_string()
+    } else {
+        format!("verified (pattern seed {seed}, byte-exact)")
+    };
     summary(
-        &format!("verified (pattern seed {seed}, byte-exact)"),
+        &what,
         &info,
         r,
         &mut s,
         t,
-    );
-    println!(
-        "ok: {} block(s) at LBA {} match pattern seed {seed}",
-        r.count, r.lba
-    );
+        o,
+        serde_json::json!({ "pattern": seed, "ok": true }),
+    )?;
+    if !o.json() {
+        println!(
+            "ok: {} block(s) at LBA {} match pattern seed {seed}",
+            r.block_count, r.start_block
+        );
+    }
     Ok(())
 }
 
 /// `gpunvme pattern`: the expected bytes, to compare with other readers.
-pub fn print_pattern(seed: u64, lba: u64, count: u64, lba_size: usize) -> Res {
-    if lba_size < 16 || lba_size % 4 != 0 {
-        return Err(format!("--lba-size {lba_size}: expected e.g. 512 or 4096").into());
+pub fn print_pattern(seed: u64, lba: u64, count: u64, block_size: u64) -> Res {
+    if !(16..=1 << 16).contains(&block_size) || block_size % 8 != 0 {
+        return Err(format!("--block-size {block_size}: expected e.g. 512 or 4k").into());
     }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut block = vec![0u8; lba_size];
+    let mut block = vec![0u8; block_size as usize];
     for i in 0..count {
         pattern::fill_block(seed, lba + i, &mut block);
         out.write_all(&block)?;

@@ -29,15 +29,17 @@ use gpunvme_gpu::kernel_abi::{status_name, IoArgs, IoResult, QPair};
 use gpunvme_gpu::{code_object, fine_grain, Gpu, LaunchConfig};
 use serde_json::json;
 
-use crate::blockio::Target;
+use crate::habits::{
+    interrupted, parse_device, DataMismatch, Device, Interrupted, Output, Progress, Unit,
+};
 use crate::Res;
 
 /// Which example kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Kernel {
-    /// Fill VRAM with the pattern of --seed, write it out, flush.
+    /// Fill VRAM with the pattern of --pattern, write it out, flush.
     Write,
-    /// Read into VRAM and check every 64-bit word against --seed's pattern.
+    /// Read into VRAM and check every 64-bit word against --pattern's.
     ReadVerify,
     /// Timed reads, --rounds batches per queue pair; no verification.
     Sweep,
@@ -55,35 +57,51 @@ impl Kernel {
 
 #[derive(Args, Debug)]
 pub struct GpuRunArgs {
-    #[command(flatten)]
-    pub target: Target,
+    /// The controller: a PCI address (0000:01:00.0 or 01:00.0),
+    /// /dev/gpunvmeN, gpunvmeN, or a namespace node /dev/gpunvmeNnM.
+    #[arg(value_name = "DEVICE", value_parser = parse_device)]
+    pub device: Device,
     /// The example kernel to launch.
     #[arg(long, value_enum)]
     pub kernel: Kernel,
     /// Queue pairs (one GPU workgroup each).
-    #[arg(long, default_value_t = 1)]
-    pub queues: u32,
-    /// Entries per queue; a workgroup has min(depth - 1, 64) lanes.
-    #[arg(long, default_value_t = 32)]
-    pub depth: u32,
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub qpairs: u32,
+    /// Commands in flight per queue pair: its workgroup has min(QD, 64)
+    /// lanes and the pair QD + 1 entries.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub qd: u32,
     /// Commands per queue pair.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, value_name = "N", default_value_t = 64)]
     pub cmds: u32,
     /// Blocks per command (at most 8 KiB per command: the device code
     /// builds PRP1 and PRP2, no PRP lists).
-    #[arg(long, default_value_t = 8)]
-    pub blocks: u32,
-    /// First LBA of the run.
-    #[arg(long, default_value_t = 0)]
-    pub slba: u64,
-    /// Pattern seed (the example kernels' pattern, not `gpunvme pattern`'s).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub cmd_blocks: u32,
+    /// First logical block of the run; queue pair q's command k covers
+    /// the blocks after those of the commands before it.
+    #[arg(
+        short = 's',
+        long = "start-block",
+        value_name = "LBA",
+        default_value_t = 0
+    )]
+    pub start_block: u64,
+    /// Pattern seed: the same data as `gpunvme write -p SEED` (so `gpunvme
+    /// verify -p SEED` checks what --kernel write wrote, and the other way
+    /// round).
+    #[arg(short = 'p', long, value_name = "SEED", default_value_t = 1)]
+    pub pattern: u64,
     /// Namespace ID.
-    #[arg(long, default_value_t = 1)]
+    #[arg(
+        short = 'n',
+        long = "namespace-id",
+        value_name = "NSID",
+        default_value_t = 1
+    )]
     pub nsid: u32,
     /// Sweep: batches per queue pair.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, value_name = "N", default_value_t = 16)]
     pub rounds: u32,
     /// Claim owner mode and use raw queue pairs: the GPU rings the
     /// controller's doorbell itself (needs CAP_SYS_RAWIO, no lockdown, a
@@ -95,15 +113,14 @@ pub struct GpuRunArgs {
     #[arg(long, value_name = "DIR", default_value = "kernels/build")]
     pub code_objects: PathBuf,
     /// GPU index in its runtime.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0)]
     pub gpu: u32,
     /// Deadline of each wait inside the kernel, in ms (capped at 2 s on
     /// the GPU, far below the ~10 s GPU watchdog).
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub timeout_ms: u64,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Output,
 }
 
 /// Most bytes one command may move: PRP1 + PRP2, no lists.
@@ -116,18 +133,15 @@ pub fn plan(
     capacity: u64,
     mdts: Option<u32>,
 ) -> Result<u64, String> {
-    if a.queues == 0 || a.cmds == 0 || a.blocks == 0 {
-        return Err("--queues, --cmds and --blocks must be at least 1".into());
+    if a.qpairs == 0 || a.cmds == 0 || a.cmd_blocks == 0 || a.qd == 0 {
+        return Err("--qpairs, --qd, --cmds and --cmd-blocks must be at least 1".into());
     }
-    if a.depth < 2 {
-        return Err(format!("--depth {} is below the minimum of 2", a.depth));
-    }
-    let cmd_bytes = a.blocks as u64 * lba_size as u64;
+    let cmd_bytes = a.cmd_blocks as u64 * lba_size as u64;
     if cmd_bytes > MAX_CMD_BYTES {
         return Err(format!(
-            "--blocks {} x {lba_size}-byte LBAs = {cmd_bytes} bytes per command; the device code builds \
+            "--cmd-blocks {} x {lba_size}-byte LBAs = {cmd_bytes} bytes per command; the device code builds \
              PRP1/PRP2 only, so at most {MAX_CMD_BYTES} bytes ({} blocks)",
-            a.blocks,
+            a.cmd_blocks,
             MAX_CMD_BYTES / lba_size as u64
         ));
     }
@@ -138,19 +152,22 @@ pub fn plan(
             ));
         }
     }
-    let blocks = a.queues as u64 * a.cmds as u64 * a.blocks as u64;
-    if a.slba.checked_add(blocks).is_none_or(|end| end > capacity) {
+    let blocks = a.qpairs as u64 * a.cmds as u64 * a.cmd_blocks as u64;
+    if a.start_block
+        .checked_add(blocks)
+        .is_none_or(|end| end > capacity)
+    {
         return Err(format!(
             "LBAs {}..{} do not fit namespace {} ({capacity} blocks)",
-            a.slba,
-            a.slba.saturating_add(blocks),
+            a.start_block,
+            a.start_block.saturating_add(blocks),
             a.nsid
         ));
     }
     let bytes = blocks * lba_size as u64;
     if bytes > gpunvme::sys::GPUNVME_MAX_MAP_BYTES as u64 {
         return Err(format!(
-            "{bytes} bytes of VRAM for the run; the module imports at most {} per dma-buf: fewer --queues, --cmds or --blocks",
+            "{bytes} bytes of VRAM for the run; the module imports at most {} per dma-buf: fewer --qpairs, --cmds or --cmd-blocks",
             gpunvme::sys::GPUNVME_MAX_MAP_BYTES
         ));
     }
@@ -258,7 +275,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     if let fine_grain::Decision::Conflict { .. } = fg {
         return Err(format!("gpu-run: {}", fg.describe()).into());
     }
-    let ctrl = Arc::new(crate::blockio::open(sysfs, &a.target)?);
+    let ctrl = Arc::new(crate::blockio::open(sysfs, &a.device)?);
     let info = ctrl.info()?;
     let ns = info
         .namespaces
@@ -286,10 +303,12 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         info.max_transfer_for(mode),
     )
     .map_err(|e| format!("gpu-run: {e}"))?;
-    if a.depth > info.max_queue_entries {
+    if a.qd.saturating_add(1) > info.max_queue_entries {
         return Err(format!(
-            "gpu-run: --depth {} exceeds the controller's {}",
-            a.depth, info.max_queue_entries
+            "gpu-run: --qd {} needs {} queue entries; the controller has {}",
+            a.qd,
+            a.qd.saturating_add(1),
+            info.max_queue_entries
         )
         .into());
     }
@@ -331,16 +350,17 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
          the example kernels build PRPs from one base address",
     )?;
 
-    let lanes = (a.depth - 1).min(64);
-    let qps = gpu.alloc_host_mapped(a.queues as usize * std::mem::size_of::<QPair>())?;
+    let depth = a.qd + 1;
+    let lanes = a.qd.min(64);
+    let qps = gpu.alloc_host_mapped(a.qpairs as usize * std::mem::size_of::<QPair>())?;
     let args_mem = gpu.alloc_host_mapped(std::mem::size_of::<IoArgs>())?;
-    let res = gpu.alloc_host_mapped(a.queues as usize * std::mem::size_of::<IoResult>())?;
+    let res = gpu.alloc_host_mapped(a.qpairs as usize * std::mem::size_of::<IoResult>())?;
     let stop = gpu.alloc_host_mapped(4096)?;
 
     let mut queues: Vec<GpuQueue<'_>> = Vec::new();
     let mut all_reports: Vec<ImportReport> = Vec::new();
-    for _ in 0..a.queues {
-        let qp = QueuePair::create_with(&ctrl, a.depth, mode)?;
+    for _ in 0..a.qpairs {
+        let qp = QueuePair::create_with(&ctrl, depth, mode)?;
         let gq = match import_pair(&gpu, qp) {
             Ok(g) => g,
             Err(failure) => {
@@ -378,7 +398,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
                     stop: stop.dev(),
                     timeout_ticks: hz.saturating_mul(a.timeout_ms) / 1000,
                     tick_hz: hz,
-                    depth: a.depth,
+                    depth,
                     phase: 1,
                     ..Default::default()
                 })
@@ -387,13 +407,13 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     // SAFETY: args_mem holds one IoArgs.
     unsafe {
         args_mem.at::<IoArgs>(0).write(IoArgs {
-            slba: a.slba,
+            slba: a.start_block,
             buf_dma,
             buf: vram.ptr(),
-            seed: a.seed,
+            seed: a.pattern,
             nsid: a.nsid,
             lba_shift: ns.lba_size.trailing_zeros(),
-            blocks_per_cmd: a.blocks,
+            blocks_per_cmd: a.cmd_blocks,
             cmds_per_queue: a.cmds,
             page_size: info.page_size,
             rounds: a.rounds,
@@ -402,7 +422,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
 
     let entry = code_object::entry_point(a.kernel.name()).expect("known kernel");
     let cfg = LaunchConfig {
-        grid: a.queues,
+        grid: a.qpairs,
         block: lanes,
         args: &[qps.dev(), args_mem.dev(), res.dev()],
         stop_flag: Some(stop.at::<u32>(0)),
@@ -429,23 +449,66 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         };
     let deadline =
         Duration::from_millis(a.timeout_ms.min(2000) * (batches + 2) * 2) + Duration::from_secs(5);
-    let waited = launch.wait(deadline);
-    let stuck = if waited.is_err() {
-        launch.stop();
-        // On failure the launch is dropped: it waits once more, and then
-        // leaks everything the kernel can reach rather than free it.
-        launch.wait(Duration::from_secs(5)).map_err(|e| {
-            format!("gpu-run: {e}, even after the stop flag: the GPU may need a reset")
-        })?;
-        true
-    } else {
-        false
-    };
+    // Wait in slices: a progress bar on a terminal, and Ctrl-C raises the
+    // stop flag. Whatever happens, the launch is only finished (or, if the
+    // kernel may still run, dropped: it waits again, then leaks what the
+    // kernel can reach) here, never skipped: a second Ctrl-C changes
+    // nothing.
+    let mut bar = Progress::new(
+        format!("gpu-run {}", a.kernel.name()),
+        deadline.as_secs(),
+        Unit::Seconds,
+    );
+    let mut stop_raised: Option<(Instant, &str)> = None;
+    let mut fault = None;
+    loop {
+        match launch.is_done() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                fault.get_or_insert(e.to_string());
+            }
+        }
+        let now = Instant::now();
+        if stop_raised.is_none() {
+            let why = if interrupted() {
+                Some("Ctrl-C")
+            } else if fault.is_some() {
+                Some("the stream reported an error")
+            } else if now - t0 > deadline {
+                Some("the deadline passed")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                launch.stop();
+                bar.finish();
+                eprintln!("gpu-run: {why}: stop flag raised, waiting up to 5 s for the kernel");
+                stop_raised = Some((now, why));
+            }
+        } else if let Some((at, why)) = stop_raised {
+            if now - at > Duration::from_secs(5) {
+                bar.finish();
+                // Dropping the launch waits once more, then leaks everything
+                // the kernel can reach rather than free it.
+                return Err(format!(
+                    "gpu-run: {why}{}, and the kernel still runs even after the stop flag: the GPU may need a reset",
+                    fault.map(|f| format!(" ({f})")).unwrap_or_default()
+                )
+                .into());
+            }
+        }
+        bar.set((now - t0).as_secs());
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    bar.finish();
+    let stuck = stop_raised.is_some();
+    let by_user = stop_raised.is_some_and(|(_, why)| why == "Ctrl-C");
     let wall = t0.elapsed();
     let (queues, vmap, dmabuf, vram, qps, args_mem, res, stop) = launch
         .finish()
         .map_err(|_| "gpu-run: the kernel finished, but its stream says otherwise")?;
-    let results: Vec<IoResult> = (0..a.queues as usize)
+    let results: Vec<IoResult> = (0..a.qpairs as usize)
         // SAFETY: the kernel finished; res holds `queues` IoResults.
         .map(|q| unsafe {
             res.at::<IoResult>(q * std::mem::size_of::<IoResult>())
@@ -483,10 +546,12 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         a.cmds
     };
     let mut failed = stuck;
+    let mut mismatches = 0u64;
     for r in &results {
-        failed |= r.status != 0 || r.mismatches != 0 || r.completed != expect;
+        failed |= r.status != 0 || r.completed != expect;
+        mismatches += r.mismatches as u64;
     }
-    if a.json {
+    if a.out.json() {
         let per: Vec<_> = results
             .iter()
             .enumerate()
@@ -501,7 +566,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
             serde_json::to_string_pretty(&json!({
                 "gpu": dev, "kernel": a.kernel.name(), "code_object": co_path, "queues": per,
                 "routes": routes, "imports": all_reports, "wall_ms": wall.as_secs_f64() * 1e3, "stopped": stuck,
-                "ok": !failed,
+                "ok": !failed && mismatches == 0, "mismatches": mismatches, "pattern": a.pattern,
             }))?
         );
     } else {
@@ -525,8 +590,21 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
             if stuck { " (stopped by the host)" } else { "" }
         );
     }
+    if by_user {
+        return Err(Interrupted(
+            "gpu-run: the kernel was stopped and everything torn down in order".into(),
+        )
+        .into());
+    }
     if failed {
-        return Err("gpu-run: the kernel reported errors or mismatches (see above)".into());
+        return Err("gpu-run: the kernel reported errors (see above)".into());
+    }
+    if mismatches != 0 {
+        return Err(DataMismatch(format!(
+            "gpu-run: {mismatches} 64-bit word(s) differ from pattern {}",
+            a.pattern
+        ))
+        .into());
     }
     Ok(())
 }
@@ -543,7 +621,7 @@ mod tests {
     }
 
     fn args(extra: &[&str]) -> GpuRunArgs {
-        let mut v = vec!["x", "--kernel", "write"];
+        let mut v = vec!["x", "0000:01:00.0", "--kernel", "write"];
         v.extend_from_slice(extra);
         P::parse_from(v).a
     }
@@ -554,19 +632,19 @@ mod tests {
             plan(&args(&[]), 512, 1 << 20, Some(1 << 20)),
             Ok(64 * 8 * 512)
         );
-        let e = plan(&args(&["--blocks", "4"]), 4096, 1 << 20, None).unwrap_err();
+        let e = plan(&args(&["--cmd-blocks", "4"]), 4096, 1 << 20, None).unwrap_err();
         assert!(
             e.contains("PRP1/PRP2 only") && e.contains("2 blocks"),
             "{e}"
         );
-        let e = plan(&args(&["--blocks", "8"]), 512, 1 << 20, Some(2048)).unwrap_err();
+        let e = plan(&args(&["--cmd-blocks", "8"]), 512, 1 << 20, Some(2048)).unwrap_err();
         assert!(e.contains("MDTS"), "{e}");
-        let e = plan(&args(&["--queues", "4", "--slba", "1000"]), 512, 2000, None).unwrap_err();
+        let e = plan(&args(&["--qpairs", "4", "-s", "1000"]), 512, 2000, None).unwrap_err();
         assert!(e.contains("do not fit"), "{e}");
-        assert!(plan(&args(&["--depth", "1"]), 512, 1 << 20, None).is_err());
+        assert!(plan(&args(&["--qd", "0"]), 512, 1 << 20, None).is_err());
         assert!(plan(&args(&["--cmds", "0"]), 512, 1 << 40, None).is_err());
         let e = plan(
-            &args(&["--queues", "64", "--cmds", "1024", "--blocks", "2"]),
+            &args(&["--qpairs", "64", "--cmds", "1024", "--cmd-blocks", "2"]),
             4096,
             1 << 40,
             None,

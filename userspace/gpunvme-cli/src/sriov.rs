@@ -17,27 +17,38 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use gpunvme::sysfs::{normalize_bdf, Sysfs, GPUNVME_DRIVER};
 
+use crate::habits::{parse_device, Device};
+
 use crate::Res;
 
 #[derive(Args, Debug)]
 pub struct SriovArgs {
-    /// The physical function: its PCI address (e.g. 0000:01:00.0) or its
-    /// kernel nvme node (/dev/nvme0). It must be bound to the nvme driver.
-    pf: String,
+    /// The physical function: its PCI address (0000:01:00.0 or 01:00.0)
+    /// or its kernel nvme node (/dev/nvme0, nvme0). It must be bound to
+    /// the nvme driver.
+    #[arg(value_name = "DEVICE", value_parser = parse_device)]
+    pf: Device,
     /// Number of VFs to enable; 0 takes the secondary controllers offline
-    /// (detaching the --nsid namespaces) and disables the VFs.
-    #[arg(long, default_value_t = 1)]
+    /// (detaching the -n namespaces) and disables the VFs.
+    #[arg(long, value_name = "N", default_value_t = 1)]
     vfs: u16,
-    /// Flexible queue resources per VF (its admin queue counts: N-1 I/O
-    /// queue pairs). Default: the most the controller allows per VF.
+    /// Flexible queue resources per VF (NVMe's VQ resources; its admin
+    /// queue counts: N-1 I/O queue pairs). Default: the most the
+    /// controller allows per VF.
     #[arg(long, value_name = "N")]
-    queues: Option<u16>,
-    /// Flexible interrupt resources per VF. Default: the most allowed.
+    flex_queues: Option<u16>,
+    /// Flexible interrupt resources per VF (VI). Default: the most allowed.
     #[arg(long, value_name = "N")]
-    interrupts: Option<u16>,
-    /// Namespace to attach to a VF's controller (repeat: the first goes to
-    /// VF 1, the next to VF 2, ...). With --vfs 0: namespaces to detach.
-    #[arg(long, value_name = "NSID")]
+    flex_interrupts: Option<u16>,
+    /// Namespace to attach to a VF's controller (repeat, or a list 2,3:
+    /// the first goes to VF 1, the next to VF 2, ...). With --vfs 0:
+    /// namespaces to detach.
+    #[arg(
+        short = 'n',
+        long = "namespace-id",
+        value_name = "NSID",
+        value_delimiter = ','
+    )]
     nsid: Vec<u32>,
     /// With --vfs 0: also give every flexible resource back to the primary
     /// controller (takes a PF reset, as shrinking it does).
@@ -483,7 +494,20 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
     if a.reclaim && a.vfs != 0 {
         return fail(libc::EINVAL, "--reclaim goes with --vfs 0");
     }
-    let pf = resolve_pf(sysfs, &a.pf)?;
+    let pf_arg = match &a.pf {
+        Device::Bdf(b) => b.clone(),
+        Device::KernelNvme(n) => format!("/dev/{n}"),
+        Device::Node(p) => {
+            return fail(
+                libc::EINVAL,
+                format!(
+                    "{}: give the physical function's PCI address or kernel nvme node (/dev/nvmeN), not a gpunvme node",
+                    p.display()
+                ),
+            )
+        }
+    };
+    let pf = resolve_pf(sysfs, &pf_arg)?;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     if euid != 0 && !a.print {
@@ -612,20 +636,22 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
     if a.nsid.len() > usize::from(a.vfs) {
         return fail(
             libc::EINVAL,
-            format!("{} --nsid values for {} VFs", a.nsid.len(), a.vfs),
+            format!("{} --namespace-id values for {} VFs", a.nsid.len(), a.vfs),
         );
     }
     let per = |f: &Flex| (f.total / u32::from(a.vfs)).min(u32::from(f.max_per_secondary)) as u16;
-    let q = a.queues.unwrap_or_else(|| per(&vq));
-    let i = a.interrupts.unwrap_or_else(|| per(&vi));
+    let q = a.flex_queues.unwrap_or_else(|| per(&vq));
+    let i = a.flex_interrupts.unwrap_or_else(|| per(&vi));
     if q < 2 {
         return fail(
             libc::EINVAL,
-            format!("--queues {q}: a VF needs at least 2 (its admin queue and one I/O queue pair)"),
+            format!(
+                "--flex-queues {q}: a VF needs at least 2 (its admin queue and one I/O queue pair)"
+            ),
         );
     }
     if i < 1 {
-        return fail(libc::EINVAL, "--interrupts 0: a VF needs at least 1");
+        return fail(libc::EINVAL, "--flex-interrupts 0: a VF needs at least 1");
     }
     for (name, n, f) in [("queues", q, &vq), ("interrupts", i, &vi)] {
         if n > f.max_per_secondary || u32::from(n) * u32::from(a.vfs) > f.total {

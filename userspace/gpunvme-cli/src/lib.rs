@@ -1,0 +1,679 @@
+//! `gpunvme`: command-line tool for the gpunvme kernel module. The
+//! binary (src/main.rs) calls [`main`]; [`command`] is the clap definition,
+//! which tests/habits.rs checks against every documented example.
+
+mod bench;
+mod blockio;
+mod gpu_run;
+pub mod habits;
+mod sriov;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+use gpunvme::sysfs::{NvmeController, Sysfs, GPUNVME_DRIVER};
+use gpunvme::{Controller, Info};
+use habits::{human_bytes, parse_device, parse_size, Device, Output};
+use serde_json::json;
+
+/// `after_help` of a command: its examples (one `gpunvme ...` line each,
+/// two spaces in, `#` comments after two spaces; tests/habits.rs parses
+/// each with the real parser), then the exit codes.
+fn examples(lines: &str) -> String {
+    format!("Examples:\n{lines}\n\n{}", habits::EXIT_CODES_HELP)
+}
+
+/// Hand NVMe controllers to the gpunvme kernel module so GPUs can drive
+/// them, and inspect what this machine can do.
+#[derive(Parser, Debug)]
+#[command(
+    name = "gpunvme",
+    version,
+    about = "Hand NVMe controllers to the gpunvme kernel module so GPUs can drive them, and inspect what this machine can do.",
+    long_about = "Hand NVMe controllers to the gpunvme kernel module so GPUs can drive them, and inspect what this machine can do.\n\n\
+        One vocabulary in every command, nvme-cli's where it has one: the device comes first, right after the command \
+        (DEVICE: a PCI address 0000:01:00.0 or 01:00.0, /dev/gpunvmeN, gpunvmeN, or a namespace node /dev/gpunvmeNnM); \
+        -n/--namespace-id, -s/--start-block (first LBA), -c/--block-count (a number of blocks, 1-based: -c 8 is eight \
+        blocks, unlike nvme-cli's 0-based count), --qd (commands in flight per queue pair, like fio's iodepth), \
+        --qpairs (queue pairs), -p/--pattern SEED (the data pattern of write, verify, pattern and the GPU examples), \
+        -o/--output-format normal|json. Lists take commas or spaces (--qd 1,8,32 or --qd 1 8 32); sizes take binary \
+        suffixes (512, 4k, 1M, 1MiB, 2G). A progress bar is drawn on stderr when it is a terminal. Ctrl-C stops \
+        submitting, reaps what is in flight (gpu-run: raises the GPU's stop flag) and exits 130.",
+    after_help = examples("  gpunvme list\n  gpunvme bind 0000:01:00.0\n  gpunvme info /dev/gpunvme0 -o json\n  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1,4"),
+    propagate_version = true
+)]
+pub struct Cli {
+    /// sysfs root to use instead of /sys (for tests and chroots).
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        default_value = "/sys",
+        hide_default_value = true
+    )]
+    sysfs_root: PathBuf,
+
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// List NVMe controllers (PCI class 0x010802): address, IDs, driver,
+    /// driver_override, and the gpunvme nodes or nvme namespaces.
+    #[command(after_help = examples("  gpunvme list\n  gpunvme list -o json"))]
+    List {
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Show a gpunvme controller's identity, decoded CAP/VS registers
+    /// (queue depth, doorbell stride, ready timeout, ...), its IOMMU mode
+    /// and the modes (shared, owner) you may use on it. Needs access to
+    /// the node (root, unless a udev rule grants it).
+    #[command(override_usage = "gpunvme info <DEVICE> [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme info 0000:01:00.0\n  gpunvme info /dev/gpunvme0 -o json\n  gpunvme info gpunvme0n1  # a namespace node"))]
+    Info {
+        /// The controller: a PCI address (0000:01:00.0 or 01:00.0),
+        /// /dev/gpunvmeN, gpunvmeN, or a namespace node /dev/gpunvmeNnM.
+        #[arg(value_name = "DEVICE", value_parser = parse_device)]
+        device: Device,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Bind a controller to gpunvme: unbind it from its driver, set
+    /// driver_override=gpunvme, probe, and check that gpunvme took it.
+    ///
+    /// Refused (non-zero exit, nothing unbound) while its storage is in
+    /// use: every namespace, partition and dm/md device on them is opened
+    /// O_EXCL, which the kernel refuses while a file system is mounted from
+    /// it (under any name, in any mount namespace), it is swap, a dm/md
+    /// device holds it or a process opened it O_EXCL; the message names
+    /// the mount point, swap, holder (dm name) or pid. A process that has
+    /// a namespace, /dev/nvmeN or /dev/ngNnM open refuses it too. The
+    /// O_EXCL opens are held until the unbind is done.
+    #[command(override_usage = "gpunvme bind <DEVICE> [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme bind 0000:01:00.0\n  gpunvme bind 01:00.0\n  gpunvme bind /dev/nvme1  # the kernel nvme controller's node"))]
+    Bind {
+        /// The controller: a PCI address (0000:01:00.0 or 01:00.0) or its
+        /// kernel nvme node (/dev/nvmeN, nvmeN).
+        #[arg(value_name = "DEVICE", value_parser = parse_device)]
+        device: Device,
+    },
+    /// Unbind a controller from gpunvme and clear driver_override, leaving
+    /// it without a driver; with --to-nvme, hand it back to the kernel nvme
+    /// driver instead.
+    #[command(override_usage = "gpunvme unbind <DEVICE> [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme unbind 0000:01:00.0\n  gpunvme unbind /dev/gpunvme0 --to-nvme"))]
+    Unbind {
+        /// The controller: a PCI address, /dev/gpunvmeN or gpunvmeN.
+        #[arg(value_name = "DEVICE", value_parser = parse_device)]
+        device: Device,
+        /// Give the controller back to the kernel nvme driver.
+        #[arg(long)]
+        to_nvme: bool,
+    },
+    /// Look for a GPU runtime (HIP, then CUDA), list the GPUs, say which
+    /// doorbell mapping mode this machine can do (direct, bridge only or
+    /// none), and for each controller bound to gpunvme its IOMMU mode and
+    /// the modes (shared, owner) you may use.
+    #[command(after_help = examples("  gpunvme probe\n  gpunvme probe -o json"))]
+    Probe {
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Read blocks through a queue pair of this process (shared, or raw
+    /// with --owner): to --data FILE, or a hex dump on stdout.
+    #[command(override_usage = "gpunvme read <DEVICE> --start-block <LBA> [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme read 0000:01:00.0 -s 0 -c 8\n  gpunvme read /dev/gpunvme0 --start-block 2048 --block-count 256 --data blocks.bin\n  gpunvme read gpunvme0n1 -s 0 -c 2048 -d out.bin -o json  # summary as JSON, data to the file"))]
+    Read {
+        #[command(flatten)]
+        range: blockio::Range,
+        /// Write the raw bytes to FILE instead of a hex dump on stdout
+        /// (nvme-cli's --data).
+        #[arg(short = 'd', long = "data", value_name = "FILE")]
+        data: Option<PathBuf>,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Write blocks with the data pattern of -p SEED (every 64-bit word
+    /// from seed and byte offset, the GPU examples' pattern: see `gpunvme
+    /// pattern`), then flush.
+    #[command(
+        override_usage = "gpunvme write <DEVICE> --start-block <LBA> --pattern <SEED> [OPTIONS]"
+    )]
+    #[command(after_help = examples("  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme write /dev/gpunvme0 --start-block 4096 --block-count 512 --pattern 7 --qd 8 --owner"))]
+    Write {
+        #[command(flatten)]
+        range: blockio::Range,
+        /// Pattern seed.
+        #[arg(short = 'p', long, value_name = "SEED")]
+        pattern: u64,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Read blocks and check every byte against the pattern of -p SEED;
+    /// prints the first mismatch and exits 3 on any.
+    #[command(
+        override_usage = "gpunvme verify <DEVICE> --start-block <LBA> --pattern <SEED> [OPTIONS]"
+    )]
+    #[command(after_help = examples("  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme verify gpunvme0n1 -n 1 -s 0 -c 8 --pattern 42 -o json"))]
+    Verify {
+        #[command(flatten)]
+        range: blockio::Range,
+        /// Pattern seed.
+        #[arg(short = 'p', long, value_name = "SEED")]
+        pattern: u64,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Print the bytes `write -p SEED` (and the GPU examples with
+    /// `gpu-run --pattern SEED`) put in blocks (raw, to stdout), e.g. to
+    /// compare with what dd reads. No device needed.
+    #[command(after_help = examples("  gpunvme pattern -p 42 -s 0 -c 8 > expected.bin\n  gpunvme pattern --pattern 42 --start-block 5 --block-count 3 --block-size 4k"))]
+    Pattern {
+        /// Pattern seed.
+        #[arg(short = 'p', long, value_name = "SEED")]
+        pattern: u64,
+        /// First logical block.
+        #[arg(short = 's', long = "start-block", value_name = "LBA")]
+        start_block: u64,
+        /// Number of logical blocks (1-based: 8 is eight blocks).
+        #[arg(
+            short = 'c',
+            long = "block-count",
+            value_name = "N",
+            default_value_t = 1
+        )]
+        block_count: u64,
+        /// Bytes per logical block (512, 4k, ...).
+        #[arg(short = 'b', long = "block-size", value_name = "SIZE", default_value = "512", value_parser = parse_size)]
+        block_size: u64,
+    },
+    /// 4 KiB random-read benchmark: IOPS and latency p50/p99/p99.9/max at
+    /// each queue depth (default 1, 8, 32) with each number of queue pairs
+    /// (default 1, 4) on shared queue pairs (with --owner also on raw ones);
+    /// with --block-device, the same matrix on a kernel nvme device (O_DIRECT
+    /// io_uring with interrupt completions and, polled like gpunvme, with
+    /// IORING_SETUP_IOPOLL; or pread threads with --pread). Table on stdout.
+    #[command(override_usage = "gpunvme bench [DEVICE] [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme bench 0000:01:00.0\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1 4\n  gpunvme bench /dev/gpunvme0 --qd 1,32 --qpairs 1 --range 16M --ops 10000 -o json > bench.json\n  gpunvme bench 0000:01:00.0 --owner --block-device /dev/nvme1n1 --duration-ms 300\n  gpunvme bench --block-device /dev/nvme1n1 --kernel-mode poll  # the kernel driver only"))]
+    Bench(bench::BenchArgs),
+    /// Run an example GPU kernel (write, read-verify, sweep) against a
+    /// controller bound to gpunvme: VRAM exported to the controller, queue
+    /// pairs (shared, or raw with --owner) imported into the GPU, every
+    /// import route reported. Needs a GPU, ROCm or the NVIDIA driver, and
+    /// access to the node (root for --owner).
+    #[command(override_usage = "gpunvme gpu-run <DEVICE> --kernel <KERNEL> [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme gpu-run 0000:01:00.0 --kernel write -p 7\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --qpairs 4 --qd 63 --cmds 64 --cmd-blocks 8 -s 0\n  gpunvme gpu-run /dev/gpunvme0 --kernel sweep --rounds 32 -o json"))]
+    GpuRun(gpu_run::GpuRunArgs),
+    /// SR-IOV: keep the physical function with the kernel nvme driver (its
+    /// file systems stay mounted) and prepare virtual functions for
+    /// gpunvme: move flexible queue and interrupt resources from the
+    /// primary to each VF's secondary controller (resetting the PF if its
+    /// own allocation must shrink), enable the VFs, bring them online and
+    /// attach the namespaces of -n; then `gpunvme bind VF`. --vfs 0 undoes
+    /// it; --print prints the nvme-cli commands instead. Needs root.
+    #[command(override_usage = "gpunvme sriov <DEVICE> [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme sriov /dev/nvme0 --vfs 1 -n 2 --print\n  gpunvme sriov 0000:01:00.0 --vfs 2 --namespace-id 2 --namespace-id 3 --flex-queues 5\n  gpunvme sriov /dev/nvme0 --vfs 0 -n 2 --reclaim"))]
+    Sriov(sriov::SriovArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell) on stdout.
+    #[command(after_help = examples("  gpunvme completions bash > /etc/bash_completion.d/gpunvme\n  gpunvme completions zsh > ~/.zfunc/_gpunvme"))]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout, generated from this help.
+    #[command(after_help = examples("  gpunvme man > gpunvme.1"))]
+    Man,
+}
+
+/// The clap definition of the command line (for tests and generators).
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+/// Runs the command line of this process; the exit status is 0, 1 (could
+/// not run), 2 (usage: clap's), 3 (data mismatch) or 130 (Ctrl-C).
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let mut msg = e.to_string().replace('\n', " ");
+            if let Some(gpunvme::Error::Io { what, source, .. }) =
+                e.downcast_ref::<gpunvme::Error>()
+            {
+                if what.contains("gpunvme device node")
+                    && source.kind() == std::io::ErrorKind::NotFound
+                {
+                    msg.push_str(" (is the gpunvme module loaded and a controller bound? see `gpunvme list`)");
+                }
+            }
+            eprintln!("gpunvme: {msg}");
+            ExitCode::from(habits::exit_code(e.as_ref()))
+        }
+    }
+}
+
+type Res = Result<(), Box<dyn std::error::Error>>;
+
+fn run(cli: Cli) -> Res {
+    let sysfs = Sysfs::with_root(&cli.sysfs_root);
+    if matches!(
+        cli.cmd,
+        Cmd::Read { .. } | Cmd::Write { .. } | Cmd::Verify { .. } | Cmd::Bench(_) | Cmd::GpuRun(_)
+    ) {
+        habits::catch_sigint();
+    }
+    match cli.cmd {
+        Cmd::List { out } => list(&sysfs, out.json()),
+        Cmd::Info { device, out } => info(&sysfs, &device, out.json()),
+        Cmd::Bind { device } => {
+            let bdf = habits::device_bdf(&sysfs, &device)?;
+            let c = sysfs.bind(&bdf)?;
+            let node = c
+                .node
+                .as_ref()
+                .map(|p| format!(" as {}", p.display()))
+                .unwrap_or_default();
+            println!("{}: bound to gpunvme{node}", c.bdf);
+            Ok(())
+        }
+        Cmd::Unbind { device, to_nvme } => {
+            let bdf = habits::device_bdf(&sysfs, &device)?;
+            let c = sysfs.unbind(&bdf, to_nvme)?;
+            match (&c.driver, &c.nvme_name) {
+                (Some(d), Some(n)) => println!("{}: handed back to {d} as {n}", c.bdf),
+                (Some(d), None) => println!("{}: now bound to {d}", c.bdf),
+                (None, _) => println!("{}: unbound from gpunvme, left without a driver", c.bdf),
+            }
+            Ok(())
+        }
+        Cmd::Probe { out } => probe(&sysfs, out.json()),
+        Cmd::Read { range, data, out } => blockio::read(&sysfs, &range, data, out),
+        Cmd::Write {
+            range,
+            pattern,
+            out,
+        } => blockio::write(&sysfs, &range, pattern, out),
+        Cmd::Verify {
+            range,
+            pattern,
+            out,
+        } => blockio::verify(&sysfs, &range, pattern, out),
+        Cmd::Pattern {
+            pattern,
+            start_block,
+            block_count,
+            block_size,
+        } => blockio::print_pattern(pattern, start_block, block_count, block_size),
+        Cmd::Bench(a) => bench::bench(&sysfs, &a),
+        Cmd::GpuRun(a) => gpu_run::gpu_run(&sysfs, &a),
+        Cmd::Sriov(a) => sriov::sriov(&sysfs, &a),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut command(), "gpunvme", &mut std::io::stdout());
+            Ok(())
+        }
+        Cmd::Man => {
+            clap_mangen::Man::new(command()).render(&mut std::io::stdout())?;
+            Ok(())
+        }
+    }
+}
+
+fn list(sysfs: &Sysfs, json: bool) -> Res {
+    let ctrls = sysfs.list()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&ctrls)?);
+        return Ok(());
+    }
+    if ctrls.is_empty() {
+        println!(
+            "no NVMe controllers (PCI class 0x010802) under {}",
+            sysfs.root().display()
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<14} {:<9} {:<10} {:<10} USE",
+        "BDF", "ID", "DRIVER", "OVERRIDE"
+    );
+    for c in &ctrls {
+        println!(
+            "{:<14} {:04x}:{:04x} {:<10} {:<10} {}",
+            c.bdf,
+            c.vendor,
+            c.device,
+            c.driver.as_deref().unwrap_or("-"),
+            c.driver_override.as_deref().unwrap_or("-"),
+            usage(c)
+        );
+    }
+    Ok(())
+}
+
+fn usage(c: &NvmeController) -> String {
+    match c.driver.as_deref() {
+        Some(GPUNVME_DRIVER) => {
+            let mut u = match &c.node {
+                Some(n) => n.display().to_string(),
+                None => "(device node not found)".into(),
+            };
+            if !c.namespace_nodes.is_empty() {
+                let names: Vec<String> = c
+                    .namespace_nodes
+                    .iter()
+                    .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+                    .collect();
+                u.push_str(&format!(" (namespaces: {})", names.join(" ")));
+            }
+            u
+        }
+        Some("nvme") => {
+            let name = c.nvme_name.as_deref().unwrap_or("nvme?");
+            if c.namespaces.is_empty() {
+                name.to_string()
+            } else {
+                format!("{name}: {}", c.namespaces.join(" "))
+            }
+        }
+        _ => String::new(),
+    }
+}
+
+fn info(sysfs: &Sysfs, device: &Device, json: bool) -> Res {
+    let ctrl = blockio::open(sysfs, device)?;
+    let i = ctrl.info()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&info_json(&ctrl, &i))?);
+    } else {
+        print_info(&ctrl, &i);
+    }
+    Ok(())
+}
+
+fn info_json(ctrl: &Controller, i: &Info) -> serde_json::Value {
+    json!({
+        "node": ctrl.path(),
+        "bdf": i.bdf,
+        "pci_vendor": i.pci_vendor,
+        "pci_device": i.pci_device,
+        "nvme_version": i.version.to_string(),
+        "vs": i.version,
+        "cap": i.cap,
+        "max_queue_entries": i.max_queue_entries,
+        "doorbell_stride": i.doorbell_stride,
+        "ready_timeout_ms": i.ready_timeout_ms,
+        "min_page_size": i.cap.min_page_size(),
+        "max_page_size": i.cap.max_page_size(),
+        "command_sets": i.cap.command_sets(),
+        "serial": i.serial,
+        "model": i.model,
+        "firmware": i.firmware,
+        "max_transfer_bytes": i.max_transfer_bytes,
+        "io_queues": i.io_queues,
+        "page_size": i.page_size,
+        "namespaces": i.namespaces,
+        "iommu_mode": i.iommu_mode,
+        "modes": i.modes,
+        "shared_max_transfer_bytes": i.shared_max_transfer_bytes,
+        "node_nsid": i.node_nsid,
+    })
+}
+
+/// One line on the modes `i.modes` allows this caller, and why not owner.
+fn modes_line(i: &Info) -> String {
+    let mut s = format!("{}", i.modes);
+    if !i.modes.shared {
+        s.push_str(" (another file owns the controller: no shared queue pairs until it closes)");
+    }
+    if !i.modes.owner {
+        let why = if i.node_nsid.is_some() {
+            "a namespace node serves shared mode only"
+        } else if !i.iommu_mode.is_translating() {
+            "owner mode needs a translating IOMMU (or the module's allow_unsafe_no_iommu) and CAP_SYS_RAWIO"
+        } else {
+            "owner mode needs CAP_SYS_RAWIO and no kernel lockdown"
+        };
+        s.push_str(&format!("; not owner: {why}"));
+    }
+    s
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn print_info(ctrl: &Controller, i: &Info) {
+    let c = &i.cap;
+    println!(
+        "{}: {} (PCI {:04x}:{:04x})",
+        ctrl.path().display(),
+        i.bdf,
+        i.pci_vendor,
+        i.pci_device
+    );
+    println!(
+        "  NVMe version        {} (VS 0x{:08x})",
+        i.version, i.version.raw
+    );
+    println!(
+        "  max queue entries   {} (CAP.MQES {})",
+        i.max_queue_entries, c.mqes
+    );
+    println!(
+        "  doorbell stride     {} bytes (CAP.DSTRD {})",
+        i.doorbell_stride, c.dstrd
+    );
+    println!(
+        "  ready timeout       {} ms (CAP.TO {})",
+        i.ready_timeout_ms, c.to
+    );
+    println!("  I/O queue pairs     {}", i.io_queues);
+    match i.max_transfer_bytes {
+        Some(b) => println!(
+            "  max transfer        {} ({b} bytes)",
+            human_bytes(b as u64)
+        ),
+        None => println!("  max transfer        no limit"),
+    }
+    println!("  page size           {} bytes", i.page_size);
+    println!("  IOMMU mode          {}", i.iommu_mode);
+    println!("  modes you may use   {}", modes_line(i));
+    match i.shared_max_transfer_bytes {
+        Some(b) => println!(
+            "  shared max transfer {} ({b} bytes)",
+            human_bytes(b as u64)
+        ),
+        None => println!("  shared max transfer not reported"),
+    }
+    if let Some(n) = i.node_nsid {
+        println!("  this node           namespace {n} only");
+    }
+    for n in &i.namespaces {
+        println!(
+            "  namespace {:<9} {} blocks of {} bytes ({})",
+            n.nsid,
+            n.capacity_lbas,
+            n.lba_size,
+            human_bytes(n.capacity_bytes())
+        );
+    }
+    println!("  CAP                 0x{:016x}", c.raw);
+    println!("    contiguous queues required (CQR)   {}", yes(c.cqr));
+    println!(
+        "    arbitration mechanisms (AMS)       0x{:x}{}",
+        c.ams,
+        if c.ams & 1 != 0 {
+            " (WRR with urgent)"
+        } else {
+            ""
+        }
+    );
+    println!("    subsystem reset (NSSRS)            {}", yes(c.nssrs));
+    println!(
+        "    command sets (CSS)                 0x{:02x} ({})",
+        c.css,
+        c.command_sets().join(", ")
+    );
+    println!(
+        "    page size min (MPSMIN)             {} bytes",
+        c.min_page_size()
+    );
+    println!(
+        "    page size max (MPSMAX)             {} bytes",
+        c.max_page_size()
+    );
+    println!("    controller memory buffer (CMBS)    {}", yes(c.cmbs));
+}
+
+/// A controller bound to gpunvme as `probe` sees it: its node's answer to
+/// GET_INFO, or why there is none.
+struct Probed {
+    bdf: String,
+    node: Option<PathBuf>,
+    info: Result<Info, String>,
+}
+
+impl Probed {
+    fn json(&self) -> serde_json::Value {
+        match &self.info {
+            Ok(i) => json!({
+                "bdf": self.bdf, "node": self.node, "iommu_mode": i.iommu_mode,
+                "modes": i.modes, "node_nsid": i.node_nsid,
+            }),
+            Err(e) => json!({"bdf": self.bdf, "node": self.node, "error": e}),
+        }
+    }
+}
+
+fn probe_controllers(sysfs: &Sysfs) -> Vec<Probed> {
+    let Ok(ctrls) = sysfs.list() else {
+        return Vec::new();
+    };
+    ctrls
+        .into_iter()
+        .filter(|c| c.driver.as_deref() == Some(GPUNVME_DRIVER))
+        .map(|c| {
+            let info = match &c.node {
+                None => Err("no /dev/gpunvme<N> node found".to_string()),
+                Some(node) => Controller::open(node)
+                    .and_then(|ctrl| ctrl.info())
+                    .map_err(|e| e.to_string()),
+            };
+            Probed {
+                bdf: c.bdf,
+                node: c.node,
+                info,
+            }
+        })
+        .collect()
+}
+
+fn probe(sysfs: &Sysfs, json: bool) -> Res {
+    let r = gpunvme_gpu::probe();
+    let module = sysfs.driver_loaded(GPUNVME_DRIVER);
+    let controllers = probe_controllers(sysfs);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "gpu": r, "gpunvme_module_loaded": module,
+                "controllers": controllers.iter().map(Probed::json).collect::<Vec<_>>(),
+            }))?
+        );
+        return Ok(());
+    }
+    match &r.runtime {
+        Some(rt) => println!(
+            "GPU runtime: {} ({}{})",
+            rt.kind,
+            rt.library,
+            rt.version
+                .map(|v| format!(", version {v}"))
+                .unwrap_or_default()
+        ),
+        None => println!("GPU runtime: none found"),
+    }
+    for a in &r.attempts {
+        println!("  tried {}: {}", a.library, a.outcome);
+    }
+    if r.devices.is_empty() {
+        println!("GPUs: none");
+    } else {
+        println!("GPUs:");
+        for d in &r.devices {
+            println!(
+                "  [{}] {} {}{}: {}",
+                d.index,
+                d.name,
+                d.arch,
+                d.pci_bus_id
+                    .as_ref()
+                    .map(|b| format!(" at {b}"))
+                    .unwrap_or_default(),
+                d.doorbell
+            );
+        }
+    }
+    println!("Doorbell mapping: {}", r.doorbell);
+    println!("  why: {}", r.reason);
+    println!(
+        "  shared queue pairs (the default) always go through the module's relay, for any GPU;"
+    );
+    println!("  only raw pairs (owner mode, --owner) need the GPU to ring the controller directly");
+    println!(
+        "gpunvme module: {}",
+        if module {
+            "loaded".to_string()
+        } else {
+            format!(
+                "not loaded (no {}/bus/pci/drivers/gpunvme)",
+                sysfs.root().display()
+            )
+        }
+    );
+    if module && controllers.is_empty() {
+        println!("gpunvme controllers: none bound (`gpunvme bind BDF`)");
+    }
+    for c in &controllers {
+        let node = c
+            .node
+            .as_ref()
+            .map_or("no node".to_string(), |p| p.display().to_string());
+        match &c.info {
+            Err(e) => println!("controller {} ({node}): {e}", c.bdf),
+            Ok(i) => println!(
+                "controller {} ({node}): IOMMU {}; modes you may use: {}",
+                c.bdf,
+                i.iommu_mode,
+                modes_line(i)
+            ),
+        }
+    }
+    if r.devices.is_empty() {
+        println!();
+        if r.runtime.is_none() {
+            println!("Missing: a GPU runtime. Install ROCm (libamdhip64.so) for an AMD GPU or the NVIDIA driver");
+            println!("(libcuda.so.1) for an NVIDIA GPU, with the GPU visible to this system.");
+        } else {
+            println!("Missing: a GPU. The runtime loaded but reports no device (driver not loaded, no permission");
+            println!("on /dev/kfd or /dev/nvidia*, or no GPU in this machine).");
+        }
+        println!("Without a GPU nothing can drive the NVMe queues from the GPU side. The relay of shared");
+        println!("queue pairs (the CPU bridge) runs inside the gpunvme kernel module: it needs the module loaded");
+        println!("and a controller bound to it (`gpunvme bind BDF`), and a GPU to serve.");
+    } else if !module {
+        println!();
+        println!("Both modes need the gpunvme kernel module (shared pairs are relayed by it, raw pairs are");
+        println!("created by it): load it and bind a controller with `gpunvme bind BDF`.");
+    }
+    Ok(())
+}
