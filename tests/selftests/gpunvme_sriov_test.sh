@@ -121,10 +121,15 @@ else
 fi
 
 # ---- the VF ------------------------------------------------------------------------
-ktap_check "sriov --vfs 1 --namespace-id 2: VF enabled, resources assigned, online, namespace 2 attached" \
-	gpunvme sriov "$PF" --vfs 1 --namespace-id 2
+enable_json() { gpunvme sriov "$PF" --vfs 1 --namespace-id 2 -o json > "$T.json"; }
+ktap_check "sriov --vfs 1 --namespace-id 2 -o json: VF enabled, resources assigned, online, namespace 2 attached" enable_json
 VF=$(readlink "$PFDIR/virtfn0" 2>/dev/null)
 VF=${VF##*/}
+report_names_vf() {
+	grep -q '"action": "enable"' "$T.json" && grep -q "\"bdf\": \"$VF\"" "$T.json" &&
+		grep -q '"namespace": 2' "$T.json" && grep -q "\"bdf\": \"$PF\"" "$T.json" || { cat "$T.json"; return 1; }
+}
+ktap_check "... its JSON report (stdout) names the PF, VF $VF and namespace 2" report_names_vf
 ktap_check "VF $VF exists, no driver probed it" test -n "$VF" -a -z "$(driver_of "$VF")"
 ktap_check "PF still with nvme, file system still mounted" test "$(driver_of "$PF")" = nvme
 ktap_check "PF files intact after the VF setup" pf_files_intact

@@ -215,7 +215,7 @@ enum Cmd {
     /// attach the namespaces of -n; then `gpunvme bind VF`. --vfs 0 undoes
     /// it; --print prints the nvme-cli commands instead. Needs root.
     #[command(override_usage = "gpunvme sriov <DEVICE> [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme sriov /dev/nvme0 --vfs 1 -n 2 --print\n  gpunvme sriov 0000:01:00.0 --vfs 2 --namespace-id 2 --namespace-id 3 --flex-queues 5\n  gpunvme sriov /dev/nvme0 --vfs 0 -n 2 --reclaim"))]
+    #[command(after_help = examples("  gpunvme sriov /dev/nvme0 --vfs 1 -n 2 --print\n  gpunvme sriov 0000:01:00.0 --vfs 2 --namespace-id 2 --namespace-id 3 --flex-queues 5\n  gpunvme sriov /dev/nvme0 --vfs 0 -n 2 --reclaim\n  gpunvme sriov /dev/nvme0 --vfs 1 --print -o json"))]
     Sriov(sriov::SriovArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish,
     /// powershell) on stdout.

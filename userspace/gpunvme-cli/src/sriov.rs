@@ -17,9 +17,36 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use gpunvme::sysfs::{normalize_bdf, Sysfs, GPUNVME_DRIVER};
 
-use crate::habits::{parse_device, Device};
+use crate::habits::{parse_device, Device, Output};
 
 use crate::Res;
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// `-o json`: the report is one JSON document on stdout, so the progress
+/// lines go to stderr, and into the document's "log".
+static JSON: AtomicBool = AtomicBool::new(false);
+static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+macro_rules! say {
+    ($($t:tt)*) => {{
+        let line = format!($($t)*);
+        if JSON.load(Relaxed) {
+            eprintln!("{line}");
+            LINES.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+        } else {
+            println!("{line}");
+        }
+    }};
+}
+
+/// What `-o json` reports besides the log.
+#[derive(Default)]
+struct Report {
+    pf: Option<serde_json::Value>,
+    vfs: Vec<serde_json::Value>,
+}
 
 #[derive(Args, Debug)]
 pub struct SriovArgs {
@@ -57,6 +84,8 @@ pub struct SriovArgs {
     /// Change nothing: print the equivalent nvme-cli and sysfs commands.
     #[arg(long)]
     print: bool,
+    #[command(flatten)]
+    out: Output,
 }
 
 /// An error with the errno it stands for, shown as "... (errno N: text)".
@@ -491,6 +520,28 @@ fn wait_until(what: &str, deadline: Duration, mut ok: impl FnMut() -> bool) -> R
 // ---- the command -----------------------------------------------------------------
 
 pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
+    JSON.store(a.out.json(), Relaxed);
+    let mut rep = Report::default();
+    let r = run(sysfs, a, &mut rep);
+    if a.out.json() && r.is_ok() {
+        let log = std::mem::take(&mut *LINES.lock().unwrap_or_else(|e| e.into_inner()));
+        let action = match (a.print, a.vfs) {
+            (true, _) => "print",
+            (false, 0) => "disable",
+            (false, _) => "enable",
+        };
+        let doc = serde_json::json!({
+            "action": action,
+            "physical_function": rep.pf,
+            "vfs": rep.vfs,
+            "log": log,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    }
+    r
+}
+
+fn run(sysfs: &Sysfs, a: &SriovArgs, rep: &mut Report) -> Res {
     if a.reclaim && a.vfs != 0 {
         return fail(libc::EINVAL, "--reclaim goes with --vfs 0");
     }
@@ -519,7 +570,7 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
     let admin = match Admin::open(&pf.node) {
         Ok(x) => Some(x),
         Err(e) if a.print => {
-            println!(
+            say!(
                 "# cannot read {} ({e}): placeholders below",
                 pf.node.display()
             );
@@ -565,7 +616,7 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
         Some(ad) => match read(ad) {
             Ok(s) => Some(s),
             Err(e) if a.print => {
-                println!("# cannot read the controller ({e}): placeholders below");
+                say!("# cannot read the controller ({e}): placeholders below");
                 None
             }
             Err(e) => return Err(e),
@@ -573,13 +624,24 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
         None => None,
     };
     if let Some((cntlid, vq, vi, secs)) = &state {
-        println!(
+        let flex = |f: &Flex| {
+            serde_json::json!({"total": f.total, "primary": f.primary, "secondaries": f.secondaries,
+                               "max_per_vf": f.max_per_secondary, "private": f.private})
+        };
+        rep.pf = Some(serde_json::json!({
+            "bdf": pf.bdf, "node": pf.name, "primary_controller": cntlid,
+            "flexible_queues": flex(vq), "flexible_interrupts": flex(vi),
+            "secondary_controllers": secs.iter().map(|s| serde_json::json!({
+                "controller": s.scid, "vf": s.vfn, "online": s.online, "queues": s.nvq, "interrupts": s.nvi,
+            })).collect::<Vec<_>>(),
+        }));
+        say!(
             "{} ({}): primary controller {cntlid}; flexible queues {} (primary {}, secondaries {}, at most {} per VF; {} private), flexible interrupts {} (primary {}, secondaries {}, at most {} per VF; {} private); {} secondary controllers",
             pf.bdf, pf.name, vq.total, vq.primary, vq.secondaries, vq.max_per_secondary, vq.private,
             vi.total, vi.primary, vi.secondaries, vi.max_per_secondary, vi.private, secs.len()
         );
         for s in secs {
-            println!(
+            say!(
                 "  secondary controller {}: VF {}, {}, {} queues, {} interrupts",
                 s.scid,
                 s.vfn,
@@ -693,7 +755,7 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
     if u32::from(vq.primary) > want_vq || u32::from(vi.primary) > want_vi {
         set_primary(sysfs, &pf, &admin, cntlid, want_vq as u16, want_vi as u16)?;
     } else {
-        println!("primary controller {cntlid}: holds {} flexible queues and {} interrupts, no reset needed", vq.primary, vi.primary);
+        say!("primary controller {cntlid}: holds {} flexible queues and {} interrupts, no reset needed", vq.primary, vi.primary);
     }
 
     // 3. Enable the VFs, with no driver probing them: their controllers
@@ -711,9 +773,10 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
     wait_until("the VFs to appear", Duration::from_secs(30), || {
         (1..=a.vfs).all(|n| vf_bdf(&pf, n).is_some())
     })?;
-    println!(
+    say!(
         "{}: {} VF(s) enabled (sriov_drivers_autoprobe 0)",
-        pf.bdf, a.vfs
+        pf.bdf,
+        a.vfs
     );
 
     // 4. Resources to each secondary controller, then online.
@@ -740,15 +803,20 @@ pub fn sriov(sysfs: &Sysfs, a: &SriovArgs) -> Res {
             ACT_ONLINE,
             0,
         )?;
-        println!("VF {} ({vf}): secondary controller {} online with {q} queues ({} I/O queue pairs) and {i} interrupts", s.vfn, s.scid, q - 1);
+        say!("VF {} ({vf}): secondary controller {} online with {q} queues ({} I/O queue pairs) and {i} interrupts", s.vfn, s.scid, q - 1);
         if let Some(&nsid) = a.nsid.get(k) {
             admin.ns_attach(nsid, s.scid, true)?;
-            println!(
+            say!(
                 "VF {} ({vf}): namespace {nsid} attached to controller {}",
-                s.vfn, s.scid
+                s.vfn,
+                s.scid
             );
         }
-        println!("  next: gpunvme bind {vf}");
+        say!("  next: gpunvme bind {vf}");
+        rep.vfs.push(serde_json::json!({
+            "vf": s.vfn, "bdf": vf, "secondary_controller": s.scid, "queues": q,
+            "io_queue_pairs": q - 1, "interrupts": i, "namespace": a.nsid.get(k),
+        }));
     }
     Ok(())
 }
@@ -771,7 +839,7 @@ fn set_primary(sysfs: &Sysfs, pf: &Pf, admin: &Admin, cntlid: u16, vq: u16, vi: 
         ACT_PRIMARY_ALLOC,
         vi,
     )?;
-    println!("primary controller {cntlid}: flexible allocation set to {vq} queues and {vi} interrupts (takes effect at reset)");
+    say!("primary controller {cntlid}: flexible allocation set to {vq} queues and {vi} interrupts (takes effect at reset)");
     write_attr(&pf.dir.join("reset"), "1", "reset the PF (FLR)")?;
     let state = sysfs.root().join("class/nvme").join(&pf.name).join("state");
     wait_until(
@@ -788,7 +856,7 @@ fn set_primary(sysfs: &Sysfs, pf: &Pf, admin: &Admin, cntlid: u16, vq: u16, vi: 
     if (q, i) != (vq, vi) {
         return fail(libc::EIO, format!("after the reset the primary holds {q} flexible queues and {i} interrupts, not {vq} and {vi}"));
     }
-    println!("{}: reset (FLR); {} is live again, the primary holds {q} flexible queues and {i} interrupts", pf.bdf, pf.name);
+    say!("{}: reset (FLR); {} is live again, the primary holds {q} flexible queues and {i} interrupts", pf.bdf, pf.name);
     Ok(())
 }
 
@@ -840,26 +908,26 @@ fn disable(
             .enumerate()
         {
             if let Some(nsid) = a.nsid.get(k) {
-                println!(
+                say!(
                     "nvme detach-ns {dev} --namespace-id={nsid} --controllers={}",
                     s.scid
                 );
             }
-            println!(
+            say!(
                 "nvme virt-mgmt {dev} --cntlid={} --act={ACT_OFFLINE}",
                 s.scid
             );
-            println!(
+            say!(
                 "nvme virt-mgmt {dev} --cntlid={} --rt={RT_VQ} --act={ACT_SECONDARY_ASSIGN} --nr=0",
                 s.scid
             );
-            println!(
+            say!(
                 "nvme virt-mgmt {dev} --cntlid={} --rt={RT_VI} --act={ACT_SECONDARY_ASSIGN} --nr=0",
                 s.scid
             );
         }
-        println!("echo 0 > {}", pf.dir.join("sriov_numvfs").display());
-        println!(
+        say!("echo 0 > {}", pf.dir.join("sriov_numvfs").display());
+        say!(
             "echo 1 > {}",
             pf.dir.join("sriov_drivers_autoprobe").display()
         );
@@ -867,9 +935,9 @@ fn disable(
             let (q, i) = state.map_or(("<VQFRT>".into(), "<VIFRT>".into()), |s| {
                 (s.1.total.to_string(), s.2.total.to_string())
             });
-            println!("nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VQ} --act={ACT_PRIMARY_ALLOC} --nr={q}");
-            println!("nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VI} --act={ACT_PRIMARY_ALLOC} --nr={i}");
-            println!("echo 1 > {}", pf.dir.join("reset").display());
+            say!("nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VQ} --act={ACT_PRIMARY_ALLOC} --nr={q}");
+            say!("nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VI} --act={ACT_PRIMARY_ALLOC} --nr={i}");
+            say!("echo 1 > {}", pf.dir.join("reset").display());
         }
         return Ok(());
     }
@@ -883,7 +951,7 @@ fn disable(
     {
         if let Some(&nsid) = a.nsid.get(k) {
             admin.ns_attach(nsid, s.scid, false)?;
-            println!("namespace {nsid} detached from controller {}", s.scid);
+            say!("namespace {nsid} detached from controller {}", s.scid);
         }
         if s.online {
             admin.virt_mgmt(
@@ -908,9 +976,12 @@ fn disable(
             ACT_SECONDARY_ASSIGN,
             0,
         )?;
-        println!(
+        say!(
             "secondary controller {} (VF {}) offline, its {} queues and {} interrupts taken back",
-            s.scid, s.vfn, s.nvq, s.nvi
+            s.scid,
+            s.vfn,
+            s.nvq,
+            s.nvi
         );
     }
     write_attr(&pf.dir.join("sriov_numvfs"), "0", "disable the VFs")?;
@@ -919,7 +990,7 @@ fn disable(
         "1",
         "restore sriov_drivers_autoprobe",
     )?;
-    println!("{}: VFs disabled ({n} were enabled)", pf.bdf);
+    say!("{}: VFs disabled ({n} were enabled)", pf.bdf);
     if a.reclaim {
         let (q, i) = (
             vq.total.min(u32::from(u16::MAX)) as u16,
@@ -948,34 +1019,30 @@ fn print_plan(
             "<flexible interrupts the primary keeps>".into(),
         ),
     };
-    println!(
+    say!(
         "# as root; {} stays with the nvme driver throughout",
         pf.bdf
     );
-    println!(
-        "nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VQ} --act={ACT_PRIMARY_ALLOC} --nr={kq}"
-    );
-    println!(
-        "nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VI} --act={ACT_PRIMARY_ALLOC} --nr={ki}"
-    );
-    println!("echo 1 > {}", pf.dir.join("reset").display());
-    println!(
+    say!("nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VQ} --act={ACT_PRIMARY_ALLOC} --nr={kq}");
+    say!("nvme virt-mgmt {dev} --cntlid={cntlid} --rt={RT_VI} --act={ACT_PRIMARY_ALLOC} --nr={ki}");
+    say!("echo 1 > {}", pf.dir.join("reset").display());
+    say!(
         "echo 0 > {}",
         pf.dir.join("sriov_drivers_autoprobe").display()
     );
-    println!("echo {} > {}", a.vfs, pf.dir.join("sriov_numvfs").display());
+    say!("echo {} > {}", a.vfs, pf.dir.join("sriov_numvfs").display());
     for vfn in 1..=a.vfs {
         let scid = chosen
             .iter()
             .find(|s| s.vfn == vfn)
             .map_or(format!("<SCID of VF {vfn}>"), |s| s.scid.to_string());
-        println!("nvme virt-mgmt {dev} --cntlid={scid} --rt={RT_VQ} --act={ACT_SECONDARY_ASSIGN} --nr={q}");
-        println!("nvme virt-mgmt {dev} --cntlid={scid} --rt={RT_VI} --act={ACT_SECONDARY_ASSIGN} --nr={i}");
-        println!("nvme virt-mgmt {dev} --cntlid={scid} --act={ACT_ONLINE}");
+        say!("nvme virt-mgmt {dev} --cntlid={scid} --rt={RT_VQ} --act={ACT_SECONDARY_ASSIGN} --nr={q}");
+        say!("nvme virt-mgmt {dev} --cntlid={scid} --rt={RT_VI} --act={ACT_SECONDARY_ASSIGN} --nr={i}");
+        say!("nvme virt-mgmt {dev} --cntlid={scid} --act={ACT_ONLINE}");
         if let Some(nsid) = a.nsid.get(usize::from(vfn - 1)) {
-            println!("nvme attach-ns {dev} --namespace-id={nsid} --controllers={scid}");
+            say!("nvme attach-ns {dev} --namespace-id={nsid} --controllers={scid}");
         }
-        println!("gpunvme bind {}", vf_bdf_planned(pf, vfn));
+        say!("gpunvme bind {}", vf_bdf_planned(pf, vfn));
     }
     Ok(())
 }

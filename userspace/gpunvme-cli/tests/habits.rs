@@ -296,7 +296,7 @@ fn one_vocabulary_across_commands() {
     assert!(has(&get("bench"), "namespace-id", Some('n')));
     assert!(has(&get("sriov"), "namespace-id", Some('n')));
     for c in [
-        "list", "info", "probe", "read", "write", "verify", "bench", "gpu-run",
+        "list", "info", "probe", "read", "write", "verify", "bench", "gpu-run", "sriov",
     ] {
         assert!(has(&get(c), "output-format", Some('o')), "{c}");
     }
