@@ -22,7 +22,7 @@
 use kernel::{
     device::{Bound, Device},
     dma::Coherent,
-    io::poll::read_poll_timeout,
+    io::{io_project, poll::read_poll_timeout, Io},
     prelude::*,
     sync::barrier::{dma_mb, Read},
     time::Delta,
@@ -69,22 +69,16 @@ impl AdminQueue {
 
     /// Empty rings and fresh pointers, for a controller that was disabled
     /// (so it no longer reads or writes them) and is about to be enabled.
-    pub(crate) fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) -> Result {
         for slot in 0..ADMIN_DEPTH {
-            self.write_sqe(slot, Sqe::default());
-            // SAFETY: `slot` is within the allocation; the controller is
-            // disabled, so nothing else writes the CQ.
-            unsafe {
-                core::ptr::write_volatile(
-                    self.cq.as_mut_ptr().cast::<Cqe>().add(slot.into()),
-                    Cqe::default(),
-                )
-            };
+            self.write_sqe(slot, Sqe::default())?;
+            self.write_cqe(slot, Cqe::default())?;
         }
         self.tail = 0;
         self.head = 0;
         self.phase = true;
         self.unsure = false;
+        Ok(())
     }
 
     pub(crate) fn sq_dma(&self) -> u64 {
@@ -95,31 +89,33 @@ impl AdminQueue {
         self.cq.dma_address()
     }
 
-    fn write_sqe(&self, slot: u16, sqe: Sqe) {
-        debug_assert!(slot < ADMIN_DEPTH);
-        // SAFETY: `slot` is within the allocation. A volatile store of plain
-        // integers; the controller may read the slot at any time (a stray
-        // doorbell), and sees either the old or the new entry, both of
-        // which it can execute without harm (zero, or the kernel's command).
-        unsafe {
-            core::ptr::write_volatile(self.sq.as_mut_ptr().cast::<Sqe>().add(slot.into()), sqe)
-        }
+    /// SQ slot `slot` through a typed, bounds-checked view of the queue
+    /// (ERANGE past its end). A volatile copy: the controller may read the
+    /// slot at any time (a stray doorbell) and sees the old or the new
+    /// entry, both harmless (zero, or the kernel's command).
+    fn write_sqe(&self, slot: u16, sqe: Sqe) -> Result {
+        io_project!(&self.sq, [try: usize::from(slot)]).copy_write(sqe);
+        Ok(())
     }
 
-    fn read_cqe(&self, slot: u16) -> Cqe {
-        // SAFETY: `slot` is within the allocation; a volatile read of memory
-        // the controller writes is how completions are observed.
-        unsafe { core::ptr::read_volatile(self.cq.as_ptr().cast::<Cqe>().add(slot.into())) }
+    /// CQ slot `slot`: a volatile copy of memory the controller writes.
+    fn read_cqe(&self, slot: u16) -> Result<Cqe> {
+        Ok(io_project!(&self.cq, [try: usize::from(slot)]).copy_read())
+    }
+
+    fn write_cqe(&self, slot: u16, cqe: Cqe) -> Result {
+        io_project!(&self.cq, [try: usize::from(slot)]).copy_write(cqe);
+        Ok(())
     }
 
     /// Take the next posted completion, if any, and ring the CQ head.
     fn pop(&mut self, cap: Cap, ring: &dyn Fn(usize, u32) -> Result) -> Result<Option<Cqe>> {
-        if self.read_cqe(self.head).phase() != self.phase {
+        if self.read_cqe(self.head)?.phase() != self.phase {
             return Ok(None);
         }
         // The phase bit was seen; read the rest of the entry after it.
         dma_mb(Read);
-        let cqe = self.read_cqe(self.head);
+        let cqe = self.read_cqe(self.head)?;
         self.consumed(self.head, self.phase, cap, ring)?;
         Ok(Some(cqe))
     }
@@ -140,12 +136,9 @@ impl AdminQueue {
             status: u16::from(phase),
             ..Default::default()
         };
-        // SAFETY: `slot` is within the allocation. The controller writes a
-        // slot again only after the head has passed it, which it learns
-        // from the doorbell below.
-        unsafe {
-            core::ptr::write_volatile(self.cq.as_mut_ptr().cast::<Cqe>().add(slot.into()), blank)
-        };
+        // The controller writes a slot again only after the head has passed
+        // it, which it learns from the doorbell below.
+        self.write_cqe(slot, blank)?;
         self.head = (slot + 1) % ADMIN_DEPTH;
         self.phase = if self.head == 0 { !phase } else { phase };
         ring(cap.cq_doorbell(0), self.head.into())
@@ -161,10 +154,10 @@ impl AdminQueue {
         ring: &dyn Fn(usize, u32) -> Result,
     ) -> Result<Option<Cqe>> {
         for slot in 0..ADMIN_DEPTH {
-            let cqe = self.read_cqe(slot);
+            let cqe = self.read_cqe(slot)?;
             if cqe.sq_id == 0 && cqe.cid == cid {
                 dma_mb(Read);
-                let cqe = self.read_cqe(slot);
+                let cqe = self.read_cqe(slot)?;
                 // Resynchronise on it: what follows it in the ring is newer.
                 self.consumed(slot, cqe.phase(), cap, ring)?;
                 return Ok(Some(cqe));
@@ -210,7 +203,7 @@ impl AdminQueue {
         };
         sqe.cid = self.cid;
         let slot = self.tail;
-        self.write_sqe(slot, sqe);
+        self.write_sqe(slot, sqe)?;
         self.tail = (self.tail + 1) % ADMIN_DEPTH;
         // writel orders the SQE store before the doorbell reaches the device.
         ring(cap.sq_doorbell(0), self.tail.into())?;
@@ -239,7 +232,7 @@ impl AdminQueue {
         );
         // Done or not, the slot goes back to zero: if the controller has not
         // fetched it yet, a later ring replays nothing.
-        self.write_sqe(slot, Sqe::default());
+        let cleared = self.write_sqe(slot, Sqe::default());
         let cqe = match (waited, mine) {
             (Ok(_), Some(cqe)) => cqe,
             (Err(e), _) if e != ETIMEDOUT => return Err(e),
@@ -250,6 +243,8 @@ impl AdminQueue {
                 return Err(ETIMEDOUT);
             }
         };
+        // The same slot was written above: in range.
+        cleared?;
         if !cqe.succeeded() {
             let (sct, sc) = cqe.status_code();
             dev_err!(

@@ -461,7 +461,7 @@ impl Shared {
         {
             *f = 0;
         }
-        admin.reset();
+        admin.reset()?;
         let ring = |offset: usize, value: u32| bar.try_write32(value, offset);
         let up = crate::controller::enable(&self.dev, bar, self.cap, admin).and_then(|()| {
             let cqe = admin.submit(
@@ -623,7 +623,8 @@ impl Shared {
         if stopped {
             if let Some(admin) = Option::as_mut(&mut *guard) {
                 // Disabled: the admin queue is empty on the controller too.
-                admin.reset();
+                // (Its slots are all in range: this cannot fail.)
+                let _ = admin.reset();
             }
         }
     }

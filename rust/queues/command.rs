@@ -7,7 +7,16 @@ use kernel::transmute::{AsBytes, FromBytes};
 
 /// A 64-byte submission queue entry.
 #[repr(C)]
-#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+#[derive(
+    Clone,
+    Copy,
+    Default,
+    Debug,
+    PartialEq,
+    Eq,
+    ::zerocopy_derive::FromBytes,
+    ::zerocopy_derive::IntoBytes,
+)]
 pub(crate) struct Sqe {
     pub(crate) opcode: u8,
     pub(crate) flags: u8,
@@ -28,7 +37,9 @@ pub(crate) struct Sqe {
 
 /// A 16-byte completion queue entry.
 #[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
+#[derive(
+    Clone, Copy, Default, Debug, ::zerocopy_derive::FromBytes, ::zerocopy_derive::IntoBytes,
+)]
 pub(crate) struct Cqe {
     pub(crate) result: u32,
     pub(crate) rsvd: u32,
