@@ -1327,7 +1327,7 @@ int main(int argc, char **argv)
 
 	// 64 pairs x batch depth 32 (64-entry rings): owner, shared with 1, 2,
 	// 4 and 8 relay threads (4 fixture threads throughout), and both with
-	// the proposed 1-load cq_wait.
+	// the library's cq_wait from before the one-load poll (cq_wait_old).
 	const double hs = quick ? 0.2 : 1.0;
 	json += "\"pairs64_qd32\": [\n";
 	double iops_owner = 0, iops_shared = 0, iops_shared_1t = 0, iops_owner_old = 0;
