@@ -94,6 +94,7 @@ struct blk_res {
 	uint64_t cmds, t_start, t_end;
 	int32_t first_err;
 	uint32_t nvme_err, vfail, rounds, cid_fail, bad_status;
+	uint32_t lat_n; // round times block 0 lane 0 recorded
 };
 
 struct bench_args {
@@ -109,7 +110,7 @@ struct bench_args {
 	uint64_t ns_blocks;
 	uint32_t opc;
 	uint32_t verify;
-	uint32_t reap_v4;       // 1: the proposed cq_wait_v4 (below)
+	uint32_t old_poll;      // 1: the library's cq_wait before the one-load poll (cq_wait_old, below)
 	uint32_t reject_every;  // k > 0: lane i's PRP is foreign when i % k == k - 1
 	uint64_t foreign_dma;   // a page no mapping of the file covers
 	uint64_t seed;
@@ -142,14 +143,12 @@ GPUNVME_HD bool lane_rejected(const bench_args &a, uint32_t i)
 	return a.reject_every && i % a.reject_every == a.reject_every - 1;
 }
 
-// PROPOSED library change, measured here before anyone edits queue.h:
-// cq_wait() reads dwords 0, 1, 2 of a completed CQE with three separate
-// volatile loads; against a CQ in host memory each is a serial PCIe read
-// (~1 us on this box). This copy is queue.h's cq_wait()/group_reap() with
-// one change: after the phase is seen and acquire_system(), the entry is
-// read with ONE 16-byte volatile vector load. Same ordering argument (the
-// acquire on dw3 orders the later load), one PCIe round trip instead of 3.
-__device__ int32_t cq_wait_v4(const qpair &q, uint32_t i, cqe *out)
+// BEFORE: queue.h's cq_wait() as it was before the one-load poll (what
+// -DGPUNVME_CQ_POLL_DW3 still builds), verbatim, so one run measures both:
+// poll dword 3 alone with ld.acquire.sys, the stop flag on every poll, then
+// dwords 0, 1, 2 with three more volatile loads (against a CQ in host
+// memory each is a serial PCIe read).
+__device__ int32_t cq_wait_old(const qpair &q, uint32_t i, cqe *out)
 {
 	if (q.error != OK)
 		return ERR_IO;
@@ -167,16 +166,12 @@ __device__ int32_t cq_wait_v4(const qpair &q, uint32_t i, cqe *out)
 
 		if (cqe_phase(v) == want) {
 			fence::acquire_system();
-			uint32_t w0, w1, w2, w3;
-			asm volatile("ld.volatile.v4.u32 {%0, %1, %2, %3}, [%4];"
-				     : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3)
-				     : "l"(e)
-				     : "memory");
-			(void)w3;
-			out->dw0 = w0;
-			out->dw1 = w1;
-			out->sqhd = (uint16_t)w2;
-			out->sqid = (uint16_t)(w2 >> 16);
+			const volatile uint32_t *w = (const volatile uint32_t *)e;
+			out->dw0 = w[0];
+			out->dw1 = w[1];
+			uint32_t dw2 = w[2];
+			out->sqhd = (uint16_t)dw2;
+			out->sqid = (uint16_t)(dw2 >> 16);
 			out->cid = cqe_cid(v);
 			out->sf = (uint16_t)(v >> 16);
 			return status_ok(cqe_status(v)) ? OK
@@ -192,11 +187,11 @@ __device__ int32_t cq_wait_v4(const qpair &q, uint32_t i, cqe *out)
 	}
 }
 
-// queue.h's group_reap() verbatim, calling cq_wait_v4.
-__device__ int32_t group_reap_v4(qpair &q, uint32_t lane, uint32_t n, cqe *out,
-				 int32_t *agg)
+// queue.h's group_reap() verbatim, calling cq_wait_old.
+__device__ int32_t group_reap_old(qpair &q, uint32_t lane, uint32_t n, cqe *out,
+				  int32_t *agg)
 {
-	int32_t rc = lane < n ? cq_wait_v4(q, lane, out) : OK;
+	int32_t rc = lane < n ? cq_wait_old(q, lane, out) : OK;
 
 	if (lane == 0)
 		atomic_store_relaxed(agg, OK);
@@ -262,8 +257,8 @@ __global__ void bench_io(bench_args a)
 						 lba, 0, prp, 0));
 		cqe c = {};
 		if (rc == OK)
-			rc = a.reap_v4 ? group_reap_v4(q, lane, a.qd, &c, &agg)
-				       : group_reap(q, lane, a.qd, &c, &agg);
+			rc = a.old_poll ? group_reap_old(q, lane, a.qd, &c, &agg)
+					: group_reap(q, lane, a.qd, &c, &agg);
 		const long long c1 = sm_clock64();
 		const uint64_t t1 = wall_ticks();
 		if (rc < 0) { // group-wide: the pair is poisoned
@@ -307,6 +302,7 @@ __global__ void bench_io(bench_args a)
 		a.res[b].rounds = r;
 		a.res[b].cmds = (uint64_t)r * a.qd;
 		a.res[b].first_err = ferr;
+		a.res[b].lat_n = r < a.lat_cap ? r : a.lat_cap;
 		a.qps[b].q = q;
 	}
 }
@@ -356,6 +352,8 @@ __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 			*(volatile uint64_t *)(buf + (uint64_t)chk[k] * a.lba_bytes) =
 				~expect_word(a.seed, lba + chk[k]);
 		pq_ticket t;
+		const uint64_t t0 = wall_ticks();
+		const long long c0 = sm_clock64();
 		int32_t rc = xfer ? pq_submit_io(q, NVME_OPC_READ, 1, lba, (uint16_t)(nlb - 1),
 						 pages, npages, a.qps[b].buf_dma - pages[0] + off,
 						 bytes, &t)
@@ -364,9 +362,15 @@ __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 		cqe c = {};
 		if (rc == OK)
 			rc = pq_wait(q, t, &c);
+		const long long c1 = sm_clock64();
+		const uint64_t t1 = wall_ticks();
 		if (rc < 0) {
 			ferr = rc;
 			break;
+		}
+		if (b == 0 && lane == 0 && r < a.lat_cap) {
+			a.lat_ns[r] = t1 - t0;
+			a.lat_clk[r] = (uint64_t)(c1 - c0);
 		}
 		nerr += rc > 0;
 		bst += rc != OK;
@@ -384,6 +388,8 @@ __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 	}
 	if (lane < a.qd)
 		atomic_add_relaxed(&rounds_s, r);
+	if (b == 0 && lane == 0)
+		a.res[b].lat_n = r < a.lat_cap ? r : a.lat_cap;
 	if (vfail)
 		atomic_add_relaxed(&a.res[b].vfail, vfail);
 	if (nerr)
@@ -424,11 +430,34 @@ __global__ void pingpong(volatile uint32_t *ping, const volatile uint32_t *pong,
 }
 
 // Unit costs: poll_load of a host cell and of a device cell, doorbell_write
-// to a host cell; and %globaltimer's smallest step.
+// to a host cell; %globaltimer's smallest step; and the CQE poll forms
+// against a CQE in host memory and in device memory: the one 16-byte
+// load (fence::poll_cqe(), the library's now) and the 32-bit phase poll
+// plus the three loads a completed entry cost before.
 __global__ void probe(const volatile uint32_t *hcell, const volatile uint32_t *dcell,
-		      volatile uint32_t *hdb, uint32_t n, uint64_t *out)
+		      volatile uint32_t *hdb, uint32_t n, uint64_t *out,
+		      const cqe *hcqe, const cqe *dcqe)
 {
 	uint32_t acc = 0;
+	for (int k = 0; k < 2; k++) {
+		const cqe *e = k ? dcqe : hcqe;
+		uint64_t a0 = wall_ticks();
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t w[4];
+			fence::poll_cqe(e, w);
+			acc += w[0] + w[3];
+		}
+		uint64_t a1 = wall_ticks();
+		for (uint32_t i = 0; i < n; i++) {
+			const volatile uint32_t *v = (const volatile uint32_t *)e;
+			acc += fence::poll_load(v + 3);
+			fence::acquire_system();
+			acc += v[0] + v[1] + v[2];
+		}
+		uint64_t a2 = wall_ticks();
+		out[8 + 2 * k] = a1 - a0;
+		out[9 + 2 * k] = a2 - a1;
+	}
 	uint64_t t0 = wall_ticks();
 	for (uint32_t i = 0; i < n; i++)
 		acc += fence::poll_load(hcell);
@@ -535,6 +564,7 @@ struct world {
 	uint64_t *pages_d = nullptr;
 	uint64_t npages = 0;
 	uint64_t foreign_dma = 0;
+	cqe *dcq = nullptr; // CQs in device memory (cudaMalloc), MAXD per pair
 } W;
 
 struct fix_tctx {
@@ -549,6 +579,16 @@ static bool vram_xfer(void *tctx, bool to_ns, uint64_t prp, uint8_t *nsp, uint32
 	if (e == cudaSuccess)
 		e = cudaStreamSynchronize(s);
 	return e == cudaSuccess;
+}
+
+// A CQE into a CQ in device memory: the copy engine writes the 16 bytes
+// into VRAM over PCIe from the fixture's pinned host ring (no wait: the
+// stream keeps the copies in order, and the host slot is not reused before
+// the GPU has reaped the entry and rung the CQ head past it).
+static bool cq_push_vram(void *tctx, cqe *dev, const cqe *src, uint32_t n)
+{
+	cudaStream_t s = ((fix_tctx *)tctx)->s;
+	return cudaMemcpyAsync(dev, src, sizeof(cqe) * n, cudaMemcpyHostToDevice, s) == cudaSuccess;
 }
 
 // The file maps [base, base + len) (MAP_HOST / MAP_DMABUF): one DMA
@@ -569,13 +609,14 @@ struct run_cfg {
 	uint32_t opc = NVME_OPC_READ;
 	bool verify = true;
 	int fthreads = 0, rthreads = 0; // 0: W's defaults
-	bool reap_v4 = false;           // proposed cq_wait (one 16-byte CQE load)
 	uint32_t reject_every = 0;      // shared: every k-th lane names a foreign page
 	uint32_t max_rounds = 0xffffffffu;
 	uint32_t api = 0;               // 0: group API (bench_io), 1: per-thread (bench_pt)
 	uint32_t xfer = 0;              // per-thread: bytes per command (0: one LBA)
 	uint32_t backoff = 0;           // per-thread: nanosleep between empty polls
 	uint32_t reconverge = 0;        // per-thread: bar.warp.sync after each command
+	bool old_poll = false;          // the library's cq_wait before the one-load poll
+	bool cq_vram = false;           // owner: the CQ in device memory (copy-engine writes)
 };
 
 struct run_out {
@@ -625,6 +666,11 @@ static run_out run_io(const run_cfg &c)
 	nc.host_base = W.hbuf_h;
 	if (vram)
 		nc.xfer = vram_xfer;
+	const bool cq_vram = c.cq_vram && !shared;
+	if (cq_vram) {
+		nc.cq_push = cq_push_vram;
+		CK(cudaMemset(W.dcq, 0, sizeof(cqe) * MAXD * c.nq));
+	}
 	nc.list_lo[0] = (uint64_t)(uintptr_t)W.pools;
 	nc.list_hi[0] = nc.list_lo[0] + W.list_bytes * MAXQ;
 	nc.list_lo[1] = (uint64_t)(uintptr_t)W.lists;
@@ -644,6 +690,8 @@ static run_out run_io(const run_cfg &c)
 		fq[i].r = &h->regs;
 		fq[i].depth = depth;
 		fq[i].qid = (uint16_t)(i + 1);
+		if (cq_vram)
+			fq[i].cq_dev = W.dcq + (size_t)i * MAXD;
 		relays.push_back(std::make_unique<relay::Relay>((uint16_t)(i + 1), depth));
 		relay::PairPort &pp = ports[i];
 		pp.real_sq = h->sq;
@@ -663,7 +711,7 @@ static run_out run_io(const run_cfg &c)
 		qpair &q = hq[i].q;
 		memset(&q, 0, sizeof(q));
 		q.sq = shared ? d->shadow_sq : d->sq;
-		q.cq = shared ? d->shadow_cq : d->cq;
+		q.cq = shared ? d->shadow_cq : cq_vram ? W.dcq + (size_t)i * MAXD : d->cq;
 		q.sq_db = shared ? (volatile uint32_t *)(d->shadow + relay::SHADOW_SQ_TAIL) : &d->regs.sq_tail_db;
 		q.cq_db = shared ? (volatile uint32_t *)(d->shadow + relay::SHADOW_CQ_HEAD) : &d->regs.cq_head_db;
 		q.stop = nullptr; // every wait still ends at timeout_ticks
@@ -707,13 +755,15 @@ static run_out run_io(const run_cfg &c)
 		th.emplace_back([&, t, core] {
 			pin(core);
 			fix_tctx tc{};
-			if (vram)
+			if (vram || cq_vram)
 				CK(cudaStreamCreateWithFlags(&tc.s, cudaStreamNonBlocking));
 			while (!stop.load(std::memory_order_relaxed))
 				for (uint32_t i = t; i < c.nq; i += F)
 					fx.service(fq[i], &tc);
-			if (vram)
+			if (vram || cq_vram) {
+				cudaStreamSynchronize(tc.s);
 				cudaStreamDestroy(tc.s);
+			}
 		});
 	// Relay pool (bridge_thread.c): a new pair goes to the thread serving
 	// the fewest, so pair i to thread i % R; each thread runs the module's
@@ -743,7 +793,7 @@ static run_out run_io(const run_cfg &c)
 	a.ns_blocks = W.ns_blocks;
 	a.opc = c.opc;
 	a.verify = c.verify;
-	a.reap_v4 = c.reap_v4;
+	a.old_poll = c.old_poll;
 	a.reject_every = c.reject_every;
 	a.foreign_dma = W.foreign_dma;
 	a.seed = W.seed;
@@ -800,7 +850,7 @@ static run_out run_io(const run_cfg &c)
 				 st.sq_head == res[i].cmds && st.cqes == res[i].cmds;
 		}
 	}
-	uint32_t n = c.api ? 0 : std::min(res[0].rounds, W.lat_cap); // bench_pt keeps no round times
+	uint32_t n = std::min(res[0].lat_n, W.lat_cap); // block 0 lane 0's round times
 	std::vector<uint64_t> ln(n), lc(n);
 	CK(cudaMemcpy(ln.data(), W.lat_ns_d, 8 * n, cudaMemcpyDeviceToHost));
 	CK(cudaMemcpy(lc.data(), W.lat_clk_d, 8 * n, cudaMemcpyDeviceToHost));
@@ -844,7 +894,7 @@ static std::string run_json(const run_cfg &c, const run_out &o)
 {
 	char b[4096];
 	snprintf(b, sizeof(b),
-		 "{\"mode\": \"%s\", \"data\": \"%s\", \"op\": \"%s\", \"cq_wait\": \"%s\", "
+		 "{\"mode\": \"%s\", \"data\": \"%s\", \"op\": \"%s\", \"cq_wait\": \"%s\", \"cq_in\": \"%s\", "
 		 "\"queue_pairs\": %u, \"qd\": %u, \"ring_depth\": %u, \"fixture_threads\": %d, \"relay_threads\": %d, "
 		 "\"reject_every\": %u, \"cmds\": %llu, \"seconds\": %.4f, \"iops\": %.0f, "
 		 "\"round_us_globaltimer\": %s, \"round_us_clock64\": %s, "
@@ -858,7 +908,7 @@ static std::string run_json(const run_cfg &c, const run_out &o)
 		 "\"per_thread\": {\"sq_doorbell_writes\": %llu, \"cq_doorbell_writes\": %llu, \"cqes\": %llu, \"error\": %d}, "
 		 "\"ok\": %s}",
 		 c.mode, c.data, c.opc == NVME_OPC_READ ? "read" : "write",
-		 c.reap_v4 ? "proposed_v4" : "library", c.nq, c.qd, o.depth, o.F, o.R, c.reject_every,
+		 c.old_poll ? "before_dw3_poll" : "library_one_16B_load", c.cq_vram ? "vram" : "host", c.nq, c.qd, o.depth, o.F, o.R, c.reject_every,
 		 (unsigned long long)o.cmds, o.seconds, o.iops, js(o.lat_ns).c_str(),
 		 js(o.lat_clk_ns).c_str(), (unsigned long long)o.nvme_err,
 		 (unsigned long long)o.vfail, (unsigned long long)o.write_check_fail,
@@ -916,9 +966,9 @@ static run_out run_print(const char *tag, const run_cfg &c)
 {
 	run_out o = run_io(c);
 	g_all_ok &= o.ok;
-	printf("%-5s %-6s %-4s %-5s%s%s q%-2u qd%-2u F%d R%d%s: %10.0f cmds/s  round p50 %6.2f us p99 %6.2f us p99.9 %6.2f us  "
+	printf("%-5s %-6s %-4s %-5s%s%s%s q%-2u qd%-2u F%d R%d%s: %10.0f cmds/s  round p50 %6.2f us p99 %6.2f us p99.9 %6.2f us  "
 	       "relay %5.0f ns/cmd  err %llu vfail %llu wfail %llu cidfail %llu stfail %llu rej %llu/%llu ferr %d  %s\n",
-	       tag, c.mode, c.data, c.opc == NVME_OPC_READ ? "read" : "write", c.reap_v4 ? " v4" : "",
+	       tag, c.mode, c.data, c.opc == NVME_OPC_READ ? "read" : "write", c.old_poll ? " OLDPOLL" : "", c.cq_vram ? " CQvram" : "",
 	       c.api ? " per-thread" : "",
 	       c.nq, c.qd, o.F, o.R, c.reject_every ? " +foreign" : "", o.iops, o.lat_clk_ns.p50,
 	       o.lat_clk_ns.p99, o.lat_clk_ns.p999, o.cmds ? (double)o.rc.relay_ns / o.cmds : 0.0,
@@ -1100,17 +1150,23 @@ int main(int argc, char **argv)
 	CK(cudaHostGetDevicePointer(&cells_d, cells_h, 0));
 	CK(cudaMalloc(&dcell, 64));
 	CK(cudaMemset(dcell, 0, 64));
-	uint64_t *pr_d, pr[8];
-	CK(cudaMalloc(&pr_d, 64));
+	uint64_t *pr_d, pr[16];
+	CK(cudaMalloc(&pr_d, 128));
+	CK(cudaMalloc(&W.dcq, sizeof(cqe) * MAXD * MAXQ));
+	CK(cudaMemset(W.dcq, 0, sizeof(cqe) * MAXD * MAXQ));
 	const uint32_t NP = 2000;
-	probe<<<1, 1, 0, W.ks>>>(cells_d, dcell, cells_d + 64, NP, pr_d);
+	probe<<<1, 1, 0, W.ks>>>(cells_d, dcell, cells_d + 64, NP, pr_d,
+				 (const cqe *)(cells_d + 768), W.dcq);
 	CK(cudaStreamSynchronize(W.ks));
-	CK(cudaMemcpy(pr, pr_d, 64, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(pr, pr_d, 128, cudaMemcpyDeviceToHost));
 	W.sm_ghz = (double)pr[4] / (double)pr[5];
 	printf("# %s  driver %d runtime %d  SM clock %.3f GHz  globaltimer step %llu ns  %zu CPUs\n",
 	       prop.name, drv, rt, W.sm_ghz, (unsigned long long)pr[3], g_cpus.size());
 	printf("# poll_load host %.0f ns, device %.0f ns, doorbell_write host %.0f ns\n",
 	       pr[0] / (double)NP, pr[1] / (double)NP, pr[2] / (double)NP);
+	printf("POLL  CQE poll, one 16-byte load: CQ in host memory %.0f ns, in device memory %.0f ns; "
+	       "before (32-bit phase poll + acquire + 3 loads): host %.0f ns, device %.0f ns\n",
+	       pr[8] / (double)NP, pr[10] / (double)NP, pr[9] / (double)NP, pr[11] / (double)NP);
 
 	// Ping-pong.
 	const uint32_t NPP = quick ? 2000 : 20000;
@@ -1158,24 +1214,36 @@ int main(int argc, char **argv)
 		 "\"sm_clock_ghz_measured\": %.4f, \"globaltimer_step_ns\": %llu,\n"
 		 "\"lba_bytes\": %u, \"lbas_per_io\": 1, \"ns_blocks\": %llu, \"cpus\": %zu,\n"
 		 "\"fixture_threads\": %d, \"relay_threads\": %d, \"buffer_ranges\": %zu, \"list_entries\": %zu,\n"
-		 "\"probe_ns\": {\"poll_load_host\": %.1f, \"poll_load_device\": %.1f, \"doorbell_write_host\": %.1f},\n"
+		 "\"probe_ns\": {\"poll_load_host\": %.1f, \"poll_load_device\": %.1f, \"doorbell_write_host\": %.1f, "
+		 "\"cqe_poll_one_16B_load_host\": %.1f, \"cqe_poll_one_16B_load_device\": %.1f, "
+		 "\"cqe_before_dw3_poll_plus_3_loads_host\": %.1f, \"cqe_before_dw3_poll_plus_3_loads_device\": %.1f},\n"
 		 "\"pingpong\": {\"note\": \"GPU doorbell_write to a mapped host cell, CPU thread answers in another, GPU poll_load; one_way = rtt/2\", "
 		 "\"rtt_us_globaltimer\": %s, \"rtt_us_clock64\": %s, \"one_way_us_clock64\": %s},\n",
 		 prop.name, drv, rt, W.sm_ghz, (unsigned long long)pr[3], W.lba_bytes,
 		 (unsigned long long)W.ns_blocks, g_cpus.size(), W.fixture_threads, W.relay_threads,
 		 W.buffers.ranges(), W.list_entries,
 		 pr[0] / (double)NP, pr[1] / (double)NP, pr[2] / (double)NP,
+		 pr[8] / (double)NP, pr[10] / (double)NP, pr[9] / (double)NP, pr[11] / (double)NP,
 		 js(s_rtt).c_str(), js(s_rttc).c_str(), js(s_ow).c_str());
 	json += hb;
 
-	// QD1 round trips: owner and shared, three reps in alternating order
-	// (O S, S O, O S), the headline ratio taken within each rep; then
-	// writes, VRAM data and the proposed 1-load cq_wait, for both modes.
+	// QD1 round trips. Three reps, each: owner, shared (the library now:
+	// one 16-byte CQE load per poll) and owner with the library's cq_wait
+	// BEFORE that change (cq_wait_old), in rotating order; the ratios are
+	// taken within each rep, their median reported. Then writes, VRAM data
+	// (both modes), the per-thread API at QD1, the shared mode before the
+	// change, and the CQ in device memory (owner; the fixture's CQE reaches
+	// VRAM through the copy engine), with the one-load poll and before it.
 	const double qd1s = quick ? 0.2 : 1.0;
 	std::vector<run_cfg> qd1;
 	for (int rep = 0; rep < 3; rep++)
-		for (int k = 0; k < 2; k++)
-			qd1.push_back(run_cfg{(k ^ (rep & 1)) ? "shared" : "owner", "host", 1, 1, qd1s});
+		for (int k = 0; k < 3; k++) {
+			const int w = (k + rep) % 3;
+			run_cfg c{w == 1 ? "shared" : "owner", "host", 1, 1, qd1s};
+			c.old_poll = w == 2;
+			qd1.push_back(c);
+		}
+	const size_t qd1_reps = qd1.size();
 	for (const char *m : {"owner", "shared"}) {
 		run_cfg c{m, "host", 1, 1, qd1s};
 		c.opc = NVME_OPC_WRITE;
@@ -1183,24 +1251,53 @@ int main(int argc, char **argv)
 	}
 	for (const char *m : {"owner", "shared"})
 		qd1.push_back(run_cfg{m, "vram", 1, 1, qd1s});
-	for (const char *m : {"owner", "shared"}) {
-		run_cfg c{m, "host", 1, 1, qd1s};
-		c.reap_v4 = true;
+	const size_t qd1_pt = qd1.size();
+	{
+		run_cfg c{"owner", "host", 1, 1, qd1s};
+		c.api = 1;
+		qd1.push_back(c);
+	}
+	{
+		run_cfg c{"shared", "host", 1, 1, qd1s};
+		c.old_poll = true;
+		qd1.push_back(c);
+	}
+	const size_t qd1_cqv = qd1.size();
+	for (int old : {0, 1}) {
+		run_cfg c{"owner", "host", 1, 1, qd1s};
+		c.cq_vram = true;
+		c.old_poll = old;
 		qd1.push_back(c);
 	}
 	json += "\"qd1\": [\n";
 	std::vector<double> p50_owner, p50_shared, p99_owner, p99_shared, ratios;
+	std::vector<double> p50_old, ratios_old;
+	double pt_qd1 = 0, cqv_new = 0, cqv_old = 0;
+	std::vector<run_out> qo;
 	for (size_t i = 0; i < qd1.size(); i++) {
 		run_out o = run_print("QD1", qd1[i]);
-		if (i < 6) {
+		qo.push_back(o);
+		if (i < qd1_reps) {
 			const bool sh = shared_mode(qd1[i]);
-			(sh ? p50_shared : p50_owner).push_back(o.lat_clk_ns.p50);
-			(sh ? p99_shared : p99_owner).push_back(o.lat_clk_ns.p99);
+			if (qd1[i].old_poll) {
+				p50_old.push_back(o.lat_clk_ns.p50);
+			} else {
+				(sh ? p50_shared : p50_owner).push_back(o.lat_clk_ns.p50);
+				(sh ? p99_shared : p99_owner).push_back(o.lat_clk_ns.p99);
+			}
 		}
+		if (i == qd1_pt)
+			pt_qd1 = o.lat_clk_ns.p50;
+		if (i == qd1_cqv)
+			cqv_new = o.lat_clk_ns.p50;
+		if (i == qd1_cqv + 1)
+			cqv_old = o.lat_clk_ns.p50;
 		json += "  " + run_json(qd1[i], o) + (i + 1 < qd1.size() ? ",\n" : "\n");
 	}
 	for (size_t rep = 0; rep < p50_owner.size() && rep < p50_shared.size(); rep++)
 		ratios.push_back(p50_owner[rep] > 0 ? p50_shared[rep] / p50_owner[rep] : 0);
+	for (size_t rep = 0; rep < p50_owner.size() && rep < p50_old.size(); rep++)
+		ratios_old.push_back(p50_old[rep] > 0 ? p50_owner[rep] / p50_old[rep] : 0);
 	json += "],\n";
 
 	// Shared mode refuses what it must: every 4th command of a QD8 batch
@@ -1230,10 +1327,10 @@ int main(int argc, char **argv)
 
 	// 64 pairs x batch depth 32 (64-entry rings): owner, shared with 1, 2,
 	// 4 and 8 relay threads (4 fixture threads throughout), and both with
-	// the proposed 1-load cq_wait.
+	// the library's cq_wait from before the one-load poll (cq_wait_old).
 	const double hs = quick ? 0.2 : 1.0;
 	json += "\"pairs64_qd32\": [\n";
-	double iops_owner = 0, iops_shared = 0, iops_shared_1t = 0;
+	double iops_owner = 0, iops_shared = 0, iops_shared_1t = 0, iops_owner_old = 0;
 	std::vector<run_cfg> big;
 	big.push_back(run_cfg{"owner", "host", 64, 32, hs});
 	for (int r : {1, 2, 4, 8}) {
@@ -1241,9 +1338,9 @@ int main(int argc, char **argv)
 		c.rthreads = r;
 		big.push_back(c);
 	}
-	for (const char *m : {"owner", "shared"}) {
+	for (const char *m : {"owner", "shared"}) { // before the one-load poll
 		run_cfg c{m, "host", 64, 32, hs};
-		c.reap_v4 = true;
+		c.old_poll = true;
 		big.push_back(c);
 	}
 	for (size_t i = 0; i < big.size(); i++) {
@@ -1252,8 +1349,10 @@ int main(int argc, char **argv)
 			iops_owner = o.iops;
 		if (i == 1)
 			iops_shared_1t = o.iops;
-		if (shared_mode(big[i]) && o.R == W.relay_threads && !big[i].reap_v4)
+		if (shared_mode(big[i]) && o.R == W.relay_threads && !big[i].old_poll)
 			iops_shared = o.iops;
+		if (!shared_mode(big[i]) && big[i].old_poll)
+			iops_owner_old = o.iops;
 		json += "  " + run_json(big[i], o) + (i + 1 < big.size() ? ",\n" : "\n");
 	}
 	json += "],\n";
@@ -1348,6 +1447,10 @@ int main(int argc, char **argv)
 		json += microbench(mbs, &mb_single, &mb_cross, &mb_idle);
 
 	const double p50o = median(p50_owner), p50s = median(p50_shared), ratio = median(ratios);
+	const double p50old = median(p50_old), ratio_old = median(ratios_old);
+	const double pp50 = s_rttc.p50;
+	const double g_pp = pp50 > 0 ? p50o / pp50 : 0, pt_pp = pp50 > 0 ? pt_qd1 / pp50 : 0;
+	const bool pp_met = g_pp > 0 && g_pp <= 2.0;
 	const bool ratio_met = ratio > 0 && ratio <= 1.15, relay_met = mb_cross >= 5e6;
 	char tb[4096];
 	snprintf(tb, sizeof(tb),
@@ -1364,7 +1467,16 @@ int main(int argc, char **argv)
 		 "\"group_64x32_cmds_per_s_owner_again\": %.0f, \"per_thread_over_group_64x32_owner\": %.4f, "
 		 "\"per_thread_over_group_64x32_owner_again\": %.4f, \"per_thread_target\": 0.8, \"per_thread_target_met\": %s,\n"
 		 "  \"prp128k_gb_per_s_owner\": %.3f, \"prp128k_gb_per_s_shared\": %.3f, \"fixture_memcpy_gb_per_s\": %.3f, "
-		 "\"prp128k_owner_over_memcpy\": %.4f, \"prp128k_shared_over_memcpy\": %.4f},\n"
+		 "\"prp128k_owner_over_memcpy\": %.4f, \"prp128k_shared_over_memcpy\": %.4f,\n"
+		 "  \"pingpong_rtt_p50_us_clock64\": %.3f, \"qd1_p50_us_group_owner\": %.3f, \"qd1_p50_us_per_thread_owner\": %.3f, "
+		 "\"qd1_group_over_pingpong\": %.4f, \"qd1_per_thread_over_pingpong\": %.4f, \"qd1_over_pingpong_target\": 2.0, "
+		 "\"qd1_over_pingpong_met\": %s,\n"
+		 "  \"qd1_p50_us_owner_before_one_load_poll\": %.3f, \"qd1_p50_ratio_after_over_before\": %.4f, "
+		 "\"qd1_p50_ratio_after_over_before_per_rep\": [%.4f, %.4f, %.4f], "
+		 "\"pairs64_qd32_cmds_per_s_owner_before_one_load_poll\": %.0f, \"pairs64_qd32_after_over_before\": %.4f,\n"
+		 "  \"cqe_poll_ns_host\": %.1f, \"cqe_poll_ns_device\": %.1f, \"cqe_before_ns_host\": %.1f, \"cqe_before_ns_device\": %.1f, "
+		 "\"qd1_p50_us_owner_cq_vram\": %.3f, \"qd1_p50_us_owner_cq_vram_before_one_load_poll\": %.3f, "
+		 "\"cq_vram_note\": \"CQ in device memory: cudaMalloc; the fixture's CPU thread builds each CQE in its pinned host ring and the GPU copy engine writes it into VRAM (cudaMemcpyAsync H2D, 16 B per CQE); no CPU mapping of VRAM (BAR1) is used, so its QD1 includes the copy's launch and transfer\"},\n"
 		 "\"all_checks_ok\": %s\n}\n",
 		 p50o, p50s, median(p99_owner), median(p99_shared), ratio,
 		 ratios.size() > 0 ? ratios[0] : 0, ratios.size() > 1 ? ratios[1] : 0,
@@ -1375,6 +1487,12 @@ int main(int argc, char **argv)
 		 std::min(pt_ratio, pt_ratio2) >= 0.8 ? "true" : "false",
 		 big_owner, big_shared, memcpy_gbps, memcpy_gbps ? big_owner / memcpy_gbps : 0,
 		 memcpy_gbps ? big_shared / memcpy_gbps : 0,
+		 pp50, p50o, pt_qd1, g_pp, pt_pp, pp_met ? "true" : "false",
+		 p50old, ratio_old, ratios_old.size() > 0 ? ratios_old[0] : 0,
+		 ratios_old.size() > 1 ? ratios_old[1] : 0, ratios_old.size() > 2 ? ratios_old[2] : 0,
+		 iops_owner_old, iops_owner_old ? iops_owner / iops_owner_old : 0,
+		 pr[8] / (double)NP, pr[10] / (double)NP, pr[9] / (double)NP, pr[11] / (double)NP,
+		 cqv_new, cqv_old,
 		 g_all_ok ? "true" : "false");
 	json += tb;
 	printf("TARGET QD1 p50: owner %.2f us, shared %.2f us, shared/owner %.3f (target <= 1.15: %s; "
@@ -1392,6 +1510,16 @@ int main(int argc, char **argv)
 	printf("TARGET 128 KiB reads through PRP lists: owner %.2f GB/s, shared %.2f GB/s; fixture memcpy %.2f GB/s: %.3f / %.3f of it\n",
 	       big_owner, big_shared, memcpy_gbps, memcpy_gbps ? big_owner / memcpy_gbps : 0,
 	       memcpy_gbps ? big_shared / memcpy_gbps : 0);
+	printf("TARGET QD1 p50 vs ping-pong RTT p50 %.2f us: group API %.2f us (%.2fx), per-thread API %.2f us (%.2fx) "
+	       "(target group <= 2.0x: %s)\n", pp50, p50o, g_pp, pt_qd1, pt_pp, pp_met ? "met" : "NOT met");
+	printf("TARGET one-load CQE poll: QD1 owner p50 %.2f us, before %.2f us (after/before %.3f); "
+	       "64x32 owner %.2f M/s, before %.2f M/s (after/before %.3f)\n",
+	       p50o, p50old, ratio_old, iops_owner / 1e6, iops_owner_old / 1e6,
+	       iops_owner_old ? iops_owner / iops_owner_old : 0);
+	printf("TARGET CQ host vs device memory: CQE poll %.0f / %.0f ns (before: %.0f / %.0f ns); "
+	       "QD1 owner p50 CQ in host memory %.2f us, in VRAM via copy engine %.2f us (before: %.2f us)\n",
+	       pr[8] / (double)NP, pr[10] / (double)NP, pr[9] / (double)NP, pr[11] / (double)NP,
+	       p50o, cqv_new, cqv_old);
 	printf("CHECKS %s\n", g_all_ok ? "all ok" : "SOME FAILED");
 	std::string path = std::string(out) + "/results.json";
 	FILE *f = fopen(path.c_str(), "w");

@@ -68,10 +68,17 @@ for x in r["qd1"]:
         lab += " +backoff"
     if x.get("cq_wait") == "proposed_v4":
         lab += " +1-load cq_wait"
+    if x.get("cq_wait") == "before_dw3_poll":
+        lab += " BEFORE 1-load poll"
+    if x.get("api") == "per_thread":
+        lab += " per-thread API"
+    if x.get("cq_in") == "vram":
+        lab += " CQ in VRAM (copy engine)"
     seen[lab] = seen.get(lab, 0) + 1
     if seen[lab] > 1 or sum(1 for y in r["qd1"] if y is not x and y["mode"] == x["mode"]
                             and y["op"] == x["op"] and y["data"] == x["data"]
                             and y.get("cq_wait") == x.get("cq_wait")
+                            and y.get("api") == x.get("api") and y.get("cq_in") == x.get("cq_in")
                             and y.get("relay_backoff") == x.get("relay_backoff")):
         lab += f" #{seen[lab]}"
     labels.append(lab)
@@ -104,6 +111,8 @@ if "pairs64_qd32" in r:
         lab = mode(x) + (f' R={x["relay_threads"]}' if x["mode"] == "shared" else "")
         if x.get("cq_wait") == "proposed_v4":
             lab += " +1-load"
+        if x.get("cq_wait") == "before_dw3_poll":
+            lab += " before 1-load"
         labels.append(lab)
         vals.append(x["iops"] / 1e6)
         cols_.append("tab:gray" if x["mode"] == "owner" else "tab:purple")

@@ -75,10 +75,18 @@ inline void st_release(volatile uint32_t *p, uint32_t v)
 typedef bool (*xfer_fn)(void *thread_ctx, bool to_ns, uint64_t prp,
 			uint8_t *ns, uint32_t len);
 
+// A CQ in GPU memory: the CQE is built in the host ring (cq, as always)
+// and then handed to this callback, which moves it to dev (the bench: a
+// cudaMemcpyAsync on the fixture thread's stream, i.e. the GPU's copy
+// engine writes it into VRAM over PCIe, as a peer's DMA would). Returns
+// false on a transfer failure.
+typedef bool (*cq_push_fn)(void *thread_ctx, cqe *dev, const cqe *src, uint32_t n);
+
 // Controller-side state of one I/O queue pair.
 struct queue {
 	const sqe *sq;   // host pointer of the SQ ring
 	cqe *cq;         // host pointer of the (real) CQ ring
+	cqe *cq_dev = nullptr; // with ns_config::cq_push: the CQ the GPU polls
 	regs *r;         // its doorbells
 	uint32_t depth;
 	uint16_t qid;
@@ -96,6 +104,8 @@ struct ns_config {
 	uint8_t *host_base = nullptr;
 	// "vram" data: everything goes through xfer.
 	xfer_fn xfer = nullptr;
+	// CQs in GPU memory (queue::cq_dev): each posted CQE goes through this.
+	cq_push_fn cq_push = nullptr;
 	// PRP lists: [lo, hi) windows of host memory, bus address = host address.
 	uint64_t list_lo[2] = {0, 0}, list_hi[2] = {0, 0};
 };
@@ -127,7 +137,7 @@ public:
 			uint32_t st = execute(e, thread_ctx);
 			q.cmds++;
 			q.errors += st != SC_SUCCESS;
-			post(q, e.cid, st);
+			post(q, e.cid, st, thread_ctx);
 			progress = true;
 		}
 		return progress;
@@ -211,14 +221,18 @@ private:
 		return SC_SUCCESS;
 	}
 
-	// dw0..dw2 first, then the dword with the phase tag (release).
-	static void post(queue &q, uint16_t cid, uint32_t st)
+	// dw0..dw2 first, then the dword with the phase tag (release); for a
+	// CQ in GPU memory, then the whole 16-byte entry in one copy.
+	void post(queue &q, uint16_t cid, uint32_t st, void *tctx)
 	{
 		volatile uint32_t *d = (volatile uint32_t *)&q.cq[q.cq_tail];
 		d[0] = 0;
 		d[1] = 0;
 		d[2] = q.sq_head | (uint32_t)q.qid << 16;
 		st_release(&d[3], cid | q.phase << 16 | st << 17);
+		if (c_.cq_push && q.cq_dev &&
+		    !c_.cq_push(tctx, &q.cq_dev[q.cq_tail], &q.cq[q.cq_tail], 1))
+			q.errors++;
 		if (++q.cq_tail == q.depth) {
 			q.cq_tail = 0;
 			q.phase ^= 1;

@@ -67,6 +67,7 @@
  *           the family has a writeback, written back to memory first;
  *   INV     acquire: drop the lines later loads might hit stale;
  *   LD/ST   32-bit load/store that bypasses the non-coherent caches;
+ *   LD16    the same load, 128 bits wide (a whole CQE, poll_cqe());
  *   LD_WAIT / ST_WAIT  wait for that load/store to complete;
  *   POST    after the doorbell store: write it back out of L2 (gfx9: a
  *           store to fine-grained host memory may sit dirty in L2 until
@@ -84,6 +85,7 @@
 #define GPUNVME_ASM_INV "buffer_gl1_inv\n\t" \
 			"buffer_gl0_inv\n\t"
 #define GPUNVME_ASM_LD "global_load_dword"
+#define GPUNVME_ASM_LD16 "global_load_dwordx4"
 #define GPUNVME_ASM_LD_SYS " glc slc dlc"
 #define GPUNVME_ASM_ST "global_store_dword"
 #define GPUNVME_ASM_ST_SYS " glc slc dlc"
@@ -99,6 +101,7 @@
 #define GPUNVME_ASM_INV "global_inv scope:SCOPE_SYS\n\t" \
 			"s_wait_loadcnt 0x0\n\t"
 #define GPUNVME_ASM_LD "global_load_b32"
+#define GPUNVME_ASM_LD16 "global_load_b128"
 #define GPUNVME_ASM_LD_SYS " scope:SCOPE_SYS"
 #define GPUNVME_ASM_ST "global_store_b32"
 #define GPUNVME_ASM_ST_SYS " scope:SCOPE_SYS"
@@ -124,6 +127,7 @@
 			"s_waitcnt vmcnt(0) lgkmcnt(0)\n\t"
 #define GPUNVME_ASM_ACQ_WAIT "s_waitcnt vmcnt(0) lgkmcnt(0)\n\t"
 #define GPUNVME_ASM_LD "global_load_dword"
+#define GPUNVME_ASM_LD16 "global_load_dwordx4"
 #define GPUNVME_ASM_ST "global_store_dword"
 #define GPUNVME_ASM_LD_WAIT "s_waitcnt vmcnt(0)\n\t"
 #define GPUNVME_ASM_ST_WAIT "s_waitcnt vmcnt(0)\n\t"
@@ -275,70 +279,118 @@ GPUNVME_HD uint32_t poll_load(const volatile uint32_t *p)
 #endif
 }
 
-/*
- * POLL_BATCH phase words at once (the per-thread API's reaper): the same
- * cache handling as poll_load(), but the loads are all issued before any
- * is waited for, so one thread pays about one memory round trip for the
- * batch instead of one per entry. Relaxed: the caller issues
- * acquire_system() once it has seen a phase it wants.
- */
+/* Entries the per-thread API's reaper polls at once (poll_cqe_batch()). */
 constexpr int POLL_BATCH = 8;
 
-GPUNVME_HD void poll_load_batch(const volatile uint32_t *const p[POLL_BATCH],
-				uint32_t v[POLL_BATCH])
+/*
+ * Poll one CQE with ONE 16-byte load: the same cache handling as
+ * poll_load() (AMD: invalidate, then a system-scope/uncached load, then
+ * its wait; NVIDIA: ld.volatile, i.e. relaxed at system scope, never
+ * cached in L1), 128 bits wide, so the phase word (dword 3, the last) and
+ * dwords 0-2 come from the same access. Against a CQ in host memory every
+ * load is a PCIe read: a poll that sees the new phase already holds the
+ * whole entry, where the 32-bit poll needed three more serial reads.
+ *
+ * Why the other dwords are valid when the phase is: the controller posts
+ * a CQE as one 16-byte write (one TLP; the bench's software fixture and
+ * the module's mirror write dwords 0-2 first and the phase dword last),
+ * and a 16-byte aligned load is one request that the memory side (the
+ * host's coherent line for host memory, one L2 sector for VRAM) answers
+ * from one state of the line. The PTX and AMDGPU memory models promise
+ * single-copy atomicity only per element, not for a vector, so this is a
+ * property of the hardware paths above, not of the models; the
+ * per-thread reaper still checks every entry it routes (command ID in
+ * flight, SQ head in range) and poisons the pair on anything torn.
+ * Relaxed: the caller issues acquire_system() once it has seen the phase
+ * it wants (before it reads payload).
+ */
+GPUNVME_HD void poll_cqe(const void *e, uint32_t w[4])
 {
 #if defined(GPUNVME_DEV_AMD)
-#define GPUNVME_ASM_LDN(o, i) GPUNVME_ASM_LD " %" #o ", %" #i ", off" GPUNVME_ASM_LD_SYS "\n\t"
+	typedef uint32_t v4u32 __attribute__((ext_vector_type(4)));
+	v4u32 x;
+
 	asm volatile("; gpunvme:poll\n\t"
 		     GPUNVME_ASM_INV
-		     GPUNVME_ASM_LDN(0, 8) GPUNVME_ASM_LDN(1, 9)
-		     GPUNVME_ASM_LDN(2, 10) GPUNVME_ASM_LDN(3, 11)
-		     GPUNVME_ASM_LDN(4, 12) GPUNVME_ASM_LDN(5, 13)
-		     GPUNVME_ASM_LDN(6, 14) GPUNVME_ASM_LDN(7, 15)
+		     GPUNVME_ASM_LD16 " %0, %1, off" GPUNVME_ASM_LD_SYS "\n\t"
 		     GPUNVME_ASM_LD_WAIT
-		     : "=&v"(v[0]), "=&v"(v[1]), "=&v"(v[2]), "=&v"(v[3]),
-		       "=&v"(v[4]), "=&v"(v[5]), "=&v"(v[6]), "=&v"(v[7])
-		     : "v"(p[0]), "v"(p[1]), "v"(p[2]), "v"(p[3]), "v"(p[4]),
-		       "v"(p[5]), "v"(p[6]), "v"(p[7])
+		     : "=v"(x)
+		     : "v"(e)
 		     : "memory");
-#undef GPUNVME_ASM_LDN
-#elif defined(GPUNVME_DEV_NVIDIA)
-	for (int i = 0; i < POLL_BATCH; i++)
-		asm volatile("ld.relaxed.sys.u32 %0, [%1];"
-			     : "=r"(v[i])
-			     : "l"(p[i])
-			     : "memory");
-#else
-	for (int i = 0; i < POLL_BATCH; i++)
-		v[i] = __atomic_load_n(p[i], __ATOMIC_RELAXED);
-#endif
-}
-
-/*
- * A whole 16-byte CQE in one load, after its phase was seen and
- * acquire_system() issued (the entry is the reader's until its CQ head
- * doorbell, so nothing changes under the load). Against a CQ in host
- * memory every load is a PCIe read: one instead of three.
- */
-GPUNVME_HD void load_cqe16(const void *e, uint32_t w[4])
-{
-#if defined(GPUNVME_DEV_NVIDIA)
-	asm volatile("ld.volatile.v4.u32 {%0, %1, %2, %3}, [%4];"
-		     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-		     : "l"(e)
-		     : "memory");
-#elif defined(GPUNVME_DEV_AMD)
-	typedef uint32_t v4u32 __attribute__((ext_vector_type(4)));
-	typedef __attribute__((address_space(1))) v4u32 global_v4u32;
-	v4u32 x = *(volatile global_v4u32 *)e;
 	w[0] = x[0];
 	w[1] = x[1];
 	w[2] = x[2];
 	w[3] = x[3];
+#elif defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("ld.volatile.v4.u32 {%0, %1, %2, %3}, [%4];"
+		     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+		     : "l"(e)
+		     : "memory");
 #else
+	/* Host: no 16-byte single-copy-atomic load in C++; the classic
+	 * order instead: the phase word (acquire), then the rest. The rest
+	 * is only meaningful when the phase is the one wanted. */
 	const volatile uint32_t *s = (const volatile uint32_t *)e;
-	for (int i = 0; i < 4; i++)
-		w[i] = s[i];
+	w[3] = __atomic_load_n((const uint32_t *)&s[3], __ATOMIC_ACQUIRE);
+	w[0] = s[0];
+	w[1] = s[1];
+	w[2] = s[2];
+#endif
+}
+
+/*
+ * POLL_BATCH consecutive-or-not CQEs, one 16-byte load each, all issued
+ * before any is waited for (the per-thread API's reaper): one memory round
+ * trip for the batch, and no second load for the entries found complete.
+ */
+GPUNVME_HD void poll_cqe_batch(const void *const p[POLL_BATCH],
+			       uint32_t w[POLL_BATCH][4])
+{
+#if defined(GPUNVME_DEV_AMD)
+	typedef uint32_t v4u32 __attribute__((ext_vector_type(4)));
+	v4u32 x[POLL_BATCH];
+#define GPUNVME_ASM_LDQ(o, i) GPUNVME_ASM_LD16 " %" #o ", %" #i ", off" GPUNVME_ASM_LD_SYS "\n\t"
+	asm volatile("; gpunvme:poll\n\t"
+		     GPUNVME_ASM_INV
+		     GPUNVME_ASM_LDQ(0, 8) GPUNVME_ASM_LDQ(1, 9)
+		     GPUNVME_ASM_LDQ(2, 10) GPUNVME_ASM_LDQ(3, 11)
+		     GPUNVME_ASM_LDQ(4, 12) GPUNVME_ASM_LDQ(5, 13)
+		     GPUNVME_ASM_LDQ(6, 14) GPUNVME_ASM_LDQ(7, 15)
+		     GPUNVME_ASM_LD_WAIT
+		     : "=&v"(x[0]), "=&v"(x[1]), "=&v"(x[2]), "=&v"(x[3]),
+		       "=&v"(x[4]), "=&v"(x[5]), "=&v"(x[6]), "=&v"(x[7])
+		     : "v"(p[0]), "v"(p[1]), "v"(p[2]), "v"(p[3]), "v"(p[4]),
+		       "v"(p[5]), "v"(p[6]), "v"(p[7])
+		     : "memory");
+#undef GPUNVME_ASM_LDQ
+	for (int i = 0; i < POLL_BATCH; i++)
+		for (int k = 0; k < 4; k++)
+			w[i][k] = x[i][k];
+#else
+	for (int i = 0; i < POLL_BATCH; i++)
+		poll_cqe(p[i], w[i]);
+#endif
+}
+
+/*
+ * Optional backoff between polls that found nothing: give the memory
+ * system (and on AMD the SIMD) to someone else for a moment. Off by
+ * default; a build turns it on for the group API with
+ * -DGPUNVME_POLL_BACKOFF=1 (the per-thread API has a per-pair switch,
+ * pqueue::backoff). NVIDIA sm_70+: nanosleep (about 64 ns asked; the
+ * hardware may sleep anywhere in [0, 2x]); AMD: s_sleep 1 (64 clocks);
+ * host: sched_yield() is the caller's (pqueue.h), nothing here.
+ */
+#ifndef GPUNVME_POLL_BACKOFF
+#define GPUNVME_POLL_BACKOFF 0
+#endif
+
+GPUNVME_HD void poll_pause()
+{
+#if defined(GPUNVME_DEV_AMD)
+	__builtin_amdgcn_s_sleep(1);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("nanosleep.u32 64;");
 #endif
 }
 

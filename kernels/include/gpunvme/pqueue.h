@@ -11,12 +11,12 @@
  * thread holds a copy of the pqueue descriptor (pointers and constants).
  *
  *  submit   1. claim a command slot, lock-free: a 64-bit ticket counter
- *              (one atomic add); ticket c owns slot c % (depth-1) in round
+ *              (one atomic add; on NVIDIA one per warp, pq_take_number()); ticket c owns slot c % (depth-1) in round
  *              c / (depth-1) and waits (bounded, reaping meanwhile) until
  *              the slot's previous owner has taken its completion. The
  *              slot index is the NVMe command ID, and the slot's part of
  *              the PRP pool holds this command's PRP list.
- *           2. claim an SQ position (another atomic add) and write the SQE
+ *           2. claim an SQ position (another atomic add, per warp on NVIDIA) and write the SQE
  *              there as four 16-byte stores, then a system-scope release
  *              (the same fence::release_system() as sq_put()), then mark
  *              the position ready.
@@ -29,15 +29,16 @@
  *              after its mark (sequentially consistent fences on both
  *              sides), so a ready command is never left unrung.
  *  reap     whoever takes the CQ lock consumes the CQ in order: poll
- *           phase dwords several at once (fence::poll_load_batch(); on
- *           NVIDIA the warp's lanes that reap together poll one entry each
- *           and agree by ballot), fence::acquire_system() once, load each
- *           new entry as one 16-byte load (fence::load_cqe16()), route it
- *           by command ID into that command's slot (fields, a release
- *           fence, then the slot's seq), track the SQ head from the CQE's
- *           SQ head field (a head past what was claimed, a command ID that
- *           is not in flight: the pair is poisoned), and ring the CQ head
- *           doorbell once for the whole batch.
+ *           whole entries several at once, one 16-byte load each
+ *           (fence::poll_cqe_batch(); on NVIDIA the warp's lanes that reap
+ *           together poll one entry each and agree by ballot), so the poll
+ *           that sees a phase already holds the entry; fence::
+ *           acquire_system() once; route each new entry by command ID
+ *           into that command's slot (fields, a release fence, then the
+ *           slot's seq), track the SQ head from the CQE's SQ head field (a
+ *           head past what was claimed, a command ID that is not in
+ *           flight: the pair is poisoned), and ring the CQ head doorbell
+ *           once for the whole batch.
  *  wait     poll your own slot; reap when nobody else is; bounded on the
  *           fixed-rate clock (clock.h) and by the host's stop flag (read
  *           every PQ_STOP_EVERY polls); optional backoff between polls.
@@ -265,12 +266,10 @@ GPUNVME_HD void set_error(int32_t *p, int32_t err)
  * host, the CPU) to someone else for a moment. */
 GPUNVME_HD void pq_pause()
 {
-#if defined(GPUNVME_DEV_AMD)
-	__builtin_amdgcn_s_sleep(1);
-#elif defined(GPUNVME_DEV_NVIDIA)
-	asm volatile("nanosleep.u32 64;");
-#else
+#if defined(GPUNVME_HOST_ONLY)
 	sched_yield();
+#else
+	fence::poll_pause(); /* s_sleep 1 / nanosleep 64 ns */
 #endif
 }
 
@@ -422,6 +421,77 @@ GPUNVME_HD bool pq_stop(const pqueue &q)
 	return q.stop && fence::poll_load(q.stop) != 0;
 }
 
+#if defined(GPUNVME_DEV_NVIDIA)
+/* Warp helpers (NVIDIA; lanes of a warp run apart under independent
+ * thread scheduling, so every one names the lanes it takes). */
+namespace warp {
+GPUNVME_DEV uint32_t active()
+{
+	uint32_t m;
+	asm volatile("activemask.b32 %0;" : "=r"(m));
+	return m;
+}
+GPUNVME_DEV uint32_t lane()
+{
+	uint32_t l;
+	asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+	return l;
+}
+GPUNVME_DEV uint32_t popc(uint32_t x)
+{
+	uint32_t c;
+	asm("popc.b32 %0, %1;" : "=r"(c) : "r"(x));
+	return c;
+}
+GPUNVME_DEV uint32_t msb(uint32_t x) /* x != 0 */
+{
+	uint32_t b;
+	asm("bfind.u32 %0, %1;" : "=r"(b) : "r"(x));
+	return b;
+}
+GPUNVME_DEV uint32_t shfl(uint32_t mask, uint32_t v, uint32_t src)
+{
+	uint32_t r;
+	asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, %3;"
+		     : "=r"(r) : "r"(v), "r"(src), "r"(mask));
+	return r;
+}
+GPUNVME_DEV uint32_t ballot(uint32_t mask, bool p)
+{
+	uint32_t r;
+	asm volatile("{\n\t.reg .pred q;\n\t"
+		     "setp.ne.u32 q, %1, 0;\n\t"
+		     "vote.sync.ballot.b32 %0, q, %2;\n\t}"
+		     : "=r"(r) : "r"((uint32_t)p), "r"(mask));
+	return r;
+}
+} /* namespace warp */
+#endif
+
+/*
+ * Take one number from a 64-bit counter. NVIDIA: the lanes of a warp that
+ * arrive together (activemask) take theirs with ONE atomic add, the lowest
+ * of them adding the count, each lane its rank above the old value: a
+ * warp's 32 claims cost one device-scope atomic instead of 32 serialized
+ * ones on the same word. Elsewhere: one add per thread.
+ */
+GPUNVME_HD uint64_t pq_take_number(uint64_t *p)
+{
+#if defined(GPUNVME_DEV_NVIDIA)
+	const uint32_t mask = warp::active(), me = warp::lane();
+	const uint32_t leader = warp::msb(mask & (0u - mask));
+	const uint32_t rank = warp::popc(mask & ((1u << me) - 1u));
+	uint64_t base = 0;
+	if (me == leader)
+		base = atom::add64(p, warp::popc(mask));
+	base = (uint64_t)warp::shfl(mask, (uint32_t)(base >> 32), leader) << 32 |
+	       warp::shfl(mask, (uint32_t)base, leader);
+	return base + rank;
+#else
+	return atom::add64(p, 1);
+#endif
+}
+
 /*
  * Ring the SQ doorbell for every consecutive ready position, if nobody
  * else is doing it (see the top of the file for why nothing is lost).
@@ -485,25 +555,22 @@ GPUNVME_HD int32_t pq_reap_one(const pqueue &q)
 	uint32_t n = 0;
 
 	while (err == OK && n < nslots) {
-		const volatile uint32_t *p[fence::POLL_BATCH];
-		uint32_t v[fence::POLL_BATCH];
+		const void *p[fence::POLL_BATCH];
+		uint32_t w[fence::POLL_BATCH][4];
 		for (int i = 0; i < fence::POLL_BATCH; i++)
-			p[i] = (const volatile uint32_t *)((const char *)&q.cq[(head + i) % q.depth] +
-							    CQE_DW3_OFFSET);
-		fence::poll_load_batch(p, v);
+			p[i] = &q.cq[(head + i) % q.depth];
+		/* Whole entries, one 16-byte load each, all in flight at once. */
+		fence::poll_cqe_batch(p, w);
 		uint32_t m = 0, k = nslots - n < (uint32_t)fence::POLL_BATCH
 					? nslots - n : (uint32_t)fence::POLL_BATCH;
-		while (m < k && cqe_phase(v[m]) == (phase ^ (uint32_t)(head + m >= q.depth)))
+		while (m < k && cqe_phase(w[m][3]) == (phase ^ (uint32_t)(head + m >= q.depth)))
 			m++;
 		if (m == 0)
 			break;
-		/* Phases seen: the rest of those entries is valid, and every
-		 * position they consumed was claimed before this read. */
+		/* Phases seen (the entries with them): order what follows after
+		 * them; every position they consumed was claimed before this. */
 		fence::acquire_system();
 		const uint64_t claimed = atom::ld64(&s->sq_pos);
-		uint32_t w[fence::POLL_BATCH][4];
-		for (uint32_t i = 0; i < m; i++)
-			fence::load_cqe16(&q.cq[(head + i) % q.depth], w[i]);
 		uint32_t seq[fence::POLL_BATCH], ok = 0;
 		for (; ok < m; ok++) {
 			const uint32_t cid = cqe_cid(w[ok][3]);
@@ -511,7 +578,7 @@ GPUNVME_HD int32_t pq_reap_one(const pqueue &q)
 			const uint64_t nh = sqh + (hd + q.depth - (uint32_t)(sqh % q.depth)) % q.depth;
 			seq[ok] = cid < nslots ? atom::ld32(&q.slots[cid].seq) : 0;
 			if (hd >= q.depth || nh > claimed || cid >= nslots ||
-			    (seq[ok] & 3u) != 1u || cqe_phase(w[ok][3]) != cqe_phase(v[ok])) {
+			    (seq[ok] & 3u) != 1u) {
 				/* Not a command in flight, or an SQ head past
 				 * anything submitted: nothing can be trusted. */
 				err = ERR_IO;
@@ -562,48 +629,6 @@ GPUNVME_HD int32_t pq_reap_one(const pqueue &q)
  * independent thread scheduling, so a single lock holder polling for 31
  * spinning lanes was the per-thread API's bottleneck on the H200.
  */
-namespace warp {
-GPUNVME_DEV uint32_t active()
-{
-	uint32_t m;
-	asm volatile("activemask.b32 %0;" : "=r"(m));
-	return m;
-}
-GPUNVME_DEV uint32_t lane()
-{
-	uint32_t l;
-	asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
-	return l;
-}
-GPUNVME_DEV uint32_t popc(uint32_t x)
-{
-	uint32_t c;
-	asm("popc.b32 %0, %1;" : "=r"(c) : "r"(x));
-	return c;
-}
-GPUNVME_DEV uint32_t msb(uint32_t x) /* x != 0 */
-{
-	uint32_t b;
-	asm("bfind.u32 %0, %1;" : "=r"(b) : "r"(x));
-	return b;
-}
-GPUNVME_DEV uint32_t shfl(uint32_t mask, uint32_t v, uint32_t src)
-{
-	uint32_t r;
-	asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, %3;"
-		     : "=r"(r) : "r"(v), "r"(src), "r"(mask));
-	return r;
-}
-GPUNVME_DEV uint32_t ballot(uint32_t mask, bool p)
-{
-	uint32_t r;
-	asm volatile("{\n\t.reg .pred q;\n\t"
-		     "setp.ne.u32 q, %1, 0;\n\t"
-		     "vote.sync.ballot.b32 %0, q, %2;\n\t}"
-		     : "=r"(r) : "r"((uint32_t)p), "r"(mask));
-	return r;
-}
-} /* namespace warp */
 
 GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q)
 {
@@ -637,32 +662,27 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q)
 		const uint32_t k = nslots - n < lanes ? nslots - n : lanes;
 		const uint32_t at = head + rank; /* < 2 * depth: k <= depth - 1 */
 		const cqe *e = &q.cq[at % q.depth];
-		uint32_t v = 0;
+		uint32_t w[4] = {0, 0, 0, 0}, seq = 0;
 		if (rank < k)
-			asm volatile("ld.relaxed.sys.u32 %0, [%1];"
-				     : "=r"(v)
-				     : "l"((const char *)e + CQE_DW3_OFFSET)
-				     : "memory");
+			fence::poll_cqe(e, w); /* one 16-byte load: the entry */
 		const bool ok = rank < k &&
-				cqe_phase(v) == (phase ^ (uint32_t)(at >= q.depth));
+				cqe_phase(w[3]) == (phase ^ (uint32_t)(at >= q.depth));
 		const uint32_t bad = warp::ballot(mask, !ok) & mask;
 		const uint32_t m = bad ? warp::popc(mask & ((bad & (0u - bad)) - 1u)) : lanes;
 		if (m == 0)
 			break;
 		const bool mine = rank < m;
-		uint32_t w[4] = {0, 0, 0, 0}, seq = 0;
 		bool wrong = false;
-		/* Phases seen: the rest of those entries is valid. */
+		/* Phases seen, with their entries: order what follows. */
 		fence::acquire_system();
 		uint64_t c64 = me == leader ? atom::ld64(&s->sq_pos) : 0;
 		const uint64_t claimed = (uint64_t)warp::shfl(mask, (uint32_t)(c64 >> 32), leader) << 32 |
 					 warp::shfl(mask, (uint32_t)c64, leader);
 		if (mine) {
-			fence::load_cqe16(e, w);
 			const uint32_t cid = cqe_cid(w[3]);
 			seq = cid < nslots ? atom::ld32(&q.slots[cid].seq) : 0;
 			wrong = (w[2] & 0xffffu) >= q.depth || cid >= nslots ||
-				(seq & 3u) != 1u || cqe_phase(w[3]) != cqe_phase(v);
+				(seq & 3u) != 1u;
 		}
 		/* The SQ head after the batch: the last entry's (they only
 		 * grow in CQ order); never past what was claimed. */
@@ -797,35 +817,11 @@ GPUNVME_HD int32_t pq_claim(const pqueue &q, uint32_t *slot, uint32_t *seq,
 	if (pq_failed(q))
 		return ERR_IO;
 	const uint32_t nslots = q.depth - 1;
-	const uint64_t c = atom::add64(&q.st->cid_ticket, 1);
+	const uint64_t c = pq_take_number(&q.st->cid_ticket);
 
 	*slot = (uint32_t)(c % nslots);
 	*seq = (uint32_t)(c / nslots) * 4u;
 	return pq_spin(q, &q.slots[*slot].seq, *seq, h);
-}
-
-/* An SQE as four 16-byte stores straight from registers. */
-GPUNVME_HD void sqe_store(sqe *dst, const sqe &e)
-{
-	const uint64_t *w = (const uint64_t *)&e;
-#if defined(GPUNVME_DEV_NVIDIA)
-	for (int i = 0; i < 4; i++)
-		asm volatile("st.v2.u64 [%0], {%1, %2};"
-			     :: "l"((char *)dst + 16 * i), "l"(w[2 * i]),
-			     "l"(w[2 * i + 1]) : "memory");
-#elif defined(GPUNVME_DEV_AMD)
-	/* Global address space: global_store_dwordx4/b128, not flat. */
-	typedef uint64_t v2u64 __attribute__((ext_vector_type(2)));
-	typedef __attribute__((address_space(1))) v2u64 global_v2u64;
-	for (int i = 0; i < 4; i++) {
-		v2u64 v = {w[2 * i], w[2 * i + 1]};
-		((global_v2u64 *)dst)[i] = v;
-	}
-#else
-	uint64_t *d = (uint64_t *)dst;
-	for (int i = 0; i < 8; i++)
-		d[i] = w[i];
-#endif
 }
 
 /* Post a claimed slot's command (e.cid is set here) and ring. */
@@ -834,12 +830,26 @@ GPUNVME_HD void pq_post(const pqueue &q, uint32_t slot, uint32_t seq, sqe e,
 {
 	e.cid = (uint16_t)slot;
 	atom::st32(&q.slots[slot].seq, seq + 1);
-	const uint64_t p = atom::add64(&q.st->sq_pos, 1);
+#if defined(GPUNVME_DEV_NVIDIA)
+	/* The warp's lanes that post together: one add for their positions,
+	 * and one of them rings for all (after bar.warp.sync, which orders
+	 * every lane's mark before the ringer's fence_sc, as if each lane had
+	 * called pq_ring() itself). */
+	const uint32_t mask = warp::active();
+	const bool ringer = warp::lane() == warp::msb(mask);
+#endif
+	const uint64_t p = pq_take_number(&q.st->sq_pos);
 	const uint32_t at = (uint32_t)(p % q.depth);
 	sqe_store(&q.sq[at], e);
 	fence::release_system(); /* SQE (and PRP list) out before the mark */
 	atom::st32(&q.ready[at], (uint32_t)p + 1);
+#if defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("bar.warp.sync %0;" :: "r"(mask) : "memory");
+	if (ringer)
+		pq_ring(q);
+#else
 	pq_ring(q);
+#endif
 	t->slot = slot;
 	t->seq = seq + 1;
 }

@@ -80,14 +80,41 @@ GPUNVME_HD uint32_t sq_slot(const qpair &q, uint32_t i)
 }
 
 /*
- * Lane i writes the i-th new SQE. Plain stores (the compiler makes 4x
- * 16-byte stores of them), then this lane's own system-scope release, so
- * the entry is out of the GPU before the group barrier that precedes the
- * doorbell: the ringing lane cannot order other lanes' stores by itself.
+ * An SQE as four 16-byte stores straight from registers (NVIDIA
+ * st.v2.u64, AMD global_store_dwordx4/b128), never byte or word copies.
+ */
+GPUNVME_HD void sqe_store(sqe *dst, const sqe &e)
+{
+	const uint64_t *w = (const uint64_t *)&e;
+#if defined(GPUNVME_DEV_NVIDIA)
+	for (int i = 0; i < 4; i++)
+		asm volatile("st.v2.u64 [%0], {%1, %2};"
+			     :: "l"((char *)dst + 16 * i), "l"(w[2 * i]),
+			     "l"(w[2 * i + 1]) : "memory");
+#elif defined(GPUNVME_DEV_AMD)
+	/* Global address space: global_store_dwordx4/b128, not flat. */
+	typedef uint64_t v2u64 __attribute__((ext_vector_type(2)));
+	typedef __attribute__((address_space(1))) v2u64 global_v2u64;
+	for (int i = 0; i < 4; i++) {
+		v2u64 v = {w[2 * i], w[2 * i + 1]};
+		((global_v2u64 *)dst)[i] = v;
+	}
+#else
+	uint64_t *d = (uint64_t *)dst;
+	for (int i = 0; i < 8; i++)
+		d[i] = w[i];
+#endif
+}
+
+/*
+ * Lane i writes the i-th new SQE (sqe_store(): 4x 16-byte stores), then
+ * this lane's own system-scope release, so the entry is out of the GPU
+ * before the group barrier that precedes the doorbell: the ringing lane
+ * cannot order other lanes' stores by itself.
  */
 GPUNVME_HD void sq_put(qpair &q, uint32_t i, const sqe &e)
 {
-	q.sq[sq_slot(q, i)] = e;
+	sqe_store(&q.sq[sq_slot(q, i)], e);
 	fence::release_system();
 }
 
@@ -117,9 +144,24 @@ GPUNVME_HD bool stop_requested(const qpair &q)
 }
 
 /*
+ * The host's stop flag is read once every CQ_STOP_EVERY polls of a wait
+ * (and on the first): one more system-scope read per poll would double a
+ * poll's cost against host memory. A wait still ends at its fixed-rate
+ * clock deadline (clock.h), which is checked on every poll.
+ */
+constexpr uint32_t CQ_STOP_EVERY = 64;
+
+/*
  * Lane i waits for the i-th outstanding completion. CQEs land in
  * completion order, not submission order: out->cid says which command
  * this one is. Returns OK, the NVMe status (> 0) or a negative error.
+ *
+ * Each poll is ONE 16-byte load of the whole entry (fence::poll_cqe(),
+ * phase in its last dword): the poll that sees the phase already holds
+ * dwords 0-2. Build with -DGPUNVME_CQ_POLL_DW3 for the form before it
+ * (poll dword 3 alone with ld.acquire, then three more loads), kept for
+ * comparison (kernels/bench measures both in one run). Between empty
+ * polls: fence::poll_pause() when built with -DGPUNVME_POLL_BACKOFF=1.
  */
 GPUNVME_HD int32_t cq_wait(const qpair &q, uint32_t i, cqe *out)
 {
@@ -129,35 +171,49 @@ GPUNVME_HD int32_t cq_wait(const qpair &q, uint32_t i, cqe *out)
 		return ERR_INVAL;
 
 	const cqe *e = &q.cq[cq_slot(q, i)];
-	const volatile uint32_t *dw3 =
-		(const volatile uint32_t *)((const char *)e + CQE_DW3_OFFSET);
 	const uint32_t want = cq_expected_phase(q, i);
 	deadline d = deadline_start(wall_ticks(), q.timeout_ticks, q.tick_hz);
 
-	for (;;) {
-		uint32_t v = fence::poll_load(dw3);
-
-		if (cqe_phase(v) == want) {
-			/* Phase seen: the rest of the entry is valid. */
+	for (uint32_t k = 0;; k++) {
+#if defined(GPUNVME_CQ_POLL_DW3)
+		const volatile uint32_t *dw3 =
+			(const volatile uint32_t *)((const char *)e + CQE_DW3_OFFSET);
+		uint32_t w[4];
+		w[3] = fence::poll_load(dw3);
+		if (cqe_phase(w[3]) == want) {
 			fence::acquire_system();
-			const volatile uint32_t *w = (const volatile uint32_t *)e;
+			const volatile uint32_t *s = (const volatile uint32_t *)e;
+			w[0] = s[0];
+			w[1] = s[1];
+			w[2] = s[2];
+#else
+		uint32_t w[4];
+		fence::poll_cqe(e, w);
+		if (cqe_phase(w[3]) == want) {
+			/* Phase seen, the entry with it: order what follows
+			 * (payload loads) after it. */
+			fence::acquire_system();
+#endif
+			const uint32_t v = w[3];
 			out->dw0 = w[0];
 			out->dw1 = w[1];
-			uint32_t dw2 = w[2];
-			out->sqhd = (uint16_t)dw2;
-			out->sqid = (uint16_t)(dw2 >> 16);
+			out->sqhd = (uint16_t)w[2];
+			out->sqid = (uint16_t)(w[2] >> 16);
 			out->cid = cqe_cid(v);
 			out->sf = (uint16_t)(v >> 16);
 			return status_ok(cqe_status(v)) ? OK
 							: (int32_t)cqe_status(v);
 		}
-		if (stop_requested(q))
+		if (k % CQ_STOP_EVERY == 0 && stop_requested(q))
 			return ERR_STOPPED;
 		int st = d.step(wall_ticks());
 		if (st == DEADLINE_EXPIRED)
 			return ERR_TIMEOUT;
 		if (st == DEADLINE_CLOCK_STUCK)
 			return ERR_CLOCK;
+#if GPUNVME_POLL_BACKOFF
+		fence::poll_pause();
+#endif
 	}
 }
 

@@ -176,9 +176,15 @@ block_ok() { # kind block
 	release | payload-release) want=("${REL[@]}") ;;
 	acquire | payload-acquire) want=("${ACQ_WAIT[@]}" "${INV[@]}") ;;
 	poll)
+		# One load (a 32-bit word, or a whole 16-byte CQE), or the
+		# per-thread reaper's batch of 8 CQEs: the same invalidate before
+		# and wait after, the same system-scope bits on every load; a
+		# 128-bit load differs from the 32-bit one only in width.
 		want=("${INV[@]}" "$LD" "$LD_WAIT")
 		seq_match "$2" "${want[@]}" && return 0
-		want=("${INV[@]}" "$LD" "$LD" "$LD" "$LD" "$LD" "$LD" "$LD" "$LD" "$LD_WAIT")
+		want=("${INV[@]}" "$LD16" "$LD_WAIT")
+		seq_match "$2" "${want[@]}" && return 0
+		want=("${INV[@]}" "$LD16" "$LD16" "$LD16" "$LD16" "$LD16" "$LD16" "$LD16" "$LD16" "$LD_WAIT")
 		;;
 	*) return 1 ;;
 	esac
@@ -240,6 +246,7 @@ family() { # target
 		INV=('^buffer_gl1_inv$' '^buffer_gl0_inv$')
 		ST="^global_store_(dword|b32) $V, $R, off glc slc dlc\$"
 		LD="^global_load_(dword|b32) $R, $V, off glc slc dlc\$"
+		LD16="^global_load_(dwordx4|b128) $V, $V, off glc slc dlc\$"
 		ST_WAIT=("$WAIT_ALL" "$WAIT_VS")
 		POST=()
 		LD_WAIT='^s_waitcnt vmcnt\(0\)$'
@@ -252,6 +259,7 @@ family() { # target
 		INV=('^global_inv scope:SCOPE_SYS$' '^s_wait_loadcnt 0x0$')
 		ST="^global_store_b32 $V, $R, off scope:SCOPE_SYS\$"
 		LD="^global_load_b32 $R, $V, off scope:SCOPE_SYS\$"
+		LD16="^global_load_b128 $V, $V, off scope:SCOPE_SYS\$"
 		ST_WAIT=('^s_wait_storecnt 0x0$')
 		POST=('^global_wb scope:SCOPE_SYS$' '^s_wait_storecnt 0x0$')
 		LD_WAIT='^s_wait_loadcnt 0x0$'
@@ -264,6 +272,7 @@ family() { # target
 		INV=('^buffer_inv sc0 sc1$')
 		ST="^global_store_dword $V, $R, off sc0 sc1\$"
 		LD="^global_load_dword $R, $V, off sc0 sc1\$"
+		LD16="^global_load_dwordx4 $V, $V, off sc0 sc1\$"
 		ST_WAIT=('^s_waitcnt vmcnt\(0\)$')
 		POST=('^buffer_wbl2 sc0 sc1$' '^s_waitcnt vmcnt\(0\)$')
 		LD_WAIT='^s_waitcnt vmcnt\(0\)$'
@@ -276,6 +285,7 @@ family() { # target
 		INV=('^buffer_invl2$' '^buffer_wbinvl1_vol$')
 		ST="^global_store_dword $V, $R, off\$"
 		LD="^global_load_dword $R, $V, off glc\$"
+		LD16="^global_load_dwordx4 $V, $V, off glc\$"
 		ST_WAIT=('^s_waitcnt vmcnt\(0\)$')
 		POST=('^buffer_wbl2$' '^s_waitcnt vmcnt\(0\)$')
 		LD_WAIT='^s_waitcnt vmcnt\(0\)$'
@@ -309,7 +319,10 @@ for spec in "$@"; do
 		sed -e 's@[[:space:]]*//.*@@' -e 's/^[[:space:]]*//' "$obj" | grep -v '^$' >"$dis"
 		check_chain "$tag: doorbell fence.sc.sys; st.volatile.u32 or st.mmio.relaxed.sys.u32 (generic)" \
 			"$dis" 1 '^fence\.sc\.sys;$' '^st\.(volatile|mmio\.relaxed\.sys)\.u32 \['
-		check_present "$tag: CQ poll ld.acquire.sys.u32" "$dis" '^ld\.acquire\.sys\.u32 '
+		check_present "$tag: CQ poll: ONE 16-byte load ld.volatile.v4.u32 (relaxed, system scope)" "$dis" '^ld\.volatile(\.global)?\.v4\.u32 '
+		check_present "$tag: stop flag poll ld.acquire.sys.u32" "$dis" '^ld\.acquire\.sys\.u32 '
+		check_present "$tag: acquire after the phase fence.acq_rel.sys" "$dis" '^fence\.acq_rel\.sys;$'
+		check_count "$tag: SQE as 4 x 16-byte stores" "$dis" 4 '^st(\.global)?\.v2\.u64 '
 		check_present "$tag: wall clock %globaltimer" "$dis" '%globaltimer'
 		if [ "${name%.ptx}" = pthread_io ]; then
 			check_chain_min "$tag: per-thread API: SQ and CQ doorbells both fence.sc.sys; st.volatile/st.mmio.relaxed.sys" \
@@ -318,9 +331,8 @@ for spec in "$@"; do
 			check_present "$tag: per-thread API: 64-bit ticket add" "$dis" '^atom(\.global)?\.relaxed\.gpu(\.global)?\.add\.u64 '
 			check_present "$tag: per-thread API: lock CAS with acquire" "$dis" '^atom(\.global)?\.acquire\.gpu(\.global)?\.cas\.b32 '
 			check_present "$tag: per-thread API: ring re-check fence.sc.gpu" "$dis" '^fence\.sc\.gpu;$'
-			check_present "$tag: per-thread API: warp reaper polls ld.relaxed.sys.u32" "$dis" '^ld\.relaxed\.sys\.u32 '
 			check_present "$tag: per-thread API: warp reaper agrees by vote.sync.ballot" "$dis" '^vote\.sync\.ballot\.b32 '
-			check_present "$tag: per-thread API: one 16-byte CQE load" "$dis" '^ld\.volatile\.v4\.u32 '
+			check_present "$tag: per-thread API: warp-aggregated claims and ring (bar.warp.sync)" "$dis" '^bar\.warp\.sync '
 		fi
 		check_absent "$tag: no SM cycle clock (%clock, %clock64)" "$dis" '%clock(64)?\b'
 		continue
@@ -347,7 +359,7 @@ for spec in "$@"; do
 	# shellcheck disable=SC2046 # needs prints words
 	check_sites "$tag" "$asm" doorbell poll $(needs "$name")
 	db=("${REL[@]}" "$ST" "${ST_WAIT[@]}" "${POST[@]}" "${INV[@]}")
-	pl=("${INV[@]}" "$LD")
+	pl=("${INV[@]}" "($LD|$LD16)")
 	# The object: as many fenced doorbells and invalidating polls as markers.
 	res=$(chain "$dis" 1 "${db[@]}")
 	if [ "${res% *}" -eq "$count_doorbell" ] && [ "$count_doorbell" -gt 0 ]; then
@@ -378,10 +390,11 @@ for spec in "$@"; do
 	*) clk="^s_memrealtime " clkname=s_memrealtime ;;
 	esac
 	check_present "$tag: wall clock ${clkname}" "$dis" "$clk"
+	case $name in read_verify | write | sweep | pthread_io | guide_read) # the library's examples
+		check_chain "$tag: CQ poll: invalidate, then ONE 16-byte system-scope load" "$dis" 1 "${INV[@]}" "$LD16" ;;
+	esac
 	if [ "$name" = pthread_io ]; then
-		bl=$LD
-		check_count "$tag: per-thread API: CQ batch poll, 8 system-scope loads" "$dis" 9 "$bl"
-		check_present "$tag: per-thread API: one 16-byte CQE load" "$dis" '^global_load_(dwordx4|b128) '
+		check_count "$tag: per-thread API: CQ batch poll, 8 system-scope 16-byte CQE loads" "$dis" 8 "$LD16"
 
 		check_chain_min "$tag: per-thread API: SQ and CQ doorbells both through the fenced store" \
 			"$dis" 2 1 "${db[@]}"

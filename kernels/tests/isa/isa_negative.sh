@@ -25,6 +25,10 @@
 #     must FAIL at the payload contract.
 #  7. A gfx9 chip fence.h has no sequence for (gfx908) is a compile
 #     error, never a fallback.
+#  8. The one-load CQE poll (fence::poll_cqe()) with its 128-bit load
+#     left cacheable (no glc slc dlc), read_verify (the group API's
+#     cq_wait()) for gfx1100: isa_check.sh
+#     must FAIL at the poll sites.
 #
 # usage: isa_negative.sh BUILD_DIR   (env: CLANG, OBJDUMP)
 set -u
@@ -48,7 +52,7 @@ res() { # ok(0/1/skip) desc [diag]
 }
 
 echo "KTAP version 1"
-echo "1..16"
+echo "1..17"
 
 # build target src obj-without-.o [include-dir]: object and assembly.
 build() {
@@ -199,6 +203,19 @@ elif grep -q 'error: "gpunvme/fence.h: gfx9 chip' "$out/gfx908.log"; then
 	res 0 "gfx908 (no verified gfx9 sequence) is a compile error"
 else
 	res 1 "gfx908 (no verified gfx9 sequence) is a compile error" "failed for another reason: $(grep -m1 error: "$out/gfx908.log")"
+fi
+
+# 8: the 16-byte CQE poll without its system-scope bits.
+np=$out/nosys-poll-include
+rm -rf "$np" && cp -r "$kdir/include" "$np"
+sed -i 's/^\(\t\t\s*GPUNVME_ASM_LD16 " %0, %1, off"\) GPUNVME_ASM_LD_SYS /\1 /' "$np/gpunvme/fence.h"
+o=$out/nosys-poll-gfx1100/read_verify
+if cmp -s "$kdir/include/gpunvme/fence.h" "$np/gpunvme/fence.h"; then
+	res 1 "gfx1100: cacheable 16-byte CQE poll rejected" "sed found no poll_cqe() load to weaken"
+elif build gfx1100 "$kdir/examples/read_verify.hip" "$o" "$np"; then
+	must_fail "gfx1100: cacheable 16-byte CQE poll rejected" gfx1100 "$o" 'poll'
+else
+	res 1 "gfx1100: cacheable 16-byte CQE poll rejected" "compile failed: $(head -1 "$o.log")"
 fi
 
 if [ "$skip" -gt 0 ]; then
