@@ -690,11 +690,14 @@ GPUNVME_HD int32_t pq_reap_one(const pqueue &q)
 #if defined(GPUNVME_DEV_NVIDIA)
 /*
  * NVIDIA: the lanes of a warp that call pq_reap() together reap together.
- * One of them takes the CQ lock; then each polls one entry (rank r: head
- * + r), so up to 32 phase words cost one memory round trip, the valid
- * prefix is agreed by ballot, each of those lanes loads its CQE as one
- * 16-byte load after acquire_system() and routes it; the lock holder rings
- * the CQ doorbell once and unlocks. Lanes of one warp run apart under
+ * One of them peeks at the view (pq_cq_view(), no lock); each polls one
+ * entry (rank r: head + r, one 16-byte load), so up to 32 entries cost one
+ * memory round trip, and the valid prefix is agreed by ballot. Nothing
+ * new: done, the lock untouched. Otherwise the leader takes the CQ lock
+ * and checks that the view is still the peeked one (else it unlocks and
+ * the next poll retries); after acquire_system() each lane of the prefix
+ * routes its entry; the lock holder rings the CQ doorbell once and
+ * unlocks. Lanes of one warp run apart under
  * independent thread scheduling, so a single lock holder polling for 31
  * spinning lanes was the per-thread API's bottleneck on the H200.
  */
