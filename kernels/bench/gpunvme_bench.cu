@@ -846,7 +846,7 @@ static run_out run_io(const run_cfg &c)
 			if (st.error && !o.pt_error)
 				o.pt_error = st.error;
 			pt_ok &= st.error == 0 && st.cid_ticket == res[i].cmds &&
-				 st.sq_pos == res[i].cmds && st.db_tail == res[i].cmds &&
+				 st.sq_base == 0 && st.db_tail == res[i].cmds &&
 				 st.sq_head == res[i].cmds && st.cqes == res[i].cmds;
 		}
 	}

@@ -1322,7 +1322,7 @@ static void pt_close(ptq &t)
 static bool pt_settled(const ptq &t, uint64_t total)
 {
 	const pq_shared *s = t.q.st;
-	bool ok = s->error == OK && s->cid_ticket == total && s->sq_pos == total &&
+	bool ok = s->error == OK && s->cid_ticket == total && s->sq_base == 0 &&
 		  s->db_tail == total && s->sq_head == total && s->cqes == total &&
 		  s->cq_head == total % t.q.depth &&
 		  s->phase == (1u ^ (uint32_t)((total / t.q.depth) & 1)) &&
@@ -1333,9 +1333,9 @@ static bool pt_settled(const ptq &t, uint64_t total)
 	     (unsigned long long)s->cq_doorbells,
 	     (unsigned long long)s->sq_head, s->error);
 	if (!ok)
-		diag("q%u: ring not settled: tickets %llu sq_pos %llu db_tail %llu cqes %llu cq_head %u phase %u",
+		diag("q%u: ring not settled: tickets %llu sq_base %llu db_tail %llu cqes %llu cq_head %u phase %u",
 		     t.p.c.qid, (unsigned long long)s->cid_ticket,
-		     (unsigned long long)s->sq_pos, (unsigned long long)s->db_tail,
+		     (unsigned long long)s->sq_base, (unsigned long long)s->db_tail,
 		     (unsigned long long)s->cqes, s->cq_head, s->phase);
 	return ok;
 }

@@ -10,14 +10,16 @@
  * and points a descriptor at with pq_attach(); every
  * thread holds a copy of the pqueue descriptor (pointers and constants).
  *
- *  submit   1. claim a command slot, lock-free: a 64-bit ticket counter
- *              (one atomic add; on NVIDIA one per warp, pq_take_number()); ticket c owns slot c % (depth-1) in round
- *              c / (depth-1) and waits (bounded, reaping meanwhile) until
- *              the slot's previous owner has taken its completion. The
- *              slot index is the NVMe command ID, and the slot's part of
- *              the PRP pool holds this command's PRP list.
- *           2. claim an SQ position (another atomic add, per warp on NVIDIA) and write the SQE
- *              there as four 16-byte stores, then a system-scope release
+ *  submit   1. take a ticket, lock-free: a 64-bit counter (one atomic
+ *              add; on NVIDIA one per warp, pq_take_number()). Ticket c
+ *              owns command slot c % (depth-1) in round c / (depth-1) AND
+ *              SQ position sq_base + c (one counter for both), and waits
+ *              (bounded, reaping meanwhile) until the slot's previous
+ *              owner has taken its completion. The slot index is the NVMe
+ *              command ID, and the slot's part of the PRP pool holds this
+ *              command's PRP list.
+ *           2. write the SQE at the ticket's SQ position as four 16-byte
+ *              stores, then a system-scope release
  *              (the same fence::release_system() as sq_put()), then mark
  *              the position ready.
  *           3. ring, coalesced: whoever takes the ring lock (one CAS; a
@@ -28,7 +30,13 @@
  *              position; a marker that found the lock taken checked it
  *              after its mark (sequentially consistent fences on both
  *              sides), so a ready command is never left unrung.
- *  reap     whoever takes the CQ lock consumes the CQ in order: poll
+ *  reap     peek first, lock only for work: read the CQ head, phase
+ *           and CQE count (one cache line, no lock), poll the entries
+ *           there; only when a new phase is seen take the CQ lock (one
+ *           compare-and-swap), and keep what was polled only if head,
+ *           phase and the 64-bit CQE count are still what the peek read
+ *           (nobody consumed anything in between; the count never
+ *           repeats). The lock holder consumes the CQ in order: poll
  *           whole entries several at once, one 16-byte load each
  *           (fence::poll_cqe_batch(); on NVIDIA the warp's lanes that reap
  *           together poll one entry each and agree by ballot), so the poll
@@ -45,10 +53,14 @@
  *
  * Flow control: at most depth-1 commands hold a slot, so at most depth-1
  * SQ entries are unconsumed and the SQ and CQ never overflow. Proof of the
- * SQ side: position p reuses the SQ entry of p - depth; were that entry
- * not fetched, no position from p - depth on would be (the controller
- * fetches in order), so the depth commands at p-depth..p-1 and p would all
- * hold slots at once: depth + 1 > depth - 1.
+ * SQ side: ticket c (position sq_base + c) writes its SQE only after
+ * ticket c - (depth-1) completed, so the controller fetched that ticket's
+ * position and (it fetches in order) every earlier one, the position of
+ * ticket c - depth, whose SQ entry c reuses, among them. A ticket waits
+ * only for earlier tickets (its slot's previous round; the ring for
+ * earlier positions), so no wait is circular: a ticket still waiting for
+ * its slot holds back the doorbell for later positions (they are marked,
+ * and rung once it posts) but never anything it waits for.
  *
  * Limits: a thread may hold several tickets; a claim waits for the slot's
  * previous round to be taken, and on a shared pair that can be the
@@ -215,11 +227,23 @@ GPUNVME_HD void fence_sc()
 #endif
 }
 
-/* One attempt at a lock word (0 free, 1 held); acquire on success. */
+/* Add v to a statistics counter; nobody waits for the old value (NVIDIA:
+ * red, no round trip on the caller's path). */
+GPUNVME_HD void red64(uint64_t *p, uint64_t v)
+{
+#if defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("red.relaxed.gpu.add.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+#else
+	(void)add64(p, v);
+#endif
+}
+
+/* One attempt at a lock word (0 free, 1 held); acquire on success. One
+ * compare-and-swap, no load before it: every caller tries only when it
+ * has work for the holder (a ready mark, a CQE seen), so the lock is
+ * rarely contended and the load would be one more serial round trip. */
 GPUNVME_HD bool try_lock(uint32_t *p)
 {
-	if (ld32(p) != 0)
-		return false;
 #if defined(GPUNVME_DEV_AMD)
 	uint32_t expected = 0;
 	return __scoped_atomic_compare_exchange_n(p, &expected, 1u, false,
@@ -309,8 +333,8 @@ struct alignas(16) pq_slot {
 
 /* Shared bookkeeping of one pair; hot words on their own cache lines. */
 struct pq_shared {
-	uint64_t cid_ticket;  /* command slots claimed */
-	uint64_t sq_pos;      /* SQ positions claimed */
+	uint64_t cid_ticket;  /* tickets taken (command slots and SQ positions) */
+	uint64_t sq_base;     /* SQ position of ticket 0 (ticket c: sq_base + c) */
 	uint64_t pad0[6];
 	uint32_t db_lock;
 	uint32_t pad1;
@@ -378,7 +402,7 @@ GPUNVME_HD void pq_init(void *mem, uint32_t depth, uint32_t sq_tail,
 	for (uint64_t i = 0; i < pq_bytes(depth); i++)
 		b[i] = 0;
 	pq_shared *s = (pq_shared *)mem;
-	s->sq_pos = s->db_tail = s->sq_head = sq_tail;
+	s->sq_base = s->db_tail = s->sq_head = sq_tail;
 	s->cq_head = cq_head;
 	s->phase = phase;
 	/* Marks are p+1: position sq_tail's entry holds a value it never
@@ -521,7 +545,7 @@ GPUNVME_HD void pq_ring(const pqueue &q)
 		atom::fence_acquire();
 		if (t != t0) {
 			atom::st64(&s->db_tail, t);
-			atom::st64(&s->sq_doorbells, atom::ld64(&s->sq_doorbells) + 1);
+			atom::red64(&s->sq_doorbells, 1);
 			/* release (system) + the store: every marked SQE was
 			 * released by its writer before its mark. */
 			fence::doorbell_write(q.sq_db, (uint32_t)(t % q.depth));
@@ -533,25 +557,52 @@ GPUNVME_HD void pq_ring(const pqueue &q)
 	}
 }
 
+/* The reaper's view of the CQ: head, phase and CQEs consumed so far,
+ * read without the lock (a peek) or under it (authoritative). Only the
+ * lock holder changes them; the 64-bit count never repeats, so a peek
+ * equal to the authoritative view under the lock means nobody consumed
+ * anything since the peek. */
+struct pq_cqview {
+	uint32_t head, phase;
+	uint64_t cqes;
+	int32_t error; /* read along (same cache line), not compared */
+};
+
+GPUNVME_HD bool pq_same_view(const pq_cqview &a, const pq_cqview &b)
+{
+	return a.head == b.head && a.phase == b.phase && a.cqes == b.cqes;
+}
+
+GPUNVME_HD pq_cqview pq_cq_view(const pq_shared *s)
+{
+	pq_cqview v;
+	v.head = atom::ld32(&s->cq_head);
+	v.phase = atom::ld32(&s->phase);
+	v.cqes = atom::ld64(&s->cqes);
+	v.error = (int32_t)atom::ld32((const uint32_t *)&s->error);
+	return v;
+}
+
 /*
- * Consume whatever the CQ holds, in order, if nobody else is: poll
- * POLL_BATCH phase words at once, acquire once, load each new CQE as one
- * 16-byte load, route it to its command's slot, track the SQ head, publish
+ * Consume whatever the CQ holds, in order: peek (head, phase, count; no
+ * lock), poll POLL_BATCH entries at once (one 16-byte load each); nothing
+ * new: return 0 without touching the lock. Otherwise take the CQ lock,
+ * keep the polled entries only if the view is unchanged, acquire once,
+ * route each new CQE to its command's slot, track the SQ head, publish
  * the batch's slots behind one release fence, ring the CQ head doorbell
- * once. Returns CQEs consumed (0: none, or someone else holds the lock),
- * or a negative error (the pair is poisoned).
+ * once. Returns CQEs consumed (0: none, someone else holds the lock, or
+ * someone reaped since the peek), or a negative error (the pair is
+ * poisoned).
  */
 GPUNVME_HD int32_t pq_reap_one(const pqueue &q)
 {
 	pq_shared *s = q.st;
-
-	if (!atom::try_lock(&s->cq_lock))
-		return 0;
-	uint32_t head = atom::ld32(&s->cq_head);
-	uint32_t phase = atom::ld32(&s->phase);
-	uint64_t sqh = atom::ld64(&s->sq_head);
+	const pq_cqview peek = pq_cq_view(s);
 	const uint32_t nslots = q.depth - 1;
-	int32_t err = pq_failed(q) ? ERR_IO : OK;
+	uint32_t head = peek.head, phase = peek.phase;
+	bool polled = false, locked = false;
+	uint64_t sqh = 0;
+	int32_t err = OK;
 	uint32_t n = 0;
 
 	while (err == OK && n < nslots) {
@@ -567,10 +618,25 @@ GPUNVME_HD int32_t pq_reap_one(const pqueue &q)
 			m++;
 		if (m == 0)
 			break;
+		if (!polled) {
+			/* New entries seen: now the lock, and only if nobody
+			 * consumed anything since the peek are they ours. */
+			polled = true;
+			if (!atom::try_lock(&s->cq_lock))
+				return pq_failed(q) ? ERR_IO : 0;
+			locked = true;
+			sqh = atom::ld64(&s->sq_head);
+			if (!pq_same_view(pq_cq_view(s), peek))
+				break; /* n == 0: unlock, retry on the next poll */
+			if (pq_failed(q)) {
+				err = ERR_IO;
+				break;
+			}
+		}
 		/* Phases seen (the entries with them): order what follows after
 		 * them; every position they consumed was claimed before this. */
 		fence::acquire_system();
-		const uint64_t claimed = atom::ld64(&s->sq_pos);
+		const uint64_t claimed = atom::ld64(&s->sq_base) + atom::ld64(&s->cid_ticket);
 		uint32_t seq[fence::POLL_BATCH], ok = 0;
 		for (; ok < m; ok++) {
 			const uint32_t cid = cqe_cid(w[ok][3]);
@@ -606,26 +672,32 @@ GPUNVME_HD int32_t pq_reap_one(const pqueue &q)
 		atom::st32(&s->cq_head, head);
 		atom::st32(&s->phase, phase);
 		atom::st64(&s->sq_head, sqh);
-		atom::st64(&s->cqes, atom::ld64(&s->cqes) + n);
+		atom::st64(&s->cqes, peek.cqes + n); /* == the view under the lock */
 		if (err == OK) {
-			atom::st64(&s->cq_doorbells, atom::ld64(&s->cq_doorbells) + 1);
+			atom::red64(&s->cq_doorbells, 1);
 			fence::doorbell_write(q.cq_db, head);
 		}
 	}
 	if (err != OK)
 		pq_fail(q, err);
-	atom::unlock(&s->cq_lock);
+	if (locked)
+		atom::unlock(&s->cq_lock);
+	else if (peek.error != OK)
+		err = ERR_IO; /* nothing new, and the pair is poisoned */
 	return err != OK ? err : (int32_t)n;
 }
 
 #if defined(GPUNVME_DEV_NVIDIA)
 /*
  * NVIDIA: the lanes of a warp that call pq_reap() together reap together.
- * One of them takes the CQ lock; then each polls one entry (rank r: head
- * + r), so up to 32 phase words cost one memory round trip, the valid
- * prefix is agreed by ballot, each of those lanes loads its CQE as one
- * 16-byte load after acquire_system() and routes it; the lock holder rings
- * the CQ doorbell once and unlocks. Lanes of one warp run apart under
+ * One of them peeks at the view (pq_cq_view(), no lock); each polls one
+ * entry (rank r: head + r, one 16-byte load), so up to 32 entries cost one
+ * memory round trip, and the valid prefix is agreed by ballot. Nothing
+ * new: done, the lock untouched. Otherwise the leader takes the CQ lock
+ * and checks that the view is still the peeked one (else it unlocks and
+ * the next poll retries); after acquire_system() each lane of the prefix
+ * routes its entry; the lock holder rings the CQ doorbell once and
+ * unlocks. Lanes of one warp run apart under
  * independent thread scheduling, so a single lock holder polling for 31
  * spinning lanes was the per-thread API's bottleneck on the H200.
  */
@@ -637,26 +709,20 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q)
 	const uint32_t leader = warp::msb(mask & (0u - mask));
 	const uint32_t rank = warp::popc(mask & ((1u << me) - 1u));
 	const uint32_t lanes = warp::popc(mask);
-	uint32_t got = me == leader ? (uint32_t)atom::try_lock(&s->cq_lock) : 0u;
-
-	if (!warp::shfl(mask, got, leader))
-		return 0;
-	uint32_t head = 0, phase = 0, sqh_lo = 0, sqh_hi = 0, failed = 0;
-	if (me == leader) {
-		head = atom::ld32(&s->cq_head);
-		phase = atom::ld32(&s->phase);
-		uint64_t h = atom::ld64(&s->sq_head);
-		sqh_lo = (uint32_t)h;
-		sqh_hi = (uint32_t)(h >> 32);
-		failed = pq_failed(q);
-	}
-	head = warp::shfl(mask, head, leader);
-	phase = warp::shfl(mask, phase, leader);
-	uint64_t sqh = (uint64_t)warp::shfl(mask, sqh_hi, leader) << 32 |
-		       warp::shfl(mask, sqh_lo, leader);
-	int32_t err = warp::shfl(mask, failed, leader) ? ERR_IO : OK;
+	/* The peek: the leader reads the view (one cache line), no lock. */
+	pq_cqview peek = {0, 0, 0, 0};
+	if (me == leader)
+		peek = pq_cq_view(s);
+	uint32_t head = warp::shfl(mask, peek.head, leader);
+	uint32_t phase = warp::shfl(mask, peek.phase, leader);
+	const bool poisoned = warp::shfl(mask, (uint32_t)peek.error, leader) != 0;
+	if (poisoned)
+		return ERR_IO;
+	uint64_t sqh = 0;
+	int32_t err = OK;
 	const uint32_t nslots = q.depth - 1;
 	uint32_t n = 0;
+	bool locked = false;
 
 	while (err == OK && n < nslots) {
 		const uint32_t k = nslots - n < lanes ? nslots - n : lanes;
@@ -671,11 +737,37 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q)
 		const uint32_t m = bad ? warp::popc(mask & ((bad & (0u - bad)) - 1u)) : lanes;
 		if (m == 0)
 			break;
+		if (!locked) {
+			/* New entries seen: now the lock (one CAS), and only if
+			 * nobody consumed anything since the peek are they ours. */
+			uint32_t got = 0, lo = 0, hi = 0;
+			if (me == leader && atom::try_lock(&s->cq_lock)) {
+				const uint64_t h = atom::ld64(&s->sq_head);
+				const pq_cqview now = pq_cq_view(s);
+				got = pq_same_view(now, peek) ? 1u : 2u;
+				if (now.error != OK)
+					got = 3u;
+				lo = (uint32_t)h;
+				hi = (uint32_t)(h >> 32);
+			}
+			got = warp::shfl(mask, got, leader);
+			if (got == 0)
+				return 0; /* someone else is reaping */
+			locked = true;
+			if (got == 2u)
+				break; /* n == 0: unlock; the next poll retries */
+			if (got == 3u) {
+				err = ERR_IO;
+				break;
+			}
+			sqh = (uint64_t)warp::shfl(mask, hi, leader) << 32 |
+			      warp::shfl(mask, lo, leader);
+		}
 		const bool mine = rank < m;
 		bool wrong = false;
 		/* Phases seen, with their entries: order what follows. */
 		fence::acquire_system();
-		uint64_t c64 = me == leader ? atom::ld64(&s->sq_pos) : 0;
+		uint64_t c64 = me == leader ? atom::ld64(&s->sq_base) + atom::ld64(&s->cid_ticket) : 0;
 		const uint64_t claimed = (uint64_t)warp::shfl(mask, (uint32_t)(c64 >> 32), leader) << 32 |
 					 warp::shfl(mask, (uint32_t)c64, leader);
 		if (mine) {
@@ -718,14 +810,14 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q)
 		if (m < lanes)
 			break;
 	}
-	if (me == leader) {
+	if (me == leader && locked) {
 		if (n) {
 			atom::st32(&s->cq_head, head);
 			atom::st32(&s->phase, phase);
 			atom::st64(&s->sq_head, sqh);
-			atom::st64(&s->cqes, atom::ld64(&s->cqes) + n);
+			atom::st64(&s->cqes, peek.cqes + n); /* == the view under the lock */
 			if (err == OK) {
-				atom::st64(&s->cq_doorbells, atom::ld64(&s->cq_doorbells) + 1);
+				atom::red64(&s->cq_doorbells, 1);
 				fence::doorbell_write(q.cq_db, head);
 			}
 		}
@@ -784,13 +876,13 @@ GPUNVME_HD int32_t pq_spin(const pqueue &q, const uint32_t *p, uint32_t want,
 			if (h->rc[k] == ERR_AGAIN &&
 			    atom::ld32_acquire(&q.slots[h->t[k].slot].seq) == h->t[k].seq + 1)
 				h->rc[k] = pq_take(q, h->t[k], nullptr);
+		/* The reap's peek reads the pair's error word too: a poisoned
+		 * pair ends here with ERR_IO. */
 		int32_t r = pq_reap(q);
 		if (r < 0)
 			return r;
-		if (atom::ld32_acquire(p) == want)
+		if (r > 0 && atom::ld32_acquire(p) == want)
 			return OK;
-		if (pq_failed(q))
-			return ERR_IO;
 		int32_t err = OK;
 		if (i % PQ_STOP_EVERY == 0 && pq_stop(q))
 			err = ERR_STOPPED;
@@ -808,37 +900,43 @@ GPUNVME_HD int32_t pq_spin(const pqueue &q, const uint32_t *p, uint32_t want,
 	}
 }
 
-/* Claim a command slot: its index and the seq it is free at. */
+/* Take a ticket: its command slot, the seq the slot is free at, and its
+ * SQ position; waits until the slot is free. */
 GPUNVME_HD int32_t pq_claim(const pqueue &q, uint32_t *slot, uint32_t *seq,
-			    const pq_held *h = nullptr)
+			    uint64_t *pos, const pq_held *h = nullptr)
 {
 	if (q.depth < 2 || q.tick_hz == 0 || !q.st)
 		return ERR_INVAL;
-	if (pq_failed(q))
-		return ERR_IO;
+	/* Error word, base and ticket issued together (no load waits for
+	 * another); a ticket taken on a poisoned pair is never posted, and
+	 * nothing on that pair is waited for again. */
+	const bool failed = pq_failed(q);
+	const uint64_t base = atom::ld64(&q.st->sq_base);
 	const uint32_t nslots = q.depth - 1;
 	const uint64_t c = pq_take_number(&q.st->cid_ticket);
 
+	if (failed)
+		return ERR_IO;
 	*slot = (uint32_t)(c % nslots);
 	*seq = (uint32_t)(c / nslots) * 4u;
+	*pos = base + c;
 	return pq_spin(q, &q.slots[*slot].seq, *seq, h);
 }
 
 /* Post a claimed slot's command (e.cid is set here) and ring. */
-GPUNVME_HD void pq_post(const pqueue &q, uint32_t slot, uint32_t seq, sqe e,
-			pq_ticket *t)
+GPUNVME_HD void pq_post(const pqueue &q, uint32_t slot, uint32_t seq,
+			uint64_t p, sqe e, pq_ticket *t)
 {
 	e.cid = (uint16_t)slot;
 	atom::st32(&q.slots[slot].seq, seq + 1);
 #if defined(GPUNVME_DEV_NVIDIA)
-	/* The warp's lanes that post together: one add for their positions,
-	 * and one of them rings for all (after bar.warp.sync, which orders
+	/* The warp's lanes that post together: one of them rings for all
+	 * (their positions came with their tickets; after bar.warp.sync, which orders
 	 * every lane's mark before the ringer's fence_sc, as if each lane had
 	 * called pq_ring() itself). */
 	const uint32_t mask = warp::active();
 	const bool ringer = warp::lane() == warp::msb(mask);
 #endif
-	const uint64_t p = pq_take_number(&q.st->sq_pos);
 	const uint32_t at = (uint32_t)(p % q.depth);
 	sqe_store(&q.sq[at], e);
 	fence::release_system(); /* SQE (and PRP list) out before the mark */
@@ -858,11 +956,12 @@ GPUNVME_HD void pq_post(const pqueue &q, uint32_t slot, uint32_t seq, sqe e,
 GPUNVME_HD int32_t pq_submit(const pqueue &q, const sqe &e, pq_ticket *t)
 {
 	uint32_t slot, seq;
-	int32_t rc = pq_claim(q, &slot, &seq);
+	uint64_t pos;
+	int32_t rc = pq_claim(q, &slot, &seq, &pos);
 
 	if (rc != OK)
 		return rc;
-	pq_post(q, slot, seq, e, t);
+	pq_post(q, slot, seq, pos, e, t);
 	return OK;
 }
 
@@ -904,7 +1003,8 @@ GPUNVME_HD int32_t pq_submit_io(const pqueue &q, uint8_t opc, uint32_t nsid,
 	if (rc != OK)
 		return rc;
 	uint32_t slot, seq;
-	rc = pq_claim(q, &slot, &seq, held);
+	uint64_t pos;
+	rc = pq_claim(q, &slot, &seq, &pos, held);
 	if (rc != OK)
 		return rc;
 	const uint64_t pg = off / 4096;
@@ -922,7 +1022,7 @@ GPUNVME_HD int32_t pq_submit_io(const pqueue &q, uint8_t opc, uint32_t nsid,
 		prp2 = q.prp_page_dma ? q.prp_page_dma[at / 4096] + at % 4096
 				      : q.prp_dma + at;
 	}
-	pq_post(q, slot, seq, sqe_rw(opc, 0, nsid, slba, nlb0, prp1, prp2), t);
+	pq_post(q, slot, seq, pos, sqe_rw(opc, 0, nsid, slba, nlb0, prp1, prp2), t);
 	return OK;
 }
 
@@ -960,12 +1060,15 @@ GPUNVME_HD int32_t pq_test(const pqueue &q, pq_ticket t, cqe *out)
 		return pq_take(q, t, out);
 	if (seq != t.seq)
 		return ERR_INVAL; /* not a live ticket */
+	/* Nothing consumed by this reap: the slot was just checked (another
+	 * reaper's routing is seen on the next call); the reap's peek read
+	 * the pair's error word (ERR_IO when poisoned). */
 	int32_t r = pq_reap(q);
 	if (r < 0)
 		return r;
-	if (atom::ld32_acquire(&q.slots[t.slot].seq) == t.seq + 1)
+	if (r > 0 && atom::ld32_acquire(&q.slots[t.slot].seq) == t.seq + 1)
 		return pq_take(q, t, out);
-	return pq_failed(q) ? ERR_IO : ERR_AGAIN;
+	return ERR_AGAIN;
 }
 
 /* Wait for ticket t, bounded (clock.h) and abortable (stop flag). */
