@@ -36,7 +36,10 @@
 // translating IOMMU) the raw tests are reported as skipped, with the
 // reason.
 // Output: KTAP. Environment: GPUNVME_BDF, GPUNVME_DIR (module load and
-// bind as in tests/selftests/vmenv.h).
+// bind as in tests/selftests/vmenv.h); GPUNVME_BDF2, a second controller
+// for pthread_two_controllers; GPUNVME_HOSTRUN_ONLY (comma-separated test
+// names: run only those) and GPUNVME_HOSTRUN_MODES ("shared" or "raw":
+// only that half).
 
 #include <gpunvme/gpunvme.h>
 
@@ -60,6 +63,8 @@
 #include <cstring>
 #include <fcntl.h>
 #include <mutex>
+#include <poll.h>
+#include <sys/wait.h>
 #include <string>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -1671,13 +1676,102 @@ static void t_pt_own_ticket(uint32_t flags)
 }
 
 /*
- * Two controllers at once: the VM has one controller bound to gpunvme
- * (GPUNVME_BDF); the other (KERNEL_NVME_BDF) belongs to nvme.ko and other
- * tests of the same boot, so it is not taken here.
+ * Two controllers at once: this process runs the per-thread API (8 groups
+ * of 8 threads on 4 pairs, write then read and check) on its controller
+ * while a child process, started from this binary with GPUNVME_BDF set to
+ * GPUNVME_BDF2, runs pthread_64_threads_4_pairs on the second. A pipe
+ * handshake starts both together; each reports its CLOCK_MONOTONIC window
+ * and the windows must overlap. Without GPUNVME_BDF2 (one controller for
+ * gpunvme in this boot) it is skipped: tests/vm/suite.sh runs it in the
+ * nine-controller boot.
  */
-static void t_pt_two_controllers(uint32_t)
+static long long mono_us()
 {
-	g_skip = "the VM binds one controller to gpunvme (the second is nvme.ko's)";
+	timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+static void t_pt_two_controllers(uint32_t flags)
+{
+	const char *bdf2 = getenv("GPUNVME_BDF2");
+	if (!bdf2 || !*bdf2) {
+		g_skip = "no GPUNVME_BDF2: this boot binds one controller to gpunvme";
+		return;
+	}
+	int ready[2], go[2], out[2];
+	if (pipe(ready) || pipe(go) || pipe(out)) {
+		CHECK(false, "pipe: %s", strerror(errno));
+		return;
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(out[1], 1);
+		dup2(ready[1], 3);
+		dup2(go[0], 4);
+		setenv("GPUNVME_BDF", bdf2, 1);
+		unsetenv("GPUNVME_BDF2");
+		setenv("GPUNVME_HOSTRUN_ONLY", "pthread_64_threads_4_pairs", 1);
+		setenv("GPUNVME_HOSTRUN_MODES", (flags & GPUNVME_QPAIR_RAW) ? "raw" : "shared", 1);
+		setenv("GPUNVME_HOSTRUN_SYNC", "3,4", 1);
+		execl("/proc/self/exe", "gpunvme_hostrun", (char *)nullptr);
+		_exit(127);
+	}
+	close(ready[1]);
+	close(go[0]);
+	close(out[1]);
+	if (pid < 0) {
+		CHECK(false, "fork: %s", strerror(errno));
+		return;
+	}
+	/* Wait (bounded) until the child has set up its controller. */
+	pollfd p = {ready[0], POLLIN, 0};
+	char c = 0;
+	bool child_ready = poll(&p, 1, 60000) == 1 && read(ready[0], &c, 1) == 1;
+	CHECK(child_ready, "the child on %s did not get ready within 60 s", bdf2);
+	long long t0 = mono_us();
+	if (child_ready && write(go[1], "g", 1) != 1)
+		child_ready = false;
+	close(go[1]);
+	close(ready[0]);
+	if (child_ready)
+		t_pt_4pairs(flags);
+	long long t1 = mono_us();
+	/* The child's KTAP, then its exit (bounded: killed after 120 s). */
+	std::string text;
+	for (long long until = mono_us() + 120000000; mono_us() < until;) {
+		pollfd q = {out[0], POLLIN, 0};
+		if (poll(&q, 1, 1000) != 1)
+			continue;
+		char buf[4096];
+		ssize_t n = read(out[0], buf, sizeof(buf));
+		if (n <= 0)
+			break;
+		text.append(buf, (size_t)n);
+	}
+	close(out[0]);
+	int status = 0;
+	pid_t done = 0;
+	for (int i = 0; i < 100 && (done = waitpid(pid, &status, WNOHANG)) == 0; i++)
+		usleep(100000);
+	if (done == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+	long long c0 = 0, c1 = 0;
+	size_t at = 0;
+	while (at < text.size()) {
+		size_t nl = text.find('\n', at);
+		std::string line = text.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+		at = nl == std::string::npos ? text.size() : nl + 1;
+		diag("%s: %s", bdf2, line.c_str());
+		std::sscanf(line.c_str(), "# window %lld %lld", &c0, &c1);
+	}
+	CHECK(done == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+		      text.find("1 passed, 0 failed") != std::string::npos,
+	      "the child on %s: exit status %#x, its summary missing or failed", bdf2, status);
+	CHECK(c0 && c1 && c0 < t1 && t0 < c1,
+	      "the two controllers' runs overlap: here %lld..%lld us, %s %lld..%lld us", t0, t1, bdf2, c0, c1);
 }
 
 /*
@@ -1839,14 +1933,47 @@ int main()
 	const uint32_t modes[2] = {0, GPUNVME_QPAIR_RAW};
 	const int total = (int)(sizeof(TESTS) / sizeof(TESTS[0])) * 2;
 
-	std::printf("KTAP version 1\n1..%d\n", total);
+	const char *only = getenv("GPUNVME_HOSTRUN_ONLY");
+	const char *modes_env = getenv("GPUNVME_HOSTRUN_MODES");
+	auto selected = [&](const char *name) {
+		if (!only || !*only)
+			return true;
+		std::string list = std::string(",") + only + ",";
+		return list.find(std::string(",") + name + ",") != std::string::npos;
+	};
+	auto mode_selected = [&](uint32_t mode) {
+		if (!modes_env || !*modes_env)
+			return true;
+		return !std::strcmp(modes_env, (mode & GPUNVME_QPAIR_RAW) ? "raw" : "shared");
+	};
+	int planned = 0;
+	for (uint32_t mode : modes)
+		for (const test &t : TESTS)
+			planned += mode_selected(mode) && selected(t.name);
+	(void)total;
+	std::printf("KTAP version 1\n1..%d\n", planned);
 	std::fflush(stdout);
 	std::string why;
 	bool ready = setup(why) == 0;
 	if (!ready)
 		diag("setup failed: %s", why.c_str());
+	/* Started by pthread_two_controllers: say ready on one fd, wait for go
+	 * on the other (bounded), so both controllers' runs start together. */
+	long long window0 = 0;
+	if (const char *sync = getenv("GPUNVME_HOSTRUN_SYNC")) {
+		int rfd = -1, gfd = -1;
+		char c = 0;
+		if (std::sscanf(sync, "%d,%d", &rfd, &gfd) == 2 && write(rfd, "r", 1) == 1) {
+			pollfd p = {gfd, POLLIN, 0};
+			if (poll(&p, 1, 60000) != 1 || read(gfd, &c, 1) != 1)
+				diag("no go from the parent within 60 s");
+		}
+		window0 = mono_us();
+	}
 
 	for (uint32_t mode : modes) {
+		if (!mode_selected(mode))
+			continue;
 		/* Raw pairs need owner mode: claimed once, after every shared
 		 * pair of this file is gone; held until the file closes. */
 		std::string no_owner;
@@ -1857,6 +1984,8 @@ int main()
 				diag("%s", no_owner.c_str());
 		}
 		for (const test &t : TESTS) {
+			if (!selected(t.name))
+				continue;
 			std::string name = std::string(t.name) +
 					   ((mode & GPUNVME_QPAIR_RAW) ? "_raw" : "_shared");
 			g_ok = ready && (no_owner.empty() || owner_skip);
@@ -1881,6 +2010,8 @@ int main()
 			std::fflush(stdout);
 		}
 	}
+	if (window0)
+		std::printf("# window %lld %lld\n", window0, mono_us());
 	teardown();
 	if (g_skipped)
 		std::printf("%d passed, %d failed, %d skipped\n", g_pass,
