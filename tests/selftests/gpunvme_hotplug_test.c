@@ -312,8 +312,10 @@ static long long module_refs(void)
  * allocated from a sheaf look referenced. slub_debug=P (tests/vm/suite.sh,
  * boot 9, debug kernel) gives every cache debug flags, hence no sheaves,
  * and poisons freed objects; with it the same deliberate leaks were all
- * reported. (Shown on a plain boot; which of the two effects matters was
- * not separated: the code points at the sheaves.)
+ * reported. On plain boots slub_debug=U (debug flags, so no sheaves, but no
+ * poisoning) was enough too, so the sheaves are the cause; P is used as it
+ * also keeps SLUB's free pointers and old contents, stale pointers both,
+ * out of allocated objects.
  *
  * So this check proves itself each run:
  *  - a child that exits has the stand-in leak one object on purpose
