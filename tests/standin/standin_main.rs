@@ -114,7 +114,14 @@ macro_rules! plain {
         unsafe impl AsBytes for $t {}
     )*};
 }
-plain!(ImportArg, Write32Arg, ReadArg, RawWrite32Arg, ReleaseArg);
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct KmemleakControlArg {
+    tag: u32,
+    flags: u32,
+}
+
+plain!(ImportArg, Write32Arg, ReadArg, RawWrite32Arg, ReleaseArg, KmemleakControlArg);
 
 const IOC_IMPORT: u32 = _IOWR::<ImportArg>(IOC_MAGIC, 0x00);
 const IOC_WRITE32: u32 = _IOW::<Write32Arg>(IOC_MAGIC, 0x01);
@@ -122,6 +129,27 @@ const IOC_READ: u32 = _IOW::<ReadArg>(IOC_MAGIC, 0x02);
 const IOC_RAW_WRITE32: u32 = _IOW::<RawWrite32Arg>(IOC_MAGIC, 0x03);
 const IOC_RELEASE: u32 = _IOW::<ReleaseArg>(IOC_MAGIC, 0x04);
 const IOC_EXPORT_NO_P2P: u32 = kernel::ioctl::_IO(IOC_MAGIC, 0x05);
+const IOC_KMEMLEAK_CONTROL: u32 = _IOW::<KmemleakControlArg>(IOC_MAGIC, 0x06);
+
+/// STANDIN_KMEMLEAK_CONTROL_SIZE and _MAGIC of standin_uapi.h.
+const KMEMLEAK_CONTROL_SIZE: usize = 5000;
+const KMEMLEAK_CONTROL_MAGIC: &[u8; 32] = b"gpunvme_standin kmemleak control";
+
+/// Test only: leak one object on purpose (STANDIN_IOC_KMEMLEAK_CONTROL), the
+/// positive control of the kmemleak checks. Not inlined: its name is the
+/// allocation site the checks look for in kmemleak's backtrace. The pointer
+/// is stored nowhere (no log line prints it), so only stale copies (a live
+/// task's stack) can hide it from kmemleak.
+#[inline(never)]
+fn kmemleak_control(tag: u32) -> Result {
+    let mut obj = KVec::<u8>::with_capacity(KMEMLEAK_CONTROL_SIZE, GFP_KERNEL)?;
+    obj.extend_from_slice(KMEMLEAK_CONTROL_MAGIC, GFP_KERNEL)?;
+    obj.extend_from_slice(&tag.to_le_bytes(), GFP_KERNEL)?;
+    obj.resize(KMEMLEAK_CONTROL_SIZE, 0, GFP_KERNEL)?;
+    // Forgotten on purpose: nothing frees it.
+    let _ = obj.into_raw_parts();
+    Ok(())
+}
 
 // ---- the C importer (standin_shim.c) ----
 
@@ -388,6 +416,15 @@ impl MiscDevice for Misc {
             IOC_READ => me.read(arg),
             IOC_RAW_WRITE32 => me.raw_write32(arg),
             IOC_RELEASE => me.release(arg),
+            IOC_KMEMLEAK_CONTROL => {
+                let (a, _) = arg!(KmemleakControlArg, arg);
+                if a.flags != 0 {
+                    return Err(EINVAL);
+                }
+                kmemleak_control(a.tag)?;
+                dev_info!(me.shared.dev, "KMEMLEAK_CONTROL: leaked {} bytes on purpose (tag {:#x})\n", KMEMLEAK_CONTROL_SIZE, a.tag);
+                Ok(0)
+            }
             IOC_EXPORT_NO_P2P => {
                 // SAFETY: creates a dma-buf and installs an fd in the caller.
                 let fd = unsafe { standin_export_no_p2p() };

@@ -86,4 +86,22 @@ struct standin_release {
  * peer-to-peer path and would migrate VRAM to system memory. */
 #define STANDIN_IOC_EXPORT_NO_P2P _IO(STANDIN_IOC_MAGIC, 0x05)
 
+/*
+ * KMEMLEAK_CONTROL: a deliberate leak, the positive control of the kmemleak
+ * checks (tests/selftests/gpunvme_hotplug_test.c). Each call allocates one
+ * object of STANDIN_KMEMLEAK_CONTROL_SIZE bytes with KVec (krealloc, as
+ * gpunvme allocates) in the Rust function `kmemleak_control`, writes
+ * STANDIN_KMEMLEAK_CONTROL_MAGIC (32 bytes, what kmemleak's hex dump shows)
+ * and @tag after it, and forgets it: nothing ever frees it. The size is
+ * above a page so that KFENCE never samples it (a KFENCE object can stay
+ * referenced from KFENCE's own metadata). @flags must be 0.
+ */
+struct standin_kmemleak_control {
+	__u32 tag;
+	__u32 flags;
+};
+#define STANDIN_KMEMLEAK_CONTROL_SIZE 5000
+#define STANDIN_KMEMLEAK_CONTROL_MAGIC "gpunvme_standin kmemleak control"
+#define STANDIN_IOC_KMEMLEAK_CONTROL _IOW(STANDIN_IOC_MAGIC, 0x06, struct standin_kmemleak_control)
+
 #endif
