@@ -25,12 +25,15 @@ struct gpunvme_export *gpunvme_shim_export_mmio(struct device *dev, u64 bar_offs
 struct gpunvme_export *gpunvme_shim_export_mem(struct device *dev, void *cpu, dma_addr_t dma,
 					       size_t size, u32 flags, int *fd, int *err);
 bool gpunvme_shim_export_revoke(struct gpunvme_export *exp);
+bool gpunvme_shim_export_held(struct gpunvme_export *exp);
+void gpunvme_shim_export_put(struct gpunvme_export *exp);
 struct gpunvme_import;
 struct gpunvme_import *gpunvme_shim_import(struct device *dev, int fd, u64 *dma_addrs,
 					   u64 max_pages, u64 *len, void *buffers, u32 handle,
 					   int *err);
 void gpunvme_shim_unimport(struct gpunvme_import *imp);
 bool gpunvme_shim_import_revoked(struct gpunvme_import *imp);
+void gpunvme_shim_import_release_kept(struct gpunvme_import *imp);
 struct gpunvme_bridge;
 struct gpunvme_bridge *gpunvme_shim_bridge_start(void *ctx, u64 *counters, struct device *dev,
 						 u16 qid, u32 threads, int *err);

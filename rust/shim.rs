@@ -203,6 +203,8 @@ extern "C" {
         err: *mut i32,
     ) -> *mut c_void;
     fn gpunvme_shim_export_revoke(exp: *mut c_void) -> bool;
+    fn gpunvme_shim_export_held(exp: *mut c_void) -> bool;
+    fn gpunvme_shim_export_put(exp: *mut c_void);
 }
 
 /// A dma-buf this module exported (see `rust/dma/dmabuf_exporter.c`).
@@ -256,22 +258,54 @@ impl Export {
 
 impl Export {
     /// Revoke: invalidate every importer's mapping, then wait (bounded) for
-    /// them to unmap and for their fences. False when one held on: the
-    /// exported memory must then be kept, never freed.
-    pub(crate) fn revoke(self) -> bool {
+    /// them to unmap and for their fences. `Err` when one held on: the
+    /// exported memory must then be kept as long as `HeldExport::held`.
+    pub(crate) fn revoke(self) -> core::result::Result<(), HeldExport> {
         let this = core::mem::ManuallyDrop::new(self);
         // SAFETY: the pointer came from an export call; `ManuallyDrop`
-        // keeps `drop` from revoking it a second time. This drops the
-        // module's reference.
-        unsafe { gpunvme_shim_export_revoke(this.0.as_ptr()) }
+        // keeps `drop` from revoking it a second time.
+        let clean = unsafe { gpunvme_shim_export_revoke(this.0.as_ptr()) };
+        let held = HeldExport(this.0);
+        if clean {
+            Ok(()) // `held` drops the module's reference
+        } else {
+            Err(held)
+        }
     }
 }
 
 impl Drop for Export {
     fn drop(&mut self) {
         // SAFETY: the pointer came from an export call and is revoked once
-        // (`revoke` does not get here); this drops the module's reference.
-        unsafe { gpunvme_shim_export_revoke(self.0.as_ptr()) };
+        // (`revoke` does not get here), then the module's reference goes.
+        unsafe {
+            gpunvme_shim_export_revoke(self.0.as_ptr());
+            gpunvme_shim_export_put(self.0.as_ptr());
+        }
+    }
+}
+
+/// A revoked export an importer did not let go of in time, with the
+/// module's reference on it (dropped on drop): `held` says whether the
+/// importer still maps or fences it, so the memory can be freed once not.
+pub(crate) struct HeldExport(NonNull<c_void>);
+
+// SAFETY: as for `Export`: a reference-counted kernel object.
+unsafe impl Send for HeldExport {}
+// SAFETY: `held` only reads an atomic and the reservation's fences.
+unsafe impl Sync for HeldExport {}
+
+impl HeldExport {
+    pub(crate) fn held(&self) -> bool {
+        // SAFETY: the module's reference keeps the export alive.
+        unsafe { gpunvme_shim_export_held(self.0.as_ptr()) }
+    }
+}
+
+impl Drop for HeldExport {
+    fn drop(&mut self) {
+        // SAFETY: the module's reference, dropped once.
+        unsafe { gpunvme_shim_export_put(self.0.as_ptr()) }
     }
 }
 
@@ -288,6 +322,7 @@ extern "C" {
     ) -> *mut c_void;
     fn gpunvme_shim_unimport(imp: *mut c_void);
     fn gpunvme_shim_import_revoked(imp: *mut c_void) -> bool;
+    fn gpunvme_shim_import_release_kept(imp: *mut c_void);
 }
 
 /// A dma-buf imported for the controller's DMA (see `rust/dma/dmabuf_importer.c`):
@@ -346,6 +381,13 @@ impl Import {
                 Err(Error::from_errno(err))
             }
         }
+    }
+
+    /// The controller is stopped: unmap a mapping kept after a revoke.
+    pub(crate) fn release_kept(&self) {
+        // SAFETY: `imp` is live until drop; the call takes the dma-buf's
+        // lock, as the revoke callback does.
+        unsafe { gpunvme_shim_import_release_kept(self.imp.as_ptr()) }
     }
 
     /// Has the exporter revoked the mapping since it was made?

@@ -27,7 +27,7 @@ use kernel::{
 use crate::controller::admin::AdminQueue;
 use crate::controller::regs::{self, Cap, CC, CSTS};
 use crate::controller::{Bar0, BAR0_MIN};
-use crate::dma::registry::{DmaRegistry, FileId, Quarantined};
+use crate::dma::registry::{DmaRegistry, FileId, Mapped, Quarantined};
 use crate::queues::qpair::QPair;
 use crate::shim;
 use crate::uapi;
@@ -561,9 +561,9 @@ impl Shared {
         for e in queues {
             let is_live = e.state == crate::dma::registry::QueueState::Live;
             // The file is cut off: its in-flight counts may stay.
-            let (q, clean, _) = e.let_go();
-            if !clean {
-                kept.quarantine(Quarantined::Exported(q));
+            let (q, held, _) = e.let_go();
+            if !held.is_clean() {
+                kept.quarantine(Quarantined::Exported(q, held));
             } else if is_live && listed {
                 if let Err(e) = live.push_within_capacity(q) {
                     kept.quarantine(Quarantined::Queue(e.0));
@@ -580,6 +580,14 @@ impl Shared {
             dev_err!(self.dev, "controller not known to be stopped: bus mastering off, its memory kept until unbind\n");
             if let Ok(pdev) = <&kernel::pci::Device<Bound>>::try_from(dev) {
                 shim::clear_bus_master(pdev);
+            }
+        }
+        // Stopped, or no longer mastering the bus: an import mapping kept
+        // after its revoke (commands that might still name it) can go, so
+        // its exporter (this module's own, often) may free that memory.
+        for m in &maps {
+            if let Mapped::DmaBuf(import) = &m.map {
+                import.release_kept();
             }
         }
         if why == Failure::Unbind {

@@ -225,7 +225,9 @@ struct gpunvme_export *gpunvme_shim_export_mem(struct device *dev, void *cpu, dm
 /*
  * Revoke, then wait for every importer to unmap and for its fences, each
  * bounded. True when nothing outside the module can reach the memory any
- * more; false when an importer held on: the caller must keep the memory.
+ * more; false when an importer held on: the caller must keep the memory,
+ * and may ask later (gpunvme_shim_export_held) whether it still does. The
+ * module's reference is not dropped here: gpunvme_shim_export_put does.
  */
 bool gpunvme_shim_export_revoke(struct gpunvme_export *exp)
 {
@@ -247,6 +249,19 @@ bool gpunvme_shim_export_revoke(struct gpunvme_export *exp)
 			atomic_read(&exp->maps), exp->mmio ? "doorbell page" : "queue memory");
 		clean = false;
 	}
-	dma_buf_put(dmabuf);
 	return clean;
+}
+
+/* After a revoke: does an importer still map the memory or fence it? The
+ * exporter has no mmap or vmap, so a mapping is the only way to reach it. */
+bool gpunvme_shim_export_held(struct gpunvme_export *exp)
+{
+	return atomic_read(&exp->maps) != 0 ||
+	       !dma_resv_test_signaled(exp->dmabuf->resv, DMA_RESV_USAGE_BOOKKEEP);
+}
+
+/* Drop the module's reference (the last one frees `exp`). */
+void gpunvme_shim_export_put(struct gpunvme_export *exp)
+{
+	dma_buf_put(exp->dmabuf);
 }

@@ -184,6 +184,21 @@ void gpunvme_shim_unimport(struct gpunvme_import *imp)
 	import_teardown(imp);
 }
 
+/*
+ * The controller is stopped (disabled, or bus mastering off): a mapping
+ * kept after a revoke (commands that might still name it) can go now.
+ */
+void gpunvme_shim_import_release_kept(struct gpunvme_import *imp)
+{
+	dma_resv_lock(imp->dmabuf->resv, NULL);
+	if (READ_ONCE(imp->revoked) && imp->sgt) {
+		dma_buf_unmap_attachment(imp->attach, imp->sgt, DMA_BIDIRECTIONAL);
+		imp->sgt = NULL;
+		dev_info(imp->attach->dev, "dma-buf import revoked earlier: unmapped now that the controller is stopped\n");
+	}
+	dma_resv_unlock(imp->dmabuf->resv);
+}
+
 /* Has the exporter invalidated the mapping since it was made? */
 bool gpunvme_shim_import_revoked(struct gpunvme_import *imp)
 {

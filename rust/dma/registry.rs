@@ -11,7 +11,7 @@ use kernel::prelude::*;
 
 use crate::bridge::{Bridge, Outstanding};
 use crate::queues::qpair::QPair;
-use crate::shim::{Export, HostMap, Import};
+use crate::shim::{Export, HeldExport, HostMap, Import};
 
 /// Memory outside the module that the controller was given access to.
 pub(crate) enum Mapped {
@@ -46,19 +46,50 @@ pub(crate) struct QueueEntry {
 impl QueueEntry {
     /// Revoke the exports and take the pair off the relay, in that order:
     /// afterwards neither a peer nor a kernel thread reaches its memory,
-    /// unless an importer held on (`false`): then the memory must be kept.
-    /// The relay's commands still in flight come back too: release them
-    /// once the controller confirms the queue's deletion.
-    pub(crate) fn let_go(self) -> (QPair, bool, Option<Outstanding>) {
+    /// unless an importer held on (`Held` not clean): then the memory must
+    /// be kept while it holds. The relay's commands still in flight come
+    /// back too: release them once the controller confirms the deletion.
+    pub(crate) fn let_go(self) -> (QPair, Held, Option<Outstanding>) {
         let QueueEntry {
             exports, bridge, q, ..
         } = self;
-        let mut clean = true;
+        let mut held = Held::default();
         for x in exports {
-            clean &= x.revoke();
+            if let Err(h) = x.revoke() {
+                held.add(h);
+            }
         }
         let outstanding = bridge.map(Bridge::stop);
-        (q, clean, outstanding)
+        (q, held, outstanding)
+    }
+}
+
+/// The exports of one queue pair whose importers did not let go when they
+/// were revoked.
+#[derive(Default)]
+pub(crate) struct Held {
+    exports: KVec<HeldExport>,
+    /// One could not be recorded (out of memory): held for good.
+    lost: bool,
+}
+
+impl Held {
+    fn add(&mut self, h: HeldExport) {
+        // Out of memory: `h` (the module's reference) is dropped, and the
+        // memory is held for good, as nothing can ask again.
+        if self.exports.push(h, GFP_KERNEL).is_err() {
+            self.lost = true;
+        }
+    }
+
+    /// Every importer let go at the revoke.
+    pub(crate) fn is_clean(&self) -> bool {
+        self.exports.is_empty() && !self.lost
+    }
+
+    /// Does an importer still map (or fence) the memory?
+    pub(crate) fn still(&self) -> bool {
+        self.lost || self.exports.iter().any(HeldExport::held)
     }
 }
 
@@ -74,8 +105,10 @@ pub(crate) enum Quarantined {
     /// freed once the controller is disabled.
     Queue(#[allow(dead_code)] QPair),
     Buffer(#[allow(dead_code)] Mapped),
-    /// An importer did not let go of an export of it: never freed.
-    Exported(QPair),
+    /// An importer did not let go of an export of it: freed once the
+    /// controller is stopped and no importer holds it any more; leaked if
+    /// one still does then.
+    Exported(QPair, Held),
 }
 
 #[derive(Default)]
@@ -150,15 +183,21 @@ impl DmaRegistry {
     /// What an importer still maps is leaked, never freed.
     pub(crate) fn clear(&mut self) {
         for e in self.queues.drain_all() {
-            let (q, clean, _) = e.let_go();
-            if !clean {
+            let (q, held, _) = e.let_go();
+            if held.still() {
                 core::mem::forget(q);
+            }
+        }
+        // A mapping kept after a revoke goes before the exports are asked.
+        for m in &self.maps {
+            if let Mapped::DmaBuf(import) = &m.map {
+                import.release_kept();
             }
         }
         self.maps.clear();
         for what in self.quarantine.drain_all() {
             match what {
-                Quarantined::Exported(q) => core::mem::forget(q),
+                Quarantined::Exported(q, held) if held.still() => core::mem::forget(q),
                 other => drop(other),
             }
         }
@@ -173,11 +212,13 @@ impl DmaRegistry {
         let mut kept = KVec::new();
         let mut freed = KVec::new();
         for what in self.quarantine.drain_all() {
-            if let Quarantined::Exported(q) = what {
-                // Never freed: if there is no room to list it, it is leaked.
-                if kept.reserve(1, GFP_KERNEL).is_err() {
+            if let Quarantined::Exported(q, held) = what {
+                if !held.still() {
+                    let _ = freed.push(Quarantined::Exported(q, held), GFP_KERNEL);
+                // Kept while held: if there is no room to list it, leaked.
+                } else if kept.reserve(1, GFP_KERNEL).is_err() {
                     core::mem::forget(q);
-                } else if let Err(e) = kept.push_within_capacity(Quarantined::Exported(q)) {
+                } else if let Err(e) = kept.push_within_capacity(Quarantined::Exported(q, held)) {
                     core::mem::forget(e);
                 }
             } else if let Err(e) = freed.push(what, GFP_KERNEL) {

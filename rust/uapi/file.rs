@@ -24,7 +24,7 @@ use crate::bridge::validate::{self, Limits, Ns};
 use crate::bridge::{Bridge, Outstanding, PairMemory};
 use crate::controller::shared::Shared;
 use crate::dma::buffers::Buffers;
-use crate::dma::registry::{FileId, MapEntry, Mapped, Quarantined, QueueEntry, QueueState};
+use crate::dma::registry::{FileId, Held, MapEntry, Mapped, Quarantined, QueueEntry, QueueState};
 use crate::queues::command;
 use crate::queues::qpair::{self, MapKind, QPair};
 use crate::shim::{self, Export, HostMap, Import};
@@ -360,8 +360,9 @@ impl OpenState {
     /// the quarantine when the controller did not confirm the delete.
     /// Only a confirmed delete ends the count of the commands in flight on
     /// it (`outstanding`, or the raw pair itself) in the file's buffers.
-    fn retire(&self, q: QPair, exported: bool, outstanding: Option<Outstanding>) -> Result {
+    fn retire(&self, q: QPair, held: Held, outstanding: Option<Outstanding>) -> Result {
         let sh = &self.shared;
+        let exported = !held.is_clean();
         let res = sh.with_admin(self.epoch, |_, admin, ring| {
             for cmd in q.delete_cmds() {
                 admin.submit(&sh.dev, sh.cap, cmd, ring)?;
@@ -379,7 +380,7 @@ impl OpenState {
             Ok(()) if exported => {
                 // The controller is done with it, but an importer is not.
                 sh.release_qid(q.qid, self.id);
-                sh.quarantine(Quarantined::Exported(q));
+                sh.quarantine(Quarantined::Exported(q, held));
                 Ok(())
             }
             Ok(()) => {
@@ -404,7 +405,7 @@ impl OpenState {
             // the shared state, which outlives the binding).
             Err(e) => {
                 sh.quarantine(if exported {
-                    Quarantined::Exported(q)
+                    Quarantined::Exported(q, held)
                 } else {
                     Quarantined::Queue(q)
                 });
@@ -430,8 +431,8 @@ impl OpenState {
             return Err(ENOENT);
         };
         // Peers and the relay let go before the controller forgets the queue.
-        let (q, clean, outstanding) = entry.let_go();
-        self.retire(q, !clean, outstanding)?;
+        let (q, held, outstanding) = entry.let_go();
+        self.retire(q, held, outstanding)?;
         Ok(0)
     }
 
@@ -906,11 +907,11 @@ impl Drop for OpenState {
             // Peers and the relay let go before the queues are deleted and
             // their qid can be handed out again.
             let live = e.state == QueueState::Live;
-            let (q, clean, outstanding) = e.let_go();
+            let (q, held, outstanding) = e.let_go();
             if live {
-                stuck |= self.retire(q, !clean, outstanding).is_err();
-            } else if !clean {
-                sh.quarantine(Quarantined::Exported(q));
+                stuck |= self.retire(q, held, outstanding).is_err();
+            } else if !held.is_clean() {
+                sh.quarantine(Quarantined::Exported(q, held));
             }
         }
         // `retire` put the deleted queues back as retired: free them now.
