@@ -576,18 +576,22 @@ impl Shared {
             Ok(bar) => self.stop(bar, Option::as_mut(&mut *guard), why, &live),
             Err(_) => false,
         };
+        let mut quiet = stopped;
         if !stopped {
             dev_err!(self.dev, "controller not known to be stopped: bus mastering off, its memory kept until unbind\n");
             if let Ok(pdev) = <&kernel::pci::Device<Bound>>::try_from(dev) {
                 shim::clear_bus_master(pdev);
+                quiet = true;
             }
         }
         // Stopped, or no longer mastering the bus: an import mapping kept
         // after its revoke (commands that might still name it) can go, so
         // its exporter (this module's own, often) may free that memory.
-        for m in &maps {
-            if let Mapped::DmaBuf(import) = &m.map {
-                import.release_kept();
+        if quiet {
+            for m in &maps {
+                if let Mapped::DmaBuf(import) = &m.map {
+                    import.release_kept();
+                }
             }
         }
         if why == Failure::Unbind {

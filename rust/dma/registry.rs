@@ -182,23 +182,23 @@ impl DmaRegistry {
     /// Free everything: only once the controller can no longer DMA.
     /// What an importer still maps is leaked, never freed.
     pub(crate) fn clear(&mut self) {
+        // Mappings first (imports included, kept after a revoke or not) and
+        // the rest of the quarantine but exports: exports they held are let
+        // go before anyone asks whether they still are.
+        self.maps.clear();
+        self.quarantine
+            .retain(|w| matches!(w, Quarantined::Exported(..)));
         for e in self.queues.drain_all() {
             let (q, held, _) = e.let_go();
             if held.still() {
                 core::mem::forget(q);
             }
         }
-        // A mapping kept after a revoke goes before the exports are asked.
-        for m in &self.maps {
-            if let Mapped::DmaBuf(import) = &m.map {
-                import.release_kept();
-            }
-        }
-        self.maps.clear();
         for what in self.quarantine.drain_all() {
-            match what {
-                Quarantined::Exported(q, held) if held.still() => core::mem::forget(q),
-                other => drop(other),
+            if let Quarantined::Exported(q, held) = what {
+                if held.still() {
+                    core::mem::forget(q);
+                }
             }
         }
     }
