@@ -10,6 +10,7 @@
 
 use kernel::{
     bindings,
+    dma::Coherent,
     fs::File,
     mm::virt::VmaNew,
     prelude::*,
@@ -462,36 +463,28 @@ impl OpenState {
                 return Err(ENOENT);
             };
             e.exports.reserve(1, GFP_KERNEL)?;
+            // Queue memory: a coherent allocation of the pair.
+            let memory = |c: &Coherent<[u8]>| -> Result<(Export, i32, u64)> {
+                let (x, fd) = Export::memory(
+                    &sh.dev,
+                    c.as_mut_ptr().cast(),
+                    c.dma_address(),
+                    c.size(),
+                    req.flags,
+                )?;
+                Ok((x, fd, c.size() as u64))
+            };
             let (export, fd, length) = match req.kind {
                 uapi::EXPORT_DOORBELL => match &e.q.shadow {
                     // Shared: the shadow cells are ordinary memory.
-                    Some(s) => {
-                        let (x, fd) = Export::memory(
-                            &sh.dev,
-                            s.cells.as_mut_ptr().cast(),
-                            s.cells.dma_address(),
-                            s.cells.size(),
-                            req.flags,
-                        )?;
-                        (x, fd, s.cells.size() as u64)
-                    }
+                    Some(s) => memory(&s.cells)?,
                     None => {
                         let (page, _, _) = qpair::doorbell_page(sh.cap, req.qid).ok_or(EINVAL)?;
                         let (x, fd) = Export::mmio(&sh.dev, page as u64, 4096, req.flags)?;
                         (x, fd, 4096)
                     }
                 },
-                uapi::EXPORT_SQ => {
-                    let sq = e.q.visible_sq();
-                    let (x, fd) = Export::memory(
-                        &sh.dev,
-                        sq.as_mut_ptr().cast(),
-                        sq.dma_address(),
-                        sq.size(),
-                        req.flags,
-                    )?;
-                    (x, fd, sq.size() as u64)
-                }
+                uapi::EXPORT_SQ => memory(e.q.visible_sq())?,
                 uapi::EXPORT_PRP_POOL => {
                     let Some(s) = &e.q.shadow else {
                         dev_warn!(
@@ -501,26 +494,9 @@ impl OpenState {
                         );
                         return Err(EINVAL);
                     };
-                    let (x, fd) = Export::memory(
-                        &sh.dev,
-                        s.pool.as_mut_ptr().cast(),
-                        s.pool.dma_address(),
-                        s.pool.size(),
-                        req.flags,
-                    )?;
-                    (x, fd, s.pool.size() as u64)
+                    memory(&s.pool)?
                 }
-                uapi::EXPORT_CQ => {
-                    let cq = e.q.visible_cq();
-                    let (x, fd) = Export::memory(
-                        &sh.dev,
-                        cq.as_mut_ptr().cast(),
-                        cq.dma_address(),
-                        cq.size(),
-                        req.flags,
-                    )?;
-                    (x, fd, cq.size() as u64)
-                }
+                uapi::EXPORT_CQ => memory(e.q.visible_cq())?,
                 k => {
                     dev_warn!(sh.dev, "EXPORT: unknown kind {}\n", k);
                     return Err(EINVAL);
