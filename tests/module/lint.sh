@@ -19,19 +19,7 @@ if [ ! -f "$KDIR/Module.symvers" ]; then
 fi
 KSRC=$(make -s -C "$KDIR" --no-print-directory -f - <<<'all: ; @echo $(abs_srctree)' 2>/dev/null | tail -1)
 [ -f "$KSRC/.rustfmt.toml" ] || KSRC=$(readlink -f "$KDIR/source" 2>/dev/null || true)
-n=0 pass=0 fail=0
-step() {
-    local name=$1; shift
-    n=$((n + 1))
-    local log
-    log=$("$@" 2>&1)
-    if [ $? = 0 ]; then
-        echo "ok $n - $name"; pass=$((pass + 1))
-    else
-        echo "$log" | tail -40 | sed 's/^/# /'
-        echo "not ok $n - $name"; fail=$((fail + 1))
-    fi
-}
+. "$ROOT/tests/steps.sh"
 
 fmt() {
     [ -f "$KSRC/.rustfmt.toml" ] || { echo "no .rustfmt.toml in the kernel source ($KSRC)"; return 1; }
@@ -56,5 +44,4 @@ clippy() {
 echo "1..2"
 step "rustfmt (the kernel's .rustfmt.toml)" fmt
 step "clippy (CLIPPY=1), no warnings" clippy
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+steps_done

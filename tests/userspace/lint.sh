@@ -20,19 +20,7 @@ cd "$ROOT/userspace" || exit 1
 export PATH="$HOME/.cargo/bin:$PATH"
 CARGO=${CARGO:-cargo}
 [ -n "${LIBCLANG_PATH:-}" ] || [ ! -d /usr/lib/llvm-19/lib ] || export LIBCLANG_PATH=/usr/lib/llvm-19/lib
-n=0 pass=0 fail=0
-step() {
-    local name=$1; shift
-    n=$((n + 1))
-    local log
-    log=$("$@" 2>&1)
-    if [ $? = 0 ]; then
-        echo "ok $n - $name"; pass=$((pass + 1))
-    else
-        echo "$log" | tail -40 | sed 's/^/# /'
-        echo "not ok $n - $name"; fail=$((fail + 1))
-    fi
-}
+. "$ROOT/tests/steps.sh"
 
 msrv() {
     "$CARGO" metadata --locked --format-version 1 | python3 -c '
@@ -66,5 +54,4 @@ step "bindings regenerate to the committed files" \
 step "rust-version matches the lock file" msrv
 step "cargo doc: the library's own pages, no warnings" docs
 step "example prp_plan runs" "$CARGO" run --locked -q -p gpunvme --example prp_plan
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+steps_done
