@@ -116,10 +116,7 @@ TEST_F(dmabuf, udmabuf_data_path)
 	ASSERT_EQ(0, qp_sync(&q, rw_cmd(OPC_READ, 1, 3000, 8 * per, addrs[8], prp2)));
 	EXPECT_EQ(-1, pattern_check(mem + 8 * 4096, 8 * 4096, 9, 3000, self->lbs));
 	EXPECT_EQ(0, qp_destroy(&q));
-	struct gpunvme_unmap u;
-	UAPI_INIT(u);
-	u.handle = m.handle;
-	EXPECT_EQ(0, ioctl(self->fd, GPUNVME_IOC_UNMAP, &u));
+	EXPECT_EQ(0, unmap_handle(self->fd, m.handle));
 }
 
 TEST_F(dmabuf, bad_imports)
@@ -189,10 +186,7 @@ TEST_F(dmabuf, revoked_import_fails_io)
 		EXPECT_EQ(kept0 + 1, klog_count(KEPT_RAW, NULL));
 		EXPECT_EQ(held0 + 1, klog_count(EXPORT_HELD, NULL));
 		EXPECT_EQ(0, qp_destroy(&b));
-		struct gpunvme_unmap u;
-		UAPI_INIT(u);
-		u.handle = m.handle;
-		EXPECT_EQ(0, ioctl(self->fd, GPUNVME_IOC_UNMAP, &u));
+		EXPECT_EQ(0, unmap_handle(self->fd, m.handle));
 		close(e.fd);
 		return;
 	}
@@ -216,10 +210,7 @@ TEST_F(dmabuf, revoked_import_fails_io)
 	EXPECT_EQ(-1, bad) TH_LOG("the controller wrote into a revoked buffer (status %#x)", st);
 
 	EXPECT_EQ(0, qp_destroy(&b));
-	struct gpunvme_unmap u;
-	UAPI_INIT(u);
-	u.handle = m.handle;
-	EXPECT_EQ(0, ioctl(self->fd, GPUNVME_IOC_UNMAP, &u));
+	EXPECT_EQ(0, unmap_handle(self->fd, m.handle));
 	close(e.fd);
 }
 
@@ -280,13 +271,9 @@ static int destroy_a(int fd, struct revoke_fixture *r)
 
 static void revoke_cleanup(int fd, struct revoke_fixture *r)
 {
-	struct gpunvme_unmap u;
-
 	hold_relay(0);
 	qp_destroy(&r->b);
-	UAPI_INIT(u);
-	u.handle = r->m.handle;
-	ioctl(fd, GPUNVME_IOC_UNMAP, &u);
+	unmap_handle(fd, r->m.handle);
 	close(r->e.fd);
 }
 

@@ -362,12 +362,18 @@ static inline int hostbuf_map(int fd, size_t len, struct hostbuf *b)
 	return 0;
 }
 
-static inline int hostbuf_unmap(int fd, struct hostbuf *b)
+/* GPUNVME_IOC_UNMAP of mapping `handle`: 0 or -errno. */
+static inline int unmap_handle(int fd, uint32_t handle)
 {
 	struct gpunvme_unmap u;
 	UAPI_INIT(u);
-	u.handle = b->handle;
-	int r = ioctl(fd, GPUNVME_IOC_UNMAP, &u) ? -errno : 0;
+	u.handle = handle;
+	return ioctl(fd, GPUNVME_IOC_UNMAP, &u) ? -errno : 0;
+}
+
+static inline int hostbuf_unmap(int fd, struct hostbuf *b)
+{
+	int r = unmap_handle(fd, b->handle);
 	if (!r) {
 		munmap(b->p, b->len);
 		free(b->dma);
