@@ -576,18 +576,19 @@ impl Shared {
             Ok(bar) => self.stop(bar, Option::as_mut(&mut *guard), why, &live),
             Err(_) => false,
         };
-        let mut quiet = stopped;
         if !stopped {
             dev_err!(self.dev, "controller not known to be stopped: bus mastering off, its memory kept until unbind\n");
             if let Ok(pdev) = <&kernel::pci::Device<Bound>>::try_from(dev) {
                 shim::clear_bus_master(pdev);
-                quiet = true;
             }
         }
-        // Stopped, or no longer mastering the bus: an import mapping kept
-        // after its revoke (commands that might still name it) can go, so
-        // its exporter (this module's own, often) may free that memory.
-        if quiet {
+        // Known stopped, or unbinding (when all memory goes anyway): an
+        // import mapping kept after its revoke (commands that might still
+        // name it) can go, so its exporter (this module's own, often) may
+        // free that memory. Not merely after clearing bus mastering: a
+        // controller reading all-ones may be alive behind a dead link, and
+        // its queue memory is kept until unbind for the same reason.
+        if stopped || why == Failure::Unbind {
             for m in &maps {
                 if let Mapped::DmaBuf(import) = &m.map {
                     import.release_kept();

@@ -82,6 +82,8 @@ static void import_teardown(struct gpunvme_import *imp)
 {
 	if (imp->attach) {
 		dma_resv_lock(imp->dmabuf->resv, NULL);
+		if (imp->sgt && READ_ONCE(imp->revoked))
+			dev_info(imp->attach->dev, "dma-buf import revoked earlier: its kept mapping is released\n");
 		if (imp->sgt)
 			dma_buf_unmap_attachment(imp->attach, imp->sgt, DMA_BIDIRECTIONAL);
 		if (imp->pinned)
@@ -194,7 +196,7 @@ void gpunvme_shim_import_release_kept(struct gpunvme_import *imp)
 	if (READ_ONCE(imp->revoked) && imp->sgt) {
 		dma_buf_unmap_attachment(imp->attach, imp->sgt, DMA_BIDIRECTIONAL);
 		imp->sgt = NULL;
-		dev_info(imp->attach->dev, "dma-buf import revoked earlier: unmapped now that the controller is stopped\n");
+		dev_info(imp->attach->dev, "dma-buf import revoked earlier: its kept mapping is released\n");
 	}
 	dma_resv_unlock(imp->dmabuf->resv);
 }
