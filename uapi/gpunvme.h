@@ -343,7 +343,8 @@ struct gpunvme_map_host {
  * (waited for, up to 1 s); if one has not, or if the file has raw queue
  * pairs (whose commands the module never sees), the mapping is kept until
  * the file unmaps it (UNMAP, after its queue pairs are destroyed) or
- * closes, and the exporter sees it still mapped (it must keep the memory).
+ * closes, or the controller is known stopped or unbound, and the exporter
+ * sees it still mapped (it must keep the memory).
  * After a removal a raw command aimed at the pages fails in the IOMMU.
  * Errors: EBADF, EINVAL (size not 4 KiB multiple, more pages than
  * max_pages, max_pages out of range, unaligned segments), EOPNOTSUPP,
