@@ -32,6 +32,8 @@ void gpunvme_shim_clear_master(struct device *dev)
 /* rust/uapi/file.rs: map the page `index` of object `gen` into `vma` at `addr`. */
 vm_fault_t gpunvme_mmap_fault(void *state, u64 gen, u32 kind, u64 index,
 			      struct vm_area_struct *vma, unsigned long addr);
+/* rust/uapi/file.rs: the last VMA of an mmap of object `gen` went. */
+void gpunvme_mmap_closed(void *state, u64 gen);
 
 /*
  * What a gpunvme VMA maps: an object of one open file, named by the queue
@@ -57,8 +59,11 @@ static void gpunvme_vma_close(struct vm_area_struct *vma)
 {
 	struct gpunvme_vma *v = vma->vm_private_data;
 
-	if (refcount_dec_and_test(&v->ref))
+	if (refcount_dec_and_test(&v->ref)) {
+		/* The mmap's last VMA: its queue pair may be freed now. */
+		gpunvme_mmap_closed(v->state, v->gen);
 		kfree(v);
+	}
 }
 
 /*
@@ -298,6 +303,12 @@ struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms,
 void gpunvme_shim_debugfs_u32(struct dentry *d, const char *name, u32 *value)
 {
 	debugfs_create_u32(name, 0600, d, value);
+}
+
+/* A read-only u32 in the directory. */
+void gpunvme_shim_debugfs_u32_ro(struct dentry *d, const char *name, u32 *value)
+{
+	debugfs_create_u32(name, 0400, d, value);
 }
 
 void gpunvme_shim_debugfs_remove(struct dentry *d)

@@ -45,6 +45,7 @@ struct dentry;
 struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms,
 					 u32 *drop_admin_doorbells);
 void gpunvme_shim_debugfs_u32(struct dentry *d, const char *name, u32 *value);
+void gpunvme_shim_debugfs_u32_ro(struct dentry *d, const char *name, u32 *value);
 void gpunvme_shim_debugfs_remove(struct dentry *d);
 /* rust/controller/lifecycle.c */
 struct miscdevice;

@@ -480,6 +480,11 @@ extern "C" {
     ) -> *mut c_void;
     fn gpunvme_shim_debugfs_remove(d: *mut c_void);
     fn gpunvme_shim_debugfs_u32(d: *mut c_void, name: *const kernel::ffi::c_char, value: *mut u32);
+    fn gpunvme_shim_debugfs_u32_ro(
+        d: *mut c_void,
+        name: *const kernel::ffi::c_char,
+        value: *mut u32,
+    );
     fn gpunvme_shim_debugfs_fake_csts(d: *mut c_void, fake: *mut u32);
     fn gpunvme_shim_debugfs_pci_event(d: *mut c_void, dev: *mut c_void);
     fn gpunvme_shim_add_poll(misc: *mut c_void) -> i32;
@@ -527,6 +532,14 @@ impl DebugDir {
         // SAFETY: as above; the name is a static C string.
         unsafe {
             gpunvme_shim_debugfs_u32(d, c"relay_hold_qid".as_char_ptr(), relay_hold_qid.as_ptr())
+        };
+        // SAFETY: as above; the counter is a static, read whole.
+        unsafe {
+            gpunvme_shim_debugfs_u32_ro(
+                d,
+                c"qpairs_allocated".as_char_ptr(),
+                crate::queues::qpair::ALLOCATED.as_ptr(),
+            )
         };
         // SAFETY: `dev` is the bound PCI device; the file is removed with
         // the directory (at drop, during unbind), before the device goes.

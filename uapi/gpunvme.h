@@ -277,8 +277,11 @@ struct gpunvme_qpair_create {
  * struct gpunvme_qpair_destroy - delete a queue pair this file created.
  * @qid: in: from GPUNVME_IOC_CREATE_QPAIR.
  * Errors: ENOENT (no such queue pair on this file, e.g. destroyed twice),
- * EINVAL, EIO, ETIMEDOUT (admin command deadline), ENODEV. The queue memory stays mapped (and allocated) until
- * the file is closed, so stale mappings never reach freed memory.
+ * EINVAL, EIO, ETIMEDOUT (admin command deadline), ENODEV. The queue memory
+ * stays mapped (and allocated) until its last mmap is unmapped, so stale
+ * mappings never reach freed memory, and while an importer of an export of
+ * it did not let go (see struct gpunvme_export); it is freed as soon as
+ * neither holds it.
  */
 struct gpunvme_qpair_destroy {
 	__u32 size;
@@ -409,8 +412,11 @@ struct gpunvme_unmap {
  * or the controller unbound: importers get invalidate_mappings and later
  * maps fail with ENODEV. The module then waits up to 5 s for importers to
  * unmap and for their fences; memory an importer still maps after that is
- * kept (never freed, and never reused for another queue) and the log says
- * so. Errors: ENOENT (no such live queue pair), EINVAL,
+ * kept (never reused for another queue) and the log says so. Once the
+ * controller confirmed the queue's deletion and every importer let go, it
+ * is freed at the next create, destroy, unmap, munmap or close of any file
+ * of the controller (or the next disable or unbind); memory an importer
+ * holds at unbind is never freed. Errors: ENOENT (no such live queue pair), EINVAL,
  * ENODEV (unbound), EOPNOTSUPP (no p2pdma provider for the doorbell),
  * ENOMEM, EMFILE (no free descriptor).
  */

@@ -27,7 +27,7 @@ use kernel::{
 use crate::controller::admin::AdminQueue;
 use crate::controller::regs::{self, Cap, CC, CSTS};
 use crate::controller::{Bar0, BAR0_MIN};
-use crate::dma::registry::{DmaRegistry, FileId, Mapped, Quarantined};
+use crate::dma::registry::{DmaRegistry, FileId, Held, Mapped, Quarantined};
 use crate::queues::qpair::QPair;
 use crate::shim;
 use crate::uapi;
@@ -387,6 +387,45 @@ impl Shared {
         }
     }
 
+    /// Keep deleted queue `q`, whose file is closing, while an importer
+    /// holds an export of it; `free_unreached` frees it once none does.
+    pub(crate) fn lend(&self, q: QPair, held: Held) {
+        dev_info!(
+            self.dev,
+            "qid {}: deleted, but an importer still holds an export of its memory: kept until it lets go\n",
+            q.qid
+        );
+        self.dma.lock().quarantine(Quarantined::Lent(q, held));
+    }
+
+    /// Free the deleted queues that no mapping and no importer reaches
+    /// any more. Called at every file's create, destroy, unmap and close,
+    /// and when a mapping goes, so what an importer released is freed at
+    /// the next of these at the latest.
+    pub(crate) fn free_unreached(&self) {
+        let (retired, lent) = self.dma.lock().take_unreached();
+        for e in retired {
+            if !e.held.is_clean() {
+                dev_info!(
+                    self.dev,
+                    "qid {}: its importers let go of the deleted queue's memory: freed\n",
+                    e.q.qid
+                );
+            }
+            drop(e);
+        }
+        for what in lent {
+            if let Quarantined::Lent(q, _) = &what {
+                dev_info!(
+                    self.dev,
+                    "qid {}: its importers let go of the deleted queue's memory: freed\n",
+                    q.qid
+                );
+            }
+            drop(what);
+        }
+    }
+
     pub(crate) fn quarantine(&self, what: Quarantined) {
         dev_warn!(
             self.dev,
@@ -548,10 +587,13 @@ impl Shared {
         // Revoke and stop first: afterwards no peer and no relay thread
         // reaches any queue, and the memory is the module's alone.
         let all = core::mem::take(&mut *self.dma.lock());
+        // The mapping counts go too: every file's mappings were zapped above
+        // and fault with SIGBUS.
         let DmaRegistry {
             queues,
             maps,
             quarantine,
+            mapped: _,
         } = all;
         // The live queues, to delete in an orderly shutdown; without room
         // to list them they are only kept, not deleted.
@@ -605,6 +647,7 @@ impl Shared {
                 queues: KVec::new(),
                 maps,
                 quarantine,
+                mapped: KVec::new(),
             };
             for q in live {
                 all.quarantine(Quarantined::Queue(q));

@@ -26,7 +26,8 @@ pub(crate) type FileId = u64;
 pub(crate) enum QueueState {
     /// Created on the controller.
     Live,
-    /// Deleted on the controller; kept until close because it may be mapped.
+    /// Deleted on the controller; kept while a mapping of the file or an
+    /// importer of an export may still reach it.
     Retired,
 }
 
@@ -37,6 +38,8 @@ pub(crate) struct QueueEntry {
     pub(crate) file: FileId,
     pub(crate) state: QueueState,
     pub(crate) exports: KVec<Export>,
+    /// Retired pairs: the exports whose importers did not let go.
+    pub(crate) held: Held,
     /// Held only to be dropped (stopped) at the right moment.
     #[allow(dead_code)]
     pub(crate) bridge: Option<Bridge>,
@@ -51,9 +54,12 @@ impl QueueEntry {
     /// back too: release them once the controller confirms the deletion.
     pub(crate) fn let_go(self) -> (QPair, Held, Option<Outstanding>) {
         let QueueEntry {
-            exports, bridge, q, ..
+            exports,
+            bridge,
+            q,
+            mut held,
+            ..
         } = self;
-        let mut held = Held::default();
         for x in exports {
             if let Err(h) = x.revoke() {
                 held.add(h);
@@ -109,6 +115,20 @@ pub(crate) enum Quarantined {
     /// controller is stopped and no importer holds it any more; leaked if
     /// one still does then.
     Exported(QPair, Held),
+    /// The controller confirmed the queue's deletion, but an importer did
+    /// not let go of an export of it: freed as soon as no importer holds
+    /// it (`take_let_go`), like `Exported` at a disable or unbind.
+    Lent(QPair, Held),
+}
+
+impl Quarantined {
+    /// The queue pair an importer holds (`Exported`, `Lent`).
+    fn held(&self) -> Option<(&QPair, &Held)> {
+        match self {
+            Self::Exported(q, h) | Self::Lent(q, h) => Some((q, h)),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -116,6 +136,10 @@ pub(crate) struct DmaRegistry {
     pub(crate) queues: KVec<QueueEntry>,
     pub(crate) maps: KVec<MapEntry>,
     pub(crate) quarantine: KVec<Quarantined>,
+    /// How many mmaps reach each queue pair, by `QPair::gen` (a VMA split
+    /// or forked counts as its one mmap): a retired pair is freed once no
+    /// mapping and no importer reaches it.
+    pub(crate) mapped: KVec<(u64, u32)>,
 }
 
 impl DmaRegistry {
@@ -179,6 +203,61 @@ impl DmaRegistry {
         Ok((queues, maps))
     }
 
+    /// Does a mapping of a file reach queue pair `gen`?
+    pub(crate) fn is_mapped(&self, gen: u64) -> bool {
+        self.mapped.iter().any(|m| m.0 == gen)
+    }
+
+    /// Room to record one more mmap (so recording it cannot fail).
+    pub(crate) fn reserve_mapping(&mut self) -> Result {
+        Ok(self.mapped.reserve(1, GFP_KERNEL)?)
+    }
+
+    /// An mmap of queue pair `gen` was set up (after `reserve_mapping`).
+    pub(crate) fn map_opened(&mut self, gen: u64) {
+        if let Some(m) = self.mapped.iter_mut().find(|m| m.0 == gen) {
+            m.1 += 1;
+        } else {
+            let _ = self.mapped.push_within_capacity((gen, 1));
+        }
+    }
+
+    /// The last VMA of an mmap of queue pair `gen` went.
+    pub(crate) fn map_closed(&mut self, gen: u64) {
+        if let Some(i) = self.mapped.iter().position(|m| m.0 == gen) {
+            self.mapped[i].1 -= 1;
+            if self.mapped[i].1 == 0 {
+                let _ = self.mapped.remove(i);
+            }
+        }
+    }
+
+    /// Take out what nothing reaches any more: retired pairs no mapping
+    /// and no importer reaches, and deleted pairs whose importers all let
+    /// go (`Lent`). For the caller to drop outside the registry's lock; on
+    /// allocation failure they stay for the next call.
+    #[must_use]
+    pub(crate) fn take_unreached(&mut self) -> (KVec<QueueEntry>, KVec<Quarantined>) {
+        let mut retired = KVec::new();
+        let n = self.queues.iter().filter(|e| self.unreached(e)).count();
+        if retired.reserve(n, GFP_KERNEL).is_ok() {
+            let mut i = 0;
+            while i < self.queues.len() {
+                if !self.unreached(&self.queues[i]) {
+                    i += 1;
+                } else if let Ok(e) = self.queues.remove(i) {
+                    // Capacity was reserved above: this cannot fail.
+                    let _ = retired.push_within_capacity(e);
+                }
+            }
+        }
+        (retired, self.take_let_go())
+    }
+
+    fn unreached(&self, e: &QueueEntry) -> bool {
+        e.state == QueueState::Retired && !e.held.still() && !self.is_mapped(e.q.gen)
+    }
+
     /// Free everything: only once the controller can no longer DMA.
     /// What an importer still maps is leaked, never freed.
     pub(crate) fn clear(&mut self) {
@@ -186,8 +265,7 @@ impl DmaRegistry {
         // the rest of the quarantine but exports: exports they held are let
         // go before anyone asks whether they still are.
         self.maps.clear();
-        self.quarantine
-            .retain(|w| matches!(w, Quarantined::Exported(..)));
+        self.quarantine.retain(|w| w.held().is_some());
         for e in self.queues.drain_all() {
             let (q, held, _) = e.let_go();
             if held.still() {
@@ -195,12 +273,38 @@ impl DmaRegistry {
             }
         }
         for what in self.quarantine.drain_all() {
-            if let Quarantined::Exported(q, held) = what {
-                if held.still() {
-                    core::mem::forget(q);
-                }
+            if what.held().is_some_and(|(_, h)| h.still()) {
+                core::mem::forget(what);
             }
         }
+    }
+
+    /// Take out the deleted queues (`Lent`) whose importers all let go:
+    /// nothing reaches them any more. For the caller to drop outside the
+    /// registry's lock; on allocation failure they stay for the next call.
+    #[must_use]
+    fn take_let_go(&mut self) -> KVec<Quarantined> {
+        let free = |w: &Quarantined| matches!(w, Quarantined::Lent(_, h) if !h.still());
+        let mut out = KVec::new();
+        if out
+            .reserve(
+                self.quarantine.iter().filter(|w| free(w)).count(),
+                GFP_KERNEL,
+            )
+            .is_err()
+        {
+            return out;
+        }
+        let mut i = 0;
+        while i < self.quarantine.len() {
+            if !free(&self.quarantine[i]) {
+                i += 1;
+            } else if let Ok(w) = self.quarantine.remove(i) {
+                // Capacity was reserved above: this cannot fail.
+                let _ = out.push_within_capacity(w);
+            }
+        }
+        out
     }
 
     /// The controller was disabled (and will be re-enabled): what was kept
@@ -212,13 +316,11 @@ impl DmaRegistry {
         let mut kept = KVec::new();
         let mut freed = KVec::new();
         for what in self.quarantine.drain_all() {
-            if let Quarantined::Exported(q, held) = what {
-                if !held.still() {
-                    let _ = freed.push(Quarantined::Exported(q, held), GFP_KERNEL);
+            if what.held().is_some_and(|(_, h)| h.still()) {
                 // Kept while held: if there is no room to list it, leaked.
-                } else if kept.reserve(1, GFP_KERNEL).is_err() {
-                    core::mem::forget(q);
-                } else if let Err(e) = kept.push_within_capacity(Quarantined::Exported(q, held)) {
+                if kept.reserve(1, GFP_KERNEL).is_err() {
+                    core::mem::forget(what);
+                } else if let Err(e) = kept.push_within_capacity(what) {
                     core::mem::forget(e);
                 }
             } else if let Err(e) = freed.push(what, GFP_KERNEL) {

@@ -20,6 +20,10 @@ pub(crate) const CQE_BYTES: usize = 16;
 /// The next queue pair generation.
 static NEXT_GEN: Atomic<u64> = Atomic::new(1);
 
+/// How many I/O queue pairs' memory is allocated, module-wide (debugfs
+/// `gpunvme-<bdf>/qpairs_allocated`): what tests check to see memory freed.
+pub(crate) static ALLOCATED: Atomic<u32> = Atomic::new(0);
+
 /// What an mmap offset names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MapKind {
@@ -90,6 +94,13 @@ pub(crate) struct Shadow {
     pub(crate) list_entries: usize,
 }
 
+impl Drop for QPair {
+    fn drop(&mut self) {
+        // The memory goes with the fields, right after this.
+        ALLOCATED.fetch_sub(1, Relaxed);
+    }
+}
+
 impl QPair {
     /// `shared`: the largest transfer of one command of a shared pair;
     /// `None` for a raw pair.
@@ -118,14 +129,16 @@ impl QPair {
                 })
             }
         };
-        Ok(Self {
+        let q = Self {
             gen: NEXT_GEN.fetch_add(1, Relaxed),
             qid,
             depth,
             sq: Coherent::zeroed_slice(dev, sq_bytes, GFP_KERNEL)?,
             cq: Coherent::zeroed_slice(dev, cq_bytes, GFP_KERNEL)?,
             shadow,
-        })
+        };
+        ALLOCATED.fetch_add(1, Relaxed);
+        Ok(q)
     }
 
     /// The SQ the file maps: the shadow of a shared pair.

@@ -242,6 +242,7 @@ impl OpenState {
         }
         let limits = if raw { None } else { Some(self.limits()?) };
         self.alive()?;
+        sh.free_unreached();
         sh.recover_if_idle();
         let qid = sh.claim_qid(self.id)?;
         let Some((_, mut sq_db, mut cq_db)) = qpair::doorbell_page(sh.cap, qid) else {
@@ -327,6 +328,7 @@ impl OpenState {
                 file: self.id,
                 state: QueueState::Live,
                 exports: KVec::new(),
+                held: Held::default(),
                 bridge,
                 q,
             };
@@ -356,11 +358,13 @@ impl OpenState {
         Ok(0)
     }
 
-    /// Delete `q` on the controller, SQ before CQ. Its memory goes back to
-    /// the registry as retired (it may still be mapped until close), or to
-    /// the quarantine when the controller did not confirm the delete.
-    /// Only a confirmed delete ends the count of the commands in flight on
-    /// it (`outstanding`, or the raw pair itself) in the file's buffers.
+    /// Delete `q` on the controller, SQ before CQ. Its memory is freed at
+    /// once when nothing reaches it, else goes back to the registry as
+    /// retired (while a mapping of this file or an importer that did not
+    /// let go, `held`, reaches it), or to the quarantine when the
+    /// controller did not confirm the delete. Only a confirmed delete ends
+    /// the count of the commands in flight on it (`outstanding`, or the
+    /// raw pair itself) in the file's buffers.
     fn retire(&self, q: QPair, held: Held, outstanding: Option<Outstanding>) -> Result {
         let sh = &self.shared;
         let exported = !held.is_clean();
@@ -378,26 +382,44 @@ impl OpenState {
             }
         }
         match res {
-            Ok(()) if exported => {
-                // The controller is done with it, but an importer is not.
-                sh.release_qid(q.qid, self.id);
-                sh.quarantine(Quarantined::Exported(q, held));
-                Ok(())
-            }
             Ok(()) => {
                 sh.release_qid(q.qid, self.id);
                 let mut dma = sh.dma.lock();
+                if !dma.is_mapped(q.gen) && !held.still() {
+                    // Nothing reaches it any more: freed now.
+                    drop(dma);
+                    drop((q, held));
+                    return Ok(());
+                }
+                if exported {
+                    dev_info!(
+                        sh.dev,
+                        "qid {}: deleted, but an importer still holds an export of its memory: kept until it lets go\n",
+                        q.qid
+                    );
+                }
                 let entry = QueueEntry {
                     file: self.id,
                     state: QueueState::Retired,
                     exports: KVec::new(),
+                    held,
                     bridge: None,
                     q,
                 };
-                if dma.queues.push(entry, GFP_KERNEL).is_err() {
-                    // Dropped (freed) instead; the controller no longer uses
-                    // it, and this file's mappings go first.
+                let kept = match dma.queues.reserve(1, GFP_KERNEL) {
+                    Ok(()) => dma.queues.push_within_capacity(entry).map_err(|e| e.0),
+                    Err(_) => Err(entry),
+                };
+                if let Err(entry) = kept {
+                    // No room to keep it: this file's mappings go (the
+                    // controller no longer uses it), and it is freed
+                    // unless an importer still holds it.
+                    drop(dma);
                     shim::zap_file(self.file);
+                    let (q, held, _) = entry.let_go();
+                    if held.still() {
+                        sh.lend(q, held);
+                    }
                 }
                 Ok(())
             }
@@ -434,6 +456,7 @@ impl OpenState {
         // Peers and the relay let go before the controller forgets the queue.
         let (q, held, outstanding) = entry.let_go();
         self.retire(q, held, outstanding)?;
+        self.shared.free_unreached();
         Ok(0)
     }
 
@@ -707,6 +730,8 @@ impl OpenState {
             dma.maps.remove(i).map_err(|_| EINVAL)?.map
         };
         drop(map);
+        // It may have been an import of a deleted queue's export.
+        sh.free_unreached();
         Ok(0)
     }
 
@@ -768,13 +793,26 @@ impl OpenState {
             // Test knob: hold this mmap after its checks (see `Shared`).
             kernel::time::delay::fsleep(kernel::time::Delta::from_millis(delay.into()));
         }
+        // Counted before the VMA can fault, so a destroy keeps the pair
+        // (a pair destroyed meanwhile is freed; its faults are SIGBUS).
+        let mut dma = sh.dma.lock();
+        dma.reserve_mapping()?;
         shim::mmap_setup(
             vma,
             core::ptr::from_ref(self).cast(),
             gen,
             kind as u32,
             mmio,
-        )
+        )?;
+        dma.map_opened(gen);
+        Ok(())
+    }
+
+    /// The last VMA of an mmap of queue pair `gen` went: a retired pair
+    /// nothing else reaches is freed.
+    fn mapping_closed(&self, gen: u64) {
+        self.shared.dma.lock().map_closed(gen);
+        self.shared.free_unreached();
     }
 
     /// A fault on a mapping of this file: insert page `index` of object
@@ -794,7 +832,7 @@ impl OpenState {
         if self.alive().is_err() {
             return shim::fault_sigbus();
         }
-        // Live or retired (a destroyed pair stays mapped until close).
+        // Live or retired (a destroyed pair stays while it is mapped).
         let Some(q) = dma
             .queues
             .iter()
@@ -832,10 +870,21 @@ impl OpenState {
             return shim::fault_sigbus();
         }
         // SAFETY: `vma` is faulting; `off` is inside `mem`, which is freed
-        // only at close (no VMA left) or at unbind after the zap that
-        // follows marking the controller gone under this lock.
+        // only once no mmap of it is left (counted under this lock from
+        // mmap to its last VMA's close, see `mapping_closed`), or after a
+        // failure or unbind, after the zap that follows marking the
+        // controller gone under this lock.
         unsafe { shim::insert_coherent(vma, addr, mem.as_mut_ptr().cast(), off) }
     }
+}
+
+/// Called by the shim when the last VMA of an mmap of this file goes.
+#[no_mangle]
+extern "C" fn gpunvme_mmap_closed(state: *const core::ffi::c_void, gen: u64) {
+    // SAFETY: `state` is the `OpenState` of the file the VMA mapped, set
+    // at mmap; the VMA holds a reference on that file until after this.
+    let me = unsafe { &*state.cast::<OpenState>() };
+    me.mapping_closed(gen)
 }
 
 /// Called by the shim's fault handler.
@@ -886,13 +935,20 @@ impl Drop for OpenState {
             let (q, held, outstanding) = e.let_go();
             if live {
                 stuck |= self.retire(q, held, outstanding).is_err();
-            } else if !held.is_clean() {
-                sh.quarantine(Quarantined::Exported(q, held));
+            } else if held.still() {
+                // Retired: the controller confirmed the delete.
+                sh.lend(q, held);
             }
         }
-        // `retire` put the deleted queues back as retired: free them now.
+        // What `retire` kept as retired (no mapping is left: the file is
+        // being released) goes now, or waits for its importers.
         if let Ok((retired, _)) = take(sh) {
-            drop(retired);
+            for e in retired {
+                let (q, held, _) = e.let_go();
+                if held.still() {
+                    sh.lend(q, held);
+                }
+            }
         }
         for m in maps {
             if stuck {
@@ -902,6 +958,7 @@ impl Drop for OpenState {
         sh.orphan_qids(self.id);
         sh.release_owner(self.id);
         sh.unregister_file(self.file);
+        sh.free_unreached();
         sh.recover_if_idle();
     }
 }

@@ -342,4 +342,134 @@ TEST_F(dmabuf, revoke_keeps_mapping_of_stuck_commands)
 	revoke_cleanup(self->fd, &r);
 }
 
+/* Module-wide count of I/O queue pairs whose memory is allocated (debugfs). */
+static long long qpairs_allocated(void)
+{
+	char path[160], buf[32];
+
+	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/qpairs_allocated", gpunvme_bdf());
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	long long v = fgets(buf, sizeof(buf), f) ? atoll(buf) : -1;
+	fclose(f);
+	return v;
+}
+
+#define LET_GO_FREED "its importers let go of the deleted queue's memory: freed"
+
+/* A destroyed pair's memory goes with its last mmap: at the destroy when
+ * it is not mapped, at the last munmap when it is (until then the mapping
+ * stays valid), not at close. */
+TEST_F(dmabuf, destroyed_pair_is_freed_with_its_last_mapping)
+{
+	struct gpunvme_qpair_destroy d;
+	struct qp q;
+	long long base = qpairs_allocated();
+
+	ASSERT_LE(0, base) TH_LOG("no debugfs qpairs_allocated");
+	ASSERT_EQ(0, qp_create(self->fd, 16, &q));
+	EXPECT_EQ(base + 1, qpairs_allocated());
+	EXPECT_EQ(0, qp_destroy(&q)); /* unmaps first */
+	EXPECT_EQ(base, qpairs_allocated()) TH_LOG("an unmapped pair was not freed by its destroy");
+
+	ASSERT_EQ(0, qp_create(self->fd, 16, &q));
+	UAPI_INIT(d);
+	d.qid = q.c.qid;
+	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_DESTROY_QPAIR, &d));
+	EXPECT_EQ(base + 1, qpairs_allocated()) TH_LOG("a mapped pair was freed by its destroy");
+	(void)q.cq[0].cid; /* still mapped: no SIGBUS */
+	munmap((void *)q.sq, q.c.sq_size);
+	munmap((void *)q.db, 4096);
+	if (q.prp)
+		munmap((void *)q.prp, q.c.prp_size);
+	EXPECT_EQ(base + 1, qpairs_allocated()) TH_LOG("freed while its CQ was still mapped");
+	(void)q.cq[0].cid;
+	munmap((void *)q.cq, q.c.cq_size);
+	EXPECT_EQ(base, qpairs_allocated()) TH_LOG("not freed with its last mapping");
+}
+
+/* The finding of stop 12: a pair whose export an importer held at the
+ * revoke (here this file's own import, kept under a read held in flight)
+ * was kept until the controller's next disable, so create, export, import,
+ * stall and destroy in a loop grew kernel memory without bound. Now it is
+ * freed once the importer lets go; three rounds end where they started. */
+TEST_F_TIMEOUT(dmabuf, held_export_is_freed_when_its_importer_lets_go, 90)
+{
+	if (gpunvme_test_owner_mode())
+		SKIP(return, "raw pairs: the module does not see their commands, so nothing holds the import");
+	long long base = qpairs_allocated();
+	int freed = klog_count(LET_GO_FREED, NULL);
+
+	ASSERT_LE(0, base);
+	for (int round = 0; round < 3; round++) {
+		struct revoke_fixture r;
+		struct cqe c;
+
+		ASSERT_EQ(0, revoke_setup(self->fd, self->lbs, &r));
+		EXPECT_EQ(base + 2, qpairs_allocated());
+		EXPECT_EQ(0, destroy_a(self->fd, &r));
+		qp_unmap(&r.a);
+		EXPECT_EQ(base + 2, qpairs_allocated()) TH_LOG("A freed while the import under a command held it");
+		ASSERT_EQ(0, hold_relay(0));
+		ASSERT_EQ(0, qp_reap(&r.b, &c, 5000));
+		EXPECT_EQ(0, c.status >> 1);
+		EXPECT_EQ(0, qp_destroy(&r.b));
+		EXPECT_EQ(base + 1, qpairs_allocated());
+		EXPECT_EQ(0, unmap_handle(self->fd, r.m.handle));
+		EXPECT_EQ(base, qpairs_allocated()) TH_LOG("round %d: A kept after its importer let go", round);
+		close(r.e.fd);
+	}
+	EXPECT_EQ(freed + 3, klog_count(LET_GO_FREED, NULL));
+}
+
+/* The same when the exporting file closes first: its pair outlives the
+ * file while another file's import holds it, and goes when that import
+ * does. */
+TEST_F_TIMEOUT(dmabuf, held_export_outlives_its_file_until_let_go, 60)
+{
+	if (gpunvme_test_owner_mode())
+		SKIP(return, "raw pairs: the module does not see their commands, so nothing holds the import");
+	long long base = qpairs_allocated();
+	int exporter = gpunvme_open_bound();
+	struct gpunvme_export e;
+	struct gpunvme_map_dmabuf m;
+	struct hostbuf hb;
+	struct qp a, b;
+	struct cqe c;
+	uint64_t addrs[16];
+	uint32_t per = 4096 / self->lbs;
+
+	ASSERT_LE(0, exporter);
+	ASSERT_EQ(0, qp_create(exporter, 256, &a));
+	ASSERT_EQ(0, qp_create(self->fd, 16, &b));
+	UAPI_INIT(e);
+	e.qid = a.c.qid;
+	e.kind = GPUNVME_EXPORT_SQ;
+	ASSERT_EQ(0, ioctl(exporter, GPUNVME_IOC_EXPORT, &e));
+	ASSERT_EQ(0, map_dmabuf(self->fd, e.fd, addrs, 16, &m));
+	ASSERT_EQ(0, hostbuf_map(self->fd, 4096, &hb));
+	for (int i = 0; i < 4096; i++)
+		hb.p[i] = pattern_byte(34, 6100 + i / self->lbs, i % self->lbs);
+	ASSERT_EQ(0, qp_sync(&b, rw_cmd(OPC_WRITE, 1, 6100, per, hb.dma[0], 0)));
+	ASSERT_EQ(0, hold_relay(b.c.qid));
+	long long accepted = qp_counter(b.c.qid, "sqes_accepted");
+	qp_push(&b, rw_cmd(OPC_READ, 1, 6100, per, addrs[1], 0));
+	qp_ring(&b);
+	ASSERT_EQ(accepted + 1, qp_counter_settles(b.c.qid, "sqes_accepted", accepted + 1));
+	EXPECT_EQ(base + 2, qpairs_allocated());
+	qp_unmap(&a);
+	close(exporter);
+	EXPECT_EQ(base + 2, qpairs_allocated()) TH_LOG("A freed with its file while an import held it");
+	ASSERT_EQ(0, hold_relay(0));
+	ASSERT_EQ(0, qp_reap(&b, &c, 5000));
+	EXPECT_EQ(0, c.status >> 1);
+	EXPECT_EQ(0, qp_destroy(&b));
+	EXPECT_EQ(base + 1, qpairs_allocated());
+	EXPECT_EQ(0, unmap_handle(self->fd, m.handle));
+	EXPECT_EQ(base, qpairs_allocated()) TH_LOG("A kept after its importer let go");
+	EXPECT_EQ(0, hostbuf_unmap(self->fd, &hb));
+	close(e.fd);
+}
+
 TEST_HARNESS_MAIN
