@@ -5,6 +5,7 @@
 //! number of I/O queues. Every wait is bounded by CAP.TO.
 
 pub(crate) mod admin;
+pub(crate) mod debugfs;
 pub(crate) mod identify;
 pub(crate) mod lifecycle;
 pub(crate) mod regs;

@@ -23,7 +23,7 @@ mod queues; // I/O queue pairs and NVMe command encoding
 mod shim; // the C the 7.3 Rust crate cannot reach, behind typed owners
 mod uapi; // the ioctl ABI, device nodes and per-file operations
 
-use controller::{admin, identify, lifecycle, regs, shared, BAR0_MIN};
+use controller::{admin, debugfs, identify, lifecycle, regs, shared, BAR0_MIN};
 use uapi::{chardev, owner};
 
 // PRP entries and MAP_HOST hand out one DMA address per 4 KiB page, which
@@ -44,8 +44,12 @@ struct GpunvmeDriver;
 struct Bound {
     /// Stopped first, at unbind: the CSTS watch and the PCI hooks.
     hooks: lifecycle::Hooks,
-    /// Its knobs point into `shared`: removed first.
-    debug: shim::DebugDir,
+    /// `gpunvme-<bdf>`, what `debug` was made with.
+    debug_name: kernel::str::CString,
+    /// debugfs `gpunvme-<bdf>/`: removed at unbind, before the device goes
+    /// (`pci_event` reaches it).
+    #[pin]
+    debug: kernel::debugfs::Scope<debugfs::Knobs>,
     #[pin]
     node: chardev::Node,
     shared: Arc<shared::Shared>,
@@ -180,7 +184,8 @@ impl pci::Driver for GpunvmeDriver {
             let hooks = lifecycle::Hooks::new(dev, &shared)?;
             Ok(try_pin_init!(Bound {
                 hooks,
-                debug: shim::DebugDir::new(dev, &shared.mmap_delay_ms, &shared.drop_admin_doorbells, &shared.fake_csts, &shared.relay_hold_qid),
+                debug_name: debugfs::name(&shared)?,
+                debug <- debugfs::directory(shared.clone(), debug_name),
                 node <- chardev::Node::new(shared.clone(), slot),
                 shared,
             }))

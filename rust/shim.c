@@ -6,7 +6,6 @@
  * needs (IOMMU domain type, lockdown, taint). Thin forwarders; the
  * contracts are stated in rust/shim.rs.
  */
-#include <linux/debugfs.h>
 #include <linux/dma-mapping.h>
 #include <linux/iommu.h>
 #include <linux/panic.h>
@@ -285,33 +284,3 @@ void gpunvme_shim_taint_no_iommu(void)
 	add_taint(TAINT_USER, LOCKDEP_STILL_OK);
 }
 
-/* The controller's debugfs directory, gpunvme-<bdf>/, with its test knobs. */
-struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms,
-					 u32 *drop_admin_doorbells)
-{
-	char name[64];
-	struct dentry *d;
-
-	snprintf(name, sizeof(name), "gpunvme-%s", dev_name(dev));
-	d = debugfs_create_dir(name, NULL);
-	debugfs_create_u32("mmap_delay_ms", 0600, d, mmap_delay_ms);
-	debugfs_create_u32("drop_admin_doorbells", 0600, d, drop_admin_doorbells);
-	return d;
-}
-
-/* One more u32 knob in the directory. */
-void gpunvme_shim_debugfs_u32(struct dentry *d, const char *name, u32 *value)
-{
-	debugfs_create_u32(name, 0600, d, value);
-}
-
-/* A read-only u32 in the directory. */
-void gpunvme_shim_debugfs_u32_ro(struct dentry *d, const char *name, u32 *value)
-{
-	debugfs_create_u32(name, 0400, d, value);
-}
-
-void gpunvme_shim_debugfs_remove(struct dentry *d)
-{
-	debugfs_remove_recursive(d);
-}

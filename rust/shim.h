@@ -41,12 +41,6 @@ void gpunvme_shim_bridge_stop(struct gpunvme_bridge *b);
 u32 gpunvme_shim_iommu_mode(struct device *dev);
 int gpunvme_shim_pci_locked_down(void);
 void gpunvme_shim_taint_no_iommu(void);
-struct dentry;
-struct dentry *gpunvme_shim_debugfs_ctrl(struct device *dev, u32 *mmap_delay_ms,
-					 u32 *drop_admin_doorbells);
-void gpunvme_shim_debugfs_u32(struct dentry *d, const char *name, u32 *value);
-void gpunvme_shim_debugfs_u32_ro(struct dentry *d, const char *name, u32 *value);
-void gpunvme_shim_debugfs_remove(struct dentry *d);
 /* rust/controller/lifecycle.c */
 struct miscdevice;
 struct gpunvme_watch;
@@ -55,6 +49,5 @@ void *gpunvme_shim_hooks_del(struct device *dev);
 struct gpunvme_watch *gpunvme_shim_watch_start(void *ctx, u32 period_ms);
 void gpunvme_shim_watch_stop(struct gpunvme_watch *wt);
 int gpunvme_shim_add_poll(struct miscdevice *misc);
-void gpunvme_shim_debugfs_fake_csts(struct dentry *dir, u32 *fake);
-void gpunvme_shim_debugfs_pci_event(struct dentry *dir, struct device *dev);
+int gpunvme_shim_pci_event(struct device *dev, u32 ev, const char *name);
 #endif

@@ -4,15 +4,7 @@
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
-use kernel::{
-    bindings,
-    device::Device,
-    fs::File,
-    mm::virt::VmaNew,
-    pci,
-    prelude::*,
-    sync::{atomic::Atomic, Arc},
-};
+use kernel::{bindings, device::Device, fs::File, mm::virt::VmaNew, pci, prelude::*, sync::Arc};
 
 use crate::dma::buffers::{Buffers, Pending, REVOKE_WAIT_MS};
 
@@ -473,20 +465,7 @@ pub(crate) fn taint_no_iommu() {
 }
 
 extern "C" {
-    fn gpunvme_shim_debugfs_ctrl(
-        dev: *mut c_void,
-        mmap_delay_ms: *mut u32,
-        drop_admin_doorbells: *mut u32,
-    ) -> *mut c_void;
-    fn gpunvme_shim_debugfs_remove(d: *mut c_void);
-    fn gpunvme_shim_debugfs_u32(d: *mut c_void, name: *const kernel::ffi::c_char, value: *mut u32);
-    fn gpunvme_shim_debugfs_u32_ro(
-        d: *mut c_void,
-        name: *const kernel::ffi::c_char,
-        value: *mut u32,
-    );
-    fn gpunvme_shim_debugfs_fake_csts(d: *mut c_void, fake: *mut u32);
-    fn gpunvme_shim_debugfs_pci_event(d: *mut c_void, dev: *mut c_void);
+    fn gpunvme_shim_pci_event(dev: *mut c_void, ev: u32, name: *const kernel::ffi::c_char) -> i32;
     fn gpunvme_shim_add_poll(misc: *mut c_void) -> i32;
 }
 
@@ -499,59 +478,11 @@ pub(crate) fn add_poll(misc: *mut bindings::miscdevice) -> Result {
     to_result(unsafe { gpunvme_shim_add_poll(misc.cast()) })
 }
 
-/// The controller's debugfs directory (`gpunvme-<bdf>/`), removed on drop.
-pub(crate) struct DebugDir(*mut c_void);
-
-// SAFETY: a debugfs dentry may be removed from any thread.
-unsafe impl Send for DebugDir {}
-// SAFETY: no `&self` method touches it.
-unsafe impl Sync for DebugDir {}
-
-impl DebugDir {
-    /// The knobs must outlive the returned value (they are read and
-    /// written through debugfs until the directory is removed).
-    pub(crate) fn new(
-        dev: &Device,
-        mmap_delay_ms: &Atomic<u32>,
-        drop_admin_doorbells: &Atomic<u32>,
-        fake_csts: &Atomic<u32>,
-        relay_hold_qid: &Atomic<u32>,
-    ) -> Self {
-        // SAFETY: `Atomic<u32>` has the layout of a `u32`; debugfs reads and
-        // writes them whole; the caller keeps them alive until drop.
-        let d = unsafe {
-            gpunvme_shim_debugfs_ctrl(
-                raw(dev),
-                mmap_delay_ms.as_ptr(),
-                drop_admin_doorbells.as_ptr(),
-            )
-        };
-        // SAFETY: as above; `d` is the directory just made (or an error
-        // pointer, which debugfs accepts).
-        unsafe { gpunvme_shim_debugfs_fake_csts(d, fake_csts.as_ptr()) };
-        // SAFETY: as above; the name is a static C string.
-        unsafe {
-            gpunvme_shim_debugfs_u32(d, c"relay_hold_qid".as_char_ptr(), relay_hold_qid.as_ptr())
-        };
-        // SAFETY: as above; the counter is a static, read whole.
-        unsafe {
-            gpunvme_shim_debugfs_u32_ro(
-                d,
-                c"qpairs_allocated".as_char_ptr(),
-                crate::queues::qpair::ALLOCATED.as_ptr(),
-            )
-        };
-        // SAFETY: `dev` is the bound PCI device; the file is removed with
-        // the directory (at drop, during unbind), before the device goes.
-        unsafe { gpunvme_shim_debugfs_pci_event(d, raw(dev)) };
-        Self(d)
-    }
-}
-
-impl Drop for DebugDir {
-    fn drop(&mut self) {
-        // SAFETY: the dentry came from gpunvme_shim_debugfs_ctrl (an error
-        // pointer is accepted by debugfs_remove_recursive); removed once.
-        unsafe { gpunvme_shim_debugfs_remove(self.0) }
-    }
+/// Run PCI callback `ev` (named `name`, for the log) of the bound device
+/// `dev` as the PCI core would, under its device lock (debugfs
+/// `pci_event`).
+pub(crate) fn pci_event(dev: &Device, ev: u32, name: &CStr) -> Result {
+    // SAFETY: `dev` is alive (referenced); the shim takes its lock and
+    // runs the callback only while a driver is bound; `name` is a C string.
+    to_result(unsafe { gpunvme_shim_pci_event(raw(dev), ev, name.as_char_ptr()) })
 }

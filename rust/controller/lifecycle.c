@@ -7,7 +7,6 @@
  * Rust function (rust/controller/lifecycle.rs) with the controller's context; the
  * decisions are all made there.
  */
-#include <linux/debugfs.h>
 #include <linux/delay.h>
 #include <linux/device.h>
 #include <linux/fs.h>
@@ -235,73 +234,18 @@ int gpunvme_shim_add_poll(struct miscdevice *misc)
 	return ret;
 }
 
-/* debugfs fake_csts: "off", "cfs" or "ones" (also 0, 1, 2). */
-static const char *const fake_names[] = { "off", "cfs", "ones" };
-
-static ssize_t fake_read(struct file *f, char __user *buf, size_t len, loff_t *pos)
-{
-	u32 v = READ_ONCE(*(u32 *)f->private_data);
-	char s[8];
-	int n = scnprintf(s, sizeof(s), "%s\n", v < ARRAY_SIZE(fake_names) ? fake_names[v] : "?");
-
-	return simple_read_from_buffer(buf, len, pos, s, n);
-}
-
-static ssize_t fake_write(struct file *f, const char __user *buf, size_t len, loff_t *pos)
-{
-	char s[8] = {};
-	u32 i;
-
-	if (len >= sizeof(s) || copy_from_user(s, buf, len))
-		return -EINVAL;
-	for (i = 0; i < ARRAY_SIZE(fake_names); i++) {
-		if (sysfs_streq(s, fake_names[i]) || (s[0] == '0' + i && (s[1] == 0 || s[1] == '\n'))) {
-			WRITE_ONCE(*(u32 *)f->private_data, i);
-			return len;
-		}
-	}
-	return -EINVAL;
-}
-
-static const struct file_operations fake_fops = {
-	.owner = THIS_MODULE,
-	.open = simple_open,
-	.read = fake_read,
-	.write = fake_write,
-	.llseek = default_llseek,
-};
-
-void gpunvme_shim_debugfs_fake_csts(struct dentry *dir, u32 *fake)
-{
-	debugfs_create_file("fake_csts", 0600, dir, fake, &fake_fops);
-}
-
 /*
- * debugfs pci_event (write-only, tests): run one of the PCI callbacks above
- * as the PCI core would, by name, under the device lock (taken with a
- * bounded trylock: unbind holds the lock while it removes this file).
- * What it cannot fake is the hardware side: MMIO keeps working after a
- * simulated "error_frozen", and "slot_reset" resets nothing.
+ * debugfs pci_event (rust/controller/debugfs.rs parses the name): run PCI
+ * callback `ev` above as the PCI core would, under the device lock (taken
+ * with a bounded trylock: unbind holds the lock while it removes the
+ * file). What it cannot fake is the hardware side: MMIO keeps working
+ * after a simulated "error_frozen", and "slot_reset" resets nothing.
  */
-static const char *const event_names[] = {
-	[EV_SHUTDOWN] = "shutdown", [EV_ERROR_NORMAL] = "error_normal",
-	[EV_ERROR_FROZEN] = "error_frozen", [EV_ERROR_GONE] = "error_gone",
-	[EV_SLOT_RESET] = "slot_reset", [EV_RESUME] = "resume",
-	[EV_SUSPEND] = "suspend", [EV_PM_RESUME] = "pm_resume",
-};
-
-static ssize_t event_write(struct file *f, const char __user *buf, size_t len, loff_t *pos)
+int gpunvme_shim_pci_event(struct device *dev, u32 ev, const char *name)
 {
-	struct device *dev = f->private_data;
-	char s[16] = {};
-	int i, tries, ret = -EINVAL;
+	int tries, ret = -ENODEV;
 
-	if (len >= sizeof(s) || copy_from_user(s, buf, len))
-		return -EINVAL;
-	for (i = 1; i < ARRAY_SIZE(event_names); i++)
-		if (sysfs_streq(s, event_names[i]))
-			break;
-	if (i == ARRAY_SIZE(event_names))
+	if (ev < EV_SHUTDOWN || ev > EV_PM_RESUME)
 		return -EINVAL;
 	for (tries = 0; !device_trylock(dev); tries++) {
 		if (tries == 100)
@@ -309,21 +253,9 @@ static ssize_t event_write(struct file *f, const char __user *buf, size_t len, l
 		msleep(10);
 	}
 	if (dev->driver) {
-		dev_warn(dev, "fault injection: PCI event %s\n", event_names[i]);
-		ret = event(to_pci_dev(dev), i);
+		dev_warn(dev, "fault injection: PCI event %s\n", name);
+		ret = event(to_pci_dev(dev), ev);
 	}
 	device_unlock(dev);
-	return ret < 0 ? ret : len;
-}
-
-static const struct file_operations event_fops = {
-	.owner = THIS_MODULE,
-	.open = simple_open,
-	.write = event_write,
-	.llseek = default_llseek,
-};
-
-void gpunvme_shim_debugfs_pci_event(struct dentry *dir, struct device *dev)
-{
-	debugfs_create_file("pci_event", 0200, dir, dev, &event_fops);
+	return ret;
 }

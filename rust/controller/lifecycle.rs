@@ -108,7 +108,18 @@ impl Drop for Hooks {
     }
 }
 
-/// Events of `rust/controller/lifecycle.c`.
+/// Events of `rust/controller/lifecycle.c`, by the names debugfs
+/// `pci_event` takes.
+pub(crate) const EVENT_NAMES: [(&CStr, u32); 8] = [
+    (c"shutdown", EV_SHUTDOWN),
+    (c"error_normal", EV_ERROR_NORMAL),
+    (c"error_frozen", EV_ERROR_FROZEN),
+    (c"error_gone", EV_ERROR_GONE),
+    (c"slot_reset", EV_SLOT_RESET),
+    (c"resume", EV_RESUME),
+    (c"suspend", EV_SUSPEND),
+    (c"pm_resume", EV_PM_RESUME),
+];
 const EV_SHUTDOWN: u32 = 1;
 const EV_ERROR_NORMAL: u32 = 2;
 const EV_ERROR_FROZEN: u32 = 3;

@@ -171,7 +171,7 @@ pub(crate) struct Shared {
     /// with CFS set (`FAKE_CFS`, until the controller is disabled, as a
     /// reset clears a real CFS), or every register read all-ones
     /// (`FAKE_ONES`, as after a surprise removal, until unbind).
-    pub(crate) fake_csts: Atomic<u32>,
+    pub(crate) fake_csts: crate::controller::debugfs::FakeCsts,
     /// Test knob (debugfs `gpunvme-<bdf>/relay_hold_qid`): the relay of
     /// shared pair `qid` leaves its real CQ alone, so the commands it
     /// accepted stay in flight as far as the module can tell.
@@ -205,7 +205,7 @@ impl Shared {
                 mmap_delay_ms: Atomic::new(0),
                 drop_admin_doorbells: Atomic::new(0),
                 relay_hold_qid: Atomic::new(0),
-                fake_csts: Atomic::new(0),
+                fake_csts: crate::controller::debugfs::FakeCsts::new(),
             }),
             GFP_KERNEL,
         )

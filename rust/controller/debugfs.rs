@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The controller's debugfs directory, `gpunvme-<bdf>/`: test knobs and
+//! fault injection, all off by default (README, "Races and faults").
+//! Built with the kernel crate's `debugfs::Scope`, so the files go before
+//! the data they reach; removed at unbind, when the driver data drops.
+
+use kernel::{
+    debugfs::{Scope, ScopedDir},
+    fmt,
+    prelude::*,
+    str::CString,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
+    uaccess::UserSliceReader,
+};
+
+use crate::controller::lifecycle::EVENT_NAMES;
+use crate::controller::shared::Shared;
+
+/// `fake_csts`: 0 off, `FAKE_CFS`, `FAKE_ONES`; read and written by name.
+pub(crate) struct FakeCsts(Atomic<u32>);
+
+const FAKE_NAMES: [&str; 3] = ["off", "cfs", "ones"];
+
+impl FakeCsts {
+    pub(crate) const fn new() -> Self {
+        Self(Atomic::new(0))
+    }
+}
+
+impl core::ops::Deref for FakeCsts {
+    type Target = Atomic<u32>;
+    fn deref(&self) -> &Atomic<u32> {
+        &self.0
+    }
+}
+
+// The `Writer` debugfs uses to show it: the name.
+impl fmt::Debug for FakeCsts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.0.load(Relaxed) as usize;
+        f.write_str(FAKE_NAMES.get(v).copied().unwrap_or("?"))
+    }
+}
+
+/// The text a test wrote, trimmed (at most 15 bytes).
+fn written<'a>(reader: &mut UserSliceReader, buf: &'a mut [u8; 16]) -> Result<&'a str> {
+    let n = reader.len();
+    if n >= buf.len() {
+        return Err(EINVAL);
+    }
+    reader.read_slice(&mut buf[..n])?;
+    Ok(core::str::from_utf8(&buf[..n]).map_err(|_| EINVAL)?.trim())
+}
+
+impl kernel::debugfs::Reader for FakeCsts {
+    fn read_from_slice(&self, reader: &mut UserSliceReader) -> Result {
+        let mut buf = [0u8; 16];
+        let s = written(reader, &mut buf)?;
+        let i = FAKE_NAMES
+            .iter()
+            .position(|n| *n == s)
+            .or_else(|| s.parse::<usize>().ok().filter(|i| *i < FAKE_NAMES.len()))
+            .ok_or(EINVAL)?;
+        self.0.store(i as u32, Relaxed);
+        Ok(())
+    }
+}
+
+/// What the directory's files reach: the controller's shared state (its
+/// knobs), which outlives the directory.
+pub(crate) struct Knobs {
+    shared: Arc<Shared>,
+}
+
+/// `pci_event`: run one of the module's PCI callbacks by name, as the PCI
+/// core would (the callbacks are in the C shim: 7.3's `pci::Driver` has no
+/// error handlers or PM ops).
+fn pci_event(k: &Knobs, reader: &mut UserSliceReader) -> Result {
+    let mut buf = [0u8; 16];
+    let s = written(reader, &mut buf)?;
+    let (name, ev) = EVENT_NAMES
+        .iter()
+        .find(|(n, _)| n.to_bytes() == s.as_bytes())
+        .ok_or(EINVAL)?;
+    crate::shim::pci_event(&k.shared.dev, *ev, name)
+}
+
+/// The directory's name, `gpunvme-<bdf>`.
+pub(crate) fn name(shared: &Shared) -> Result<CString> {
+    CString::try_from_fmt(fmt!("gpunvme-{}", shared.dev.name()))
+}
+
+/// The directory of the controller `shared` is bound to, with its files.
+pub(crate) fn directory(
+    shared: Arc<Shared>,
+    name: &CStr,
+) -> impl PinInit<Scope<Knobs>, Error> + '_ {
+    Scope::dir(try_init!(Knobs { shared }), name, files)
+}
+
+fn files<'a>(k: &'a Knobs, dir: &ScopedDir<'a, '_>) {
+    let sh = &*k.shared;
+    dir.read_write_file(c"mmap_delay_ms", &sh.mmap_delay_ms);
+    dir.read_write_file(c"drop_admin_doorbells", &sh.drop_admin_doorbells);
+    dir.read_write_file(c"fake_csts", &sh.fake_csts);
+    dir.read_write_file(c"relay_hold_qid", &sh.relay_hold_qid);
+    dir.read_only_file(c"qpairs_allocated", &crate::queues::qpair::ALLOCATED);
+    dir.write_only_callback_file(c"pci_event", k, &pci_event);
+}
