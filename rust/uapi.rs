@@ -97,7 +97,11 @@ pub(crate) struct QpairCreate {
     pub(crate) prp_offset: u64,
     pub(crate) prp_size: u64,
     pub(crate) prp_dma: u64,
-    pub(crate) reserved: [u64; 1],
+    pub(crate) cq_handle: u32,
+    pub(crate) pad2: u32,
+    /// None left (`cq_handle` took the last word): `read_arg!` checks an
+    /// empty list.
+    pub(crate) reserved: [u64; 0],
 }
 
 /// `struct gpunvme_qpair_destroy`.
@@ -213,6 +217,7 @@ pub(crate) const MAX_MAP_BYTES: u64 = 64 << 20;
 /// UAPI version 1's bridged flag: refused with a log line since version 2.
 pub(crate) const QPAIR_V1_BRIDGED: u32 = 1 << 0;
 pub(crate) const QPAIR_RAW: u32 = 1 << 1;
+pub(crate) const QPAIR_CQ_IN_MAP: u32 = 1 << 2;
 pub(crate) const MIN_QUEUE_DEPTH: u32 = 2;
 
 pub(crate) const IOC_GET_INFO: u32 = _IOWR::<Info>(IOC_MAGIC, 0x00);
@@ -267,7 +272,7 @@ mod tests {
         static gpunvme_uapi_version: u32;
         static gpunvme_uapi_layout_others: [usize; 44];
         static gpunvme_uapi_iocs: [u32; 7];
-        static gpunvme_uapi_limits: [u64; 11];
+        static gpunvme_uapi_limits: [u64; 12];
     }
 
     #[test]
@@ -287,7 +292,7 @@ mod tests {
             offset_of!(QpairCreate, prp_offset),
             offset_of!(QpairCreate, prp_size),
             offset_of!(QpairCreate, prp_dma),
-            offset_of!(QpairCreate, reserved),
+            offset_of!(QpairCreate, cq_handle),
             size_of::<QpairDestroy>(),
             offset_of!(QpairDestroy, qid),
             offset_of!(QpairDestroy, reserved),
@@ -351,6 +356,7 @@ mod tests {
             u64::from(IOMMU_OTHER),
             u64::from(MODE_SHARED),
             u64::from(MODE_OWNER),
+            u64::from(QPAIR_CQ_IN_MAP),
         ];
         assert_eq!(consts, limits);
     }

@@ -217,18 +217,35 @@ struct gpunvme_info {
  */
 #define GPUNVME_QPAIR_RAW (1u << 1)
 
+/*
+ * GPUNVME_QPAIR_CQ_IN_MAP (raw pairs only): the controller writes the CQ
+ * into the start of mapping cq_handle of this file (GPUNVME_IOC_MAP_DMABUF,
+ * e.g. GPU memory exported as a dma-buf, so a GPU polls its CQ in its own
+ * memory; or GPUNVME_IOC_MAP_HOST) instead of memory of the module. The
+ * mapping must be one run of DMA addresses (what the controller sees is
+ * contiguous, as a CQ needs) of at least cq_size bytes (EINVAL otherwise;
+ * the log says which). It stays mapped while the pair lives: UNMAP fails
+ * with EBUSY until the pair is destroyed, and an exporter's revoke keeps
+ * it (see GPUNVME_IOC_MAP_DMABUF). The pair's CQ has no mmap offset
+ * (cq_offset 0) and cannot be exported.
+ */
+#define GPUNVME_QPAIR_CQ_IN_MAP (1u << 2)
+
 /**
  * struct gpunvme_qpair_create - create an I/O submission/completion queue pair.
  * @size, @version: as for every struct.
  * @depth:     in: entries in each queue, GPUNVME_MIN_QUEUE_DEPTH ..
  *             info.max_queue_entries (EINVAL otherwise).
- * @flags:     in: 0 (shared, validated) or GPUNVME_QPAIR_RAW (owner only).
+ * @flags:     in: 0 (shared, validated) or GPUNVME_QPAIR_RAW (owner only),
+ *             optionally with GPUNVME_QPAIR_CQ_IN_MAP.
  * @qid:       out: the queue ID (1-based), the same for the SQ and its CQ.
  * @sq_offset: out: mmap offset of the SQ (64-byte entries).
  * @sq_size:   out: bytes to map there (depth * 64 rounded up to 4 KiB).
  * @cq_offset: out: mmap offset of the CQ (16-byte entries; polled, no
- *             interrupts; phase tag starts at 1).
- * @cq_size:   out: bytes to map there.
+ *             interrupts; phase tag starts at 1); 0 with
+ *             GPUNVME_QPAIR_CQ_IN_MAP.
+ * @cq_size:   out: bytes to map there (with GPUNVME_QPAIR_CQ_IN_MAP: the
+ *             bytes of the mapping the controller writes).
  * @db_offset: out: mmap offset of the doorbell page holding this pair's
  *             doorbells (4096 bytes; the shadow page of a shared pair).
  * @sq_db:     out: byte offset of the SQ tail doorbell within that page.
@@ -240,7 +257,9 @@ struct gpunvme_info {
  *             (0 for a raw pair). A shared SQE whose transfer needs a PRP
  *             list must point PRP2 into the pool (8-byte aligned); the
  *             module reads the list there.
- * @reserved:  in: zero.
+ * @cq_handle: in: with GPUNVME_QPAIR_CQ_IN_MAP, the handle of the mapping
+ *             that holds the CQ; 0 otherwise.
+ * @__pad2:    in: zero.
  *
  * The queue pair belongs to the file: closing it (or process exit) deletes
  * both queues on the controller (SQ first) before their memory is freed.
@@ -270,7 +289,8 @@ struct gpunvme_qpair_create {
 	__u64 prp_offset;
 	__u64 prp_size;
 	__u64 prp_dma;
-	__u64 reserved[1];
+	__u32 cq_handle;
+	__u32 __pad2;
 };
 
 /**

@@ -109,6 +109,26 @@ impl Buffers {
         Ok(())
     }
 
+    /// Where mapping `handle` starts for the controller and how long it is,
+    /// when it is one run of contiguous DMA addresses (`None` when it is
+    /// not mapped, or in several runs).
+    pub(crate) fn single_run(&self, handle: u32) -> Option<(u64, u64)> {
+        let g = self.ranges.lock();
+        let mut runs = g.list.iter().filter(|r| r.handle == handle);
+        let r = runs.next()?;
+        runs.next().is_none().then_some((r.start, r.end - r.start))
+    }
+
+    /// How many runs mapping `handle` has (0: not mapped).
+    pub(crate) fn runs(&self, handle: u32) -> usize {
+        self.ranges
+            .lock()
+            .list
+            .iter()
+            .filter(|r| r.handle == handle)
+            .count()
+    }
+
     /// Forget mapping `handle`: from now on no new command may name it.
     pub(crate) fn remove(&self, handle: u32) {
         self.ranges.lock().list.retain(|r| r.handle != handle);

@@ -65,6 +65,11 @@ pub(crate) fn doorbell_page(cap: Cap, qid: u16) -> Option<(usize, u32, u32)> {
     (cq / PAGE_SIZE * PAGE_SIZE == page).then_some((page, (sq - page) as u32, (cq - page) as u32))
 }
 
+/// Bytes of a CQ of `depth` entries (whole pages).
+pub(crate) fn cq_bytes(depth: u32) -> usize {
+    round_to_page(depth as usize * CQE_BYTES)
+}
+
 /// An I/O SQ and its CQ. The memory is freed only on drop, and a `QPair`
 /// is dropped only once the controller no longer uses it (deleted, or the
 /// controller disabled).
@@ -75,6 +80,10 @@ pub(crate) struct QPair {
     pub(crate) depth: u32,
     pub(crate) sq: Coherent<[u8]>,
     pub(crate) cq: Coherent<[u8]>,
+    /// A raw pair whose CQ the controller writes into a mapping of the
+    /// file instead of `cq` (`GPUNVME_QPAIR_CQ_IN_MAP`): its handle and DMA
+    /// address. `cq` is then one unused page, never mapped or exported.
+    pub(crate) cq_in_map: Option<(u32, u64)>,
     /// Shared (validated) pairs only: what the file sees instead of the
     /// real queues and doorbells (see `bridge.rs`). `None` for an owner's
     /// raw pair.
@@ -109,9 +118,14 @@ impl QPair {
         qid: u16,
         depth: u32,
         shared: Option<u64>,
+        cq_in_map: Option<(u32, u64)>,
     ) -> Result<Self> {
         let sq_bytes = round_to_page(depth as usize * SQE_BYTES);
-        let cq_bytes = round_to_page(depth as usize * CQE_BYTES);
+        let cq_bytes = if cq_in_map.is_some() {
+            PAGE_SIZE
+        } else {
+            cq_bytes(depth)
+        };
         let shadow = match shared {
             None => None,
             Some(max_transfer) => {
@@ -135,6 +149,7 @@ impl QPair {
             depth,
             sq: Coherent::zeroed_slice(dev, sq_bytes, GFP_KERNEL)?,
             cq: Coherent::zeroed_slice(dev, cq_bytes, GFP_KERNEL)?,
+            cq_in_map,
             shadow,
         };
         ALLOCATED.fetch_add(1, Relaxed);
@@ -154,7 +169,11 @@ impl QPair {
     /// Create CQ then SQ (the SQ names its CQ), as the spec requires.
     pub(crate) fn create_cmds(&self) -> [command::Sqe; 2] {
         [
-            command::create_io_cq(self.qid, self.depth, self.cq.dma_address()),
+            command::create_io_cq(
+                self.qid,
+                self.depth,
+                self.cq_in_map.map_or(self.cq.dma_address(), |(_, dma)| dma),
+            ),
             command::create_io_sq(self.qid, self.depth, self.sq.dma_address()),
         ]
     }

@@ -228,11 +228,28 @@ impl OpenState {
             dev_warn!(sh.dev, "CREATE_QPAIR: the bridged flag of UAPI 1 is gone; shared pairs (flags 0) relay and validate\n");
             return Err(EINVAL);
         }
-        if req.flags & !uapi::QPAIR_RAW != 0 || req.pad0 != 0 || req.pad1 != 0 {
+        if req.flags & !(uapi::QPAIR_RAW | uapi::QPAIR_CQ_IN_MAP) != 0
+            || req.pad0 != 0
+            || req.pad1 != 0
+            || req.pad2 != 0
+        {
             dev_warn!(sh.dev, "CREATE_QPAIR: unknown flags {:#x}\n", req.flags);
             return Err(EINVAL);
         }
         let raw = req.flags & uapi::QPAIR_RAW != 0;
+        let cq_in_map = req.flags & uapi::QPAIR_CQ_IN_MAP != 0;
+        if cq_in_map && !raw {
+            dev_warn!(sh.dev, "CREATE_QPAIR: GPUNVME_QPAIR_CQ_IN_MAP needs a raw pair (a shared pair's CQ is the module's mirror)\n");
+            return Err(EINVAL);
+        }
+        if !cq_in_map && req.cq_handle != 0 {
+            dev_warn!(
+                sh.dev,
+                "CREATE_QPAIR: cq_handle {} without GPUNVME_QPAIR_CQ_IN_MAP\n",
+                req.cq_handle
+            );
+            return Err(EINVAL);
+        }
         if raw && sh.owner() != self.id {
             dev_warn!(
                 sh.dev,
@@ -258,16 +275,38 @@ impl OpenState {
 
         let created = sh.with_admin(self.epoch, |dev, admin, ring| {
             let max_transfer = limits.as_ref().map(|l| l.max_transfer);
-            let q = QPair::alloc(dev, qid, req.depth, max_transfer)?;
             let mut dma = sh.dma.lock();
             // Room first: once the queue exists on the controller its memory
             // must be recorded.
             dma.queues.reserve(1, GFP_KERNEL)?;
+            if raw {
+                // Counted before the CQ's mapping is looked up: an exporter's
+                // revoke after the lookup then keeps that mapping (its
+                // commands are unseen). Uncounted only when the controller
+                // surely has no such queue.
+                self.buffers.raw_pair_created();
+            }
+            let not_created = |e: Error| {
+                if raw {
+                    self.buffers.raw_pair_deleted();
+                }
+                e
+            };
+            // Under the `dma` lock, which UNMAP takes to remove a mapping.
+            let cq_at = match cq_in_map {
+                true => Some(
+                    self.cq_mapping(req.cq_handle, req.depth)
+                        .map_err(not_created)?,
+                ),
+                false => None,
+            };
+            let q = QPair::alloc(dev, qid, req.depth, max_transfer, cq_at).map_err(not_created)?;
             let [cq_cmd, sq_cmd] = q.create_cmds();
             if let Err(e) = admin.submit(&sh.dev, sh.cap, cq_cmd, ring) {
-                if !definitely_failed(e) {
-                    dma.quarantine(Quarantined::Queue(q));
+                if definitely_failed(e) {
+                    return Err(not_created(e));
                 }
+                dma.quarantine(Quarantined::Queue(q));
                 return Err(e);
             }
             if let Err(e) = admin.submit(&sh.dev, sh.cap, sq_cmd, ring) {
@@ -275,9 +314,10 @@ impl OpenState {
                 let undone = admin
                     .submit(&sh.dev, sh.cap, command::delete_io_cq(qid), ring)
                     .is_ok();
-                if !(undone && definitely_failed(e)) {
-                    dma.quarantine(Quarantined::Queue(q));
+                if undone && definitely_failed(e) {
+                    return Err(not_created(e));
                 }
+                dma.quarantine(Quarantined::Queue(q));
                 return Err(e);
             }
             let bridge = match (&q.shadow, limits) {
@@ -320,10 +360,6 @@ impl OpenState {
                 .shadow
                 .as_ref()
                 .map_or((0, 0), |s| (s.pool.size() as u64, s.pool.dma_address()));
-            if q.shadow.is_none() {
-                // Counted before it can be used: its commands are unseen.
-                self.buffers.raw_pair_created();
-            }
             let entry = QueueEntry {
                 file: self.id,
                 state: QueueState::Live,
@@ -349,13 +385,52 @@ impl OpenState {
         req.qid = qid;
         req.sq_offset = qpair::mmap_offset(MapKind::Sq, qid);
         req.sq_size = sq_size;
-        req.cq_offset = qpair::mmap_offset(MapKind::Cq, qid);
-        req.cq_size = cq_size;
+        if cq_in_map {
+            // Not the module's memory: no offset; the bytes of the mapping
+            // the controller writes.
+            req.cq_offset = 0;
+            req.cq_size = qpair::cq_bytes(req.depth) as u64;
+        } else {
+            req.cq_offset = qpair::mmap_offset(MapKind::Cq, qid);
+            req.cq_size = cq_size;
+        }
         req.db_offset = qpair::mmap_offset(MapKind::Doorbell, qid);
         req.sq_db = sq_db;
         req.cq_db = cq_db;
         writer.write(&req)?;
         Ok(0)
+    }
+
+    /// Where the controller may write a CQ of `depth` entries in mapping
+    /// `handle` of this file (`GPUNVME_QPAIR_CQ_IN_MAP`): its handle and
+    /// first DMA address. Call under the `dma` lock.
+    fn cq_mapping(&self, handle: u32, depth: u32) -> Result<(u32, u64)> {
+        let need = qpair::cq_bytes(depth) as u64;
+        match self.buffers.single_run(handle) {
+            Some((dma, len)) if len >= need => Ok((handle, dma)),
+            Some((_, len)) => {
+                dev_warn!(
+                    self.shared.dev,
+                    "CREATE_QPAIR: mapping {} is {} bytes; a CQ of depth {} needs {}\n",
+                    handle,
+                    len,
+                    depth,
+                    need
+                );
+                Err(EINVAL)
+            }
+            None => {
+                match self.buffers.runs(handle) {
+                    0 => dev_warn!(
+                        self.shared.dev,
+                        "CREATE_QPAIR: cq_handle {}: no such mapping on this file\n",
+                        handle
+                    ),
+                    n => dev_warn!(self.shared.dev, "CREATE_QPAIR: mapping {} is {} runs of DMA addresses, not one: the controller needs the CQ contiguous\n", handle, n),
+                }
+                Err(EINVAL)
+            }
+        }
     }
 
     /// Delete `q` on the controller, SQ before CQ. Its memory is freed at
@@ -518,6 +593,14 @@ impl OpenState {
                         return Err(EINVAL);
                     };
                     memory(&s.pool)?
+                }
+                uapi::EXPORT_CQ if e.q.cq_in_map.is_some() => {
+                    dev_warn!(
+                        sh.dev,
+                        "EXPORT: the CQ of qid {} is in a mapping of this file: export that memory itself\n",
+                        req.qid
+                    );
+                    return Err(EINVAL);
                 }
                 uapi::EXPORT_CQ => memory(e.q.visible_cq())?,
                 k => {
@@ -763,6 +846,14 @@ impl OpenState {
         };
         let (want, what) = match (kind, &q.shadow) {
             (MapKind::Sq, _) => (q.visible_sq().size(), "SQ"),
+            (MapKind::Cq, _) if q.cq_in_map.is_some() => {
+                dev_warn!(
+                    sh.dev,
+                    "mmap: the CQ of qid {} is in a mapping of this file, not the module's\n",
+                    qid
+                );
+                return Err(EINVAL);
+            }
             (MapKind::Cq, _) => (q.visible_cq().size(), "CQ"),
             (MapKind::Doorbell, _) => (4096, "doorbell page"),
             (MapKind::PrpPool, Some(s)) => (s.pool.size(), "PRP pool"),
@@ -843,7 +934,7 @@ impl OpenState {
         };
         let mem = match kind {
             k if k == MapKind::Sq as u32 => Some(q.visible_sq()),
-            k if k == MapKind::Cq as u32 => Some(q.visible_cq()),
+            k if k == MapKind::Cq as u32 && q.cq_in_map.is_none() => Some(q.visible_cq()),
             k if k == MapKind::PrpPool as u32 => q.shadow.as_ref().map(|s| &s.pool),
             k if k == MapKind::Doorbell as u32 => match &q.shadow {
                 Some(s) => Some(&s.cells),

@@ -57,7 +57,7 @@ const size_t gpunvme_uapi_layout_others[] = {
 	offsetof(struct gpunvme_qpair_create, prp_offset),
 	offsetof(struct gpunvme_qpair_create, prp_size),
 	offsetof(struct gpunvme_qpair_create, prp_dma),
-	offsetof(struct gpunvme_qpair_create, reserved),
+	offsetof(struct gpunvme_qpair_create, cq_handle),
 	sizeof(struct gpunvme_qpair_destroy),
 	offsetof(struct gpunvme_qpair_destroy, qid),
 	offsetof(struct gpunvme_qpair_destroy, reserved),
@@ -102,5 +102,5 @@ const unsigned int gpunvme_uapi_iocs[] = {
 const u64 gpunvme_uapi_limits[] = {
 	GPUNVME_MAX_MAP_BYTES, GPUNVME_MIN_QUEUE_DEPTH, GPUNVME_QPAIR_RAW, GPUNVME_EXPORT_PRP_POOL,
 	GPUNVME_IOMMU_NONE, GPUNVME_IOMMU_IDENTITY, GPUNVME_IOMMU_STRICT, GPUNVME_IOMMU_LAZY,
-	GPUNVME_IOMMU_OTHER, GPUNVME_MODE_SHARED, GPUNVME_MODE_OWNER,
+	GPUNVME_IOMMU_OTHER, GPUNVME_MODE_SHARED, GPUNVME_MODE_OWNER, GPUNVME_QPAIR_CQ_IN_MAP,
 };

@@ -517,12 +517,16 @@ static void op_create(int fi)
 	int r = rn(100);
 	if (r < 80)
 		c.flags = 0;
-	else if (r < 92)
+	else if (r < 90)
 		c.flags = GPUNVME_QPAIR_RAW;
-	else
+	else if (r < 94) {
+		/* The CQ in a mapping of the file: a handle it may or may not have. */
+		c.flags = GPUNVME_QPAIR_RAW | GPUNVME_QPAIR_CQ_IN_MAP;
+		c.cq_handle = rn(2) ? 1 + rn(8) : (uint32_t)wild64();
+	} else
 		c.flags = (uint32_t)wild64();
-	char what[64];
-	snprintf(what, sizeof(what), "depth=%u flags=%#x", c.depth, c.flags);
+	char what[80];
+	snprintf(what, sizeof(what), "depth=%u flags=%#x cq_handle=%u", c.depth, c.flags, c.cq_handle);
 	uint32_t flags = c.flags;
 	if (ioctl_placed(OP_CREATE, F[fi].fd, GPUNVME_IOC_CREATE_QPAIR, &c, sizeof(c), what) != 0)
 		return;

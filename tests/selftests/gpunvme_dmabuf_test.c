@@ -472,4 +472,115 @@ TEST_F_TIMEOUT(dmabuf, held_export_outlives_its_file_until_let_go, 60)
 	close(e.fd);
 }
 
+/*
+ * GPUNVME_QPAIR_CQ_IN_MAP: an owner's raw pair whose CQ the controller
+ * writes into a mapping of the file. A udmabuf stands in for GPU memory
+ * exported as a dma-buf; the test polls the CQ through the udmabuf's memfd
+ * mapping, as a GPU polls its CQ in its own memory. In shared mode the
+ * flag is refused (a shared pair's CQ is the module's mirror).
+ */
+TEST_F(dmabuf, cq_in_a_mapping)
+{
+	struct gpunvme_qpair_create c;
+	struct gpunvme_map_dmabuf m, small;
+	uint64_t addrs[16], small_addrs[1];
+	uint8_t *cqmem, *smallmem;
+	const uint32_t depth = 16;
+	int buf = make_udmabuf(64 * 1024, &cqmem), small_buf = make_udmabuf(4096, &smallmem);
+
+	ASSERT_LE(0, buf);
+	ASSERT_LE(0, small_buf);
+	ASSERT_EQ(0, map_dmabuf(self->fd, buf, addrs, 16, &m));
+	if (!gpunvme_test_owner_mode()) {
+		UAPI_INIT(c);
+		c.depth = depth;
+		c.flags = GPUNVME_QPAIR_CQ_IN_MAP;
+		c.cq_handle = m.handle;
+		EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+		EXPECT_EQ(EINVAL, errno);
+		EXPECT_LT(0, klog_count("GPUNVME_QPAIR_CQ_IN_MAP needs a raw pair", NULL));
+		EXPECT_EQ(0, unmap_handle(self->fd, m.handle));
+		close(buf);
+		close(small_buf);
+		return;
+	}
+	ASSERT_EQ(0, map_dmabuf(self->fd, small_buf, small_addrs, 1, &small));
+	int r = claim_owner(self->fd, NULL);
+	ASSERT_TRUE(r == 0 || r == -EALREADY);
+	/* A handle of no mapping, and a mapping smaller than the CQ. */
+	UAPI_INIT(c);
+	c.depth = depth;
+	c.flags = GPUNVME_QPAIR_RAW | GPUNVME_QPAIR_CQ_IN_MAP;
+	c.cq_handle = m.handle + 1000;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+	EXPECT_EQ(EINVAL, errno);
+	c.cq_handle = small.handle;
+	c.depth = 512; /* 8 KiB of CQEs into 4 KiB */
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_LT(0, klog_count("a CQ of depth 512 needs 8192", NULL));
+
+	/* The pair, its CQ at the start of the udmabuf. */
+	struct qp q;
+	memset(&q, 0, sizeof(q));
+	memset(cqmem, 0xff, 64 * 1024);
+	memset(cqmem, 0, 4096); /* phase 0 before the controller's first pass */
+	q.fd = self->fd;
+	UAPI_INIT(q.c);
+	q.c.depth = depth;
+	q.c.flags = GPUNVME_QPAIR_RAW | GPUNVME_QPAIR_CQ_IN_MAP;
+	q.c.cq_handle = m.handle;
+	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &q.c));
+	EXPECT_EQ(0, q.c.cq_offset);
+	EXPECT_EQ(4096, q.c.cq_size);
+	q.sq = mmap(NULL, q.c.sq_size, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, q.c.sq_offset);
+	q.db = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, q.c.db_offset);
+	ASSERT_NE(MAP_FAILED, (void *)q.sq);
+	ASSERT_NE(MAP_FAILED, (void *)q.db);
+	q.cq = (volatile struct cqe *)cqmem;
+	q.phase = 1;
+	/* The module's CQ page of the pair is neither mappable nor exported. */
+	struct gpunvme_export e;
+	UAPI_INIT(e);
+	e.qid = q.c.qid;
+	e.kind = GPUNVME_EXPORT_CQ;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_EXPORT, &e));
+	EXPECT_EQ(EINVAL, errno);
+	/* The mapping is held while the pair lives. */
+	EXPECT_EQ(-EBUSY, unmap_handle(self->fd, m.handle));
+
+	/* Three passes over the CQ (both phases): write a page of a known
+	 * pattern, read it back into a zeroed page, check every byte. */
+	struct hostbuf hb;
+	uint32_t per = 4096 / self->lbs;
+	ASSERT_EQ(0, hostbuf_map(self->fd, 2 * 4096, &hb));
+	for (uint32_t i = 0; i < 3 * depth / 2; i++) {
+		uint64_t lba = 9000 + i * per;
+		pattern_fill(hb.p, 4096, 61 + i, lba, self->lbs);
+		memset(hb.p + 4096, 0, 4096);
+		ASSERT_EQ(0, qp_sync(&q, rw_cmd(OPC_WRITE, 1, lba, per, hb.dma[0], 0))) TH_LOG("write %u", i);
+		ASSERT_EQ(0, qp_sync(&q, rw_cmd(OPC_READ, 1, lba, per, hb.dma[1], 0))) TH_LOG("read %u", i);
+		ASSERT_EQ(-1, pattern_check(hb.p + 4096, 4096, 61 + i, lba, self->lbs)) TH_LOG("data %u", i);
+	}
+	EXPECT_EQ(1, q.head == (3 * depth) % depth && q.phase == 0) TH_LOG("head %u phase %u", q.head, q.phase);
+	/* Nothing past the CQ was written. */
+	int past = -1;
+	for (int i = 4096; i < 64 * 1024 && past < 0; i++)
+		if (cqmem[i] != 0xff)
+			past = i;
+	EXPECT_EQ(-1, past);
+
+	struct gpunvme_qpair_destroy d;
+	UAPI_INIT(d);
+	d.qid = q.c.qid;
+	munmap((void *)q.sq, q.c.sq_size);
+	munmap((void *)q.db, 4096);
+	EXPECT_EQ(0, ioctl(self->fd, GPUNVME_IOC_DESTROY_QPAIR, &d));
+	EXPECT_EQ(0, unmap_handle(self->fd, m.handle));
+	EXPECT_EQ(0, unmap_handle(self->fd, small.handle));
+	EXPECT_EQ(0, hostbuf_unmap(self->fd, &hb));
+	close(buf);
+	close(small_buf);
+}
+
 TEST_HARNESS_MAIN

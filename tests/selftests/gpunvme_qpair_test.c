@@ -123,7 +123,7 @@ TEST_F(io, qpair_layout)
 	}
 	EXPECT_EQ(16 * 64 <= 4096 ? 4096 : 16 * 64, q.c.sq_size);
 	EXPECT_EQ(4096, q.c.cq_size);
-	EXPECT_EQ(0, q.c.reserved[0]);
+	EXPECT_EQ(0, q.c.cq_handle);
 	EXPECT_EQ(0, qp_destroy(&q));
 }
 
@@ -226,9 +226,11 @@ TEST_F(io, bad_qpair_arguments)
 		EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
 		EXPECT_EQ(EINVAL, errno);
 	}
-	/* Bit 0 was GPUNVME_QPAIR_BRIDGED in version 1; bit 2 never existed. */
-	uint32_t bad_flags[] = { 1u << 0, 1u << 2, (1u << 0) | GPUNVME_QPAIR_RAW, 1u << 31 };
-	for (unsigned i = 0; i < 4; i++) {
+	/* Bit 0 was GPUNVME_QPAIR_BRIDGED in version 1; bit 3 never existed;
+	 * GPUNVME_QPAIR_CQ_IN_MAP needs a raw pair. */
+	uint32_t bad_flags[] = { 1u << 0, 1u << 3, (1u << 0) | GPUNVME_QPAIR_RAW, 1u << 31,
+				 GPUNVME_QPAIR_CQ_IN_MAP };
+	for (unsigned i = 0; i < 5; i++) {
 		UAPI_INIT(c);
 		c.depth = 8;
 		c.flags = bad_flags[i];
@@ -237,7 +239,13 @@ TEST_F(io, bad_qpair_arguments)
 	}
 	UAPI_INIT(c);
 	c.depth = 8;
-	c.reserved[0] = 1;
+	c.__pad2 = 1;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+	EXPECT_EQ(EINVAL, errno);
+	/* A CQ handle without the flag that says to use it. */
+	UAPI_INIT(c);
+	c.depth = 8;
+	c.cq_handle = 1;
 	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
 	EXPECT_EQ(EINVAL, errno);
 	/* A raw pair without owning the controller (this file has not claimed

@@ -13,6 +13,7 @@ pub const GPUNVME_MODE_SHARED: u32 = 1;
 pub const GPUNVME_MODE_OWNER: u32 = 2;
 pub const GPUNVME_MIN_QUEUE_DEPTH: u32 = 2;
 pub const GPUNVME_QPAIR_RAW: u32 = 2;
+pub const GPUNVME_QPAIR_CQ_IN_MAP: u32 = 4;
 pub const GPUNVME_MAX_MAP_BYTES: u32 = 67108864;
 pub const GPUNVME_EXPORT_DOORBELL: u32 = 1;
 pub const GPUNVME_EXPORT_SQ: u32 = 2;
@@ -127,7 +128,7 @@ impl Default for gpunvme_info {
         }
     }
 }
-#[doc = " struct gpunvme_qpair_create - create an I/O submission/completion queue pair.\n @size, @version: as for every struct.\n @depth:     in: entries in each queue, GPUNVME_MIN_QUEUE_DEPTH ..\n             info.max_queue_entries (EINVAL otherwise).\n @flags:     in: 0 (shared, validated) or GPUNVME_QPAIR_RAW (owner only).\n @qid:       out: the queue ID (1-based), the same for the SQ and its CQ.\n @sq_offset: out: mmap offset of the SQ (64-byte entries).\n @sq_size:   out: bytes to map there (depth * 64 rounded up to 4 KiB).\n @cq_offset: out: mmap offset of the CQ (16-byte entries; polled, no\n             interrupts; phase tag starts at 1).\n @cq_size:   out: bytes to map there.\n @db_offset: out: mmap offset of the doorbell page holding this pair's\n             doorbells (4096 bytes; the shadow page of a shared pair).\n @sq_db:     out: byte offset of the SQ tail doorbell within that page.\n @cq_db:     out: byte offset of the CQ head doorbell within that page.\n @prp_offset: out: shared pairs: mmap offset of the PRP pool, where the\n             file builds PRP lists (0 for a raw pair).\n @prp_size:  out: bytes of the PRP pool (0 for a raw pair).\n @prp_dma:   out: the address that names the pool's first byte in a PRP2\n             (0 for a raw pair). A shared SQE whose transfer needs a PRP\n             list must point PRP2 into the pool (8-byte aligned); the\n             module reads the list there.\n @reserved:  in: zero.\n\n The queue pair belongs to the file: closing it (or process exit) deletes\n both queues on the controller (SQ first) before their memory is freed.\n Errors: EINVAL, EPERM (GPUNVME_QPAIR_RAW without owning the controller),\n EBUSY (another file owns the controller), ENOSPC (no I/O queue left: info.io_queues in use),\n ENOMEM, EIO (the controller failed the command; the log has its status),\n ETIMEDOUT (the controller did not answer the admin command in time),\n EOPNOTSUPP (a doorbell stride of 4 KiB or more puts this queue's SQ and\n CQ doorbells on two pages, which one doorbell page cannot export),\n ENODEV (unbound)."]
+#[doc = " struct gpunvme_qpair_create - create an I/O submission/completion queue pair.\n @size, @version: as for every struct.\n @depth:     in: entries in each queue, GPUNVME_MIN_QUEUE_DEPTH ..\n             info.max_queue_entries (EINVAL otherwise).\n @flags:     in: 0 (shared, validated) or GPUNVME_QPAIR_RAW (owner only),\n             optionally with GPUNVME_QPAIR_CQ_IN_MAP.\n @qid:       out: the queue ID (1-based), the same for the SQ and its CQ.\n @sq_offset: out: mmap offset of the SQ (64-byte entries).\n @sq_size:   out: bytes to map there (depth * 64 rounded up to 4 KiB).\n @cq_offset: out: mmap offset of the CQ (16-byte entries; polled, no\n             interrupts; phase tag starts at 1); 0 with\n             GPUNVME_QPAIR_CQ_IN_MAP.\n @cq_size:   out: bytes to map there (with GPUNVME_QPAIR_CQ_IN_MAP: the\n             bytes of the mapping the controller writes).\n @db_offset: out: mmap offset of the doorbell page holding this pair's\n             doorbells (4096 bytes; the shadow page of a shared pair).\n @sq_db:     out: byte offset of the SQ tail doorbell within that page.\n @cq_db:     out: byte offset of the CQ head doorbell within that page.\n @prp_offset: out: shared pairs: mmap offset of the PRP pool, where the\n             file builds PRP lists (0 for a raw pair).\n @prp_size:  out: bytes of the PRP pool (0 for a raw pair).\n @prp_dma:   out: the address that names the pool's first byte in a PRP2\n             (0 for a raw pair). A shared SQE whose transfer needs a PRP\n             list must point PRP2 into the pool (8-byte aligned); the\n             module reads the list there.\n @cq_handle: in: with GPUNVME_QPAIR_CQ_IN_MAP, the handle of the mapping\n             that holds the CQ; 0 otherwise.\n @__pad2:    in: zero.\n\n The queue pair belongs to the file: closing it (or process exit) deletes\n both queues on the controller (SQ first) before their memory is freed.\n Errors: EINVAL, EPERM (GPUNVME_QPAIR_RAW without owning the controller),\n EBUSY (another file owns the controller), ENOSPC (no I/O queue left: info.io_queues in use),\n ENOMEM, EIO (the controller failed the command; the log has its status),\n ETIMEDOUT (the controller did not answer the admin command in time),\n EOPNOTSUPP (a doorbell stride of 4 KiB or more puts this queue's SQ and\n CQ doorbells on two pages, which one doorbell page cannot export),\n ENODEV (unbound)."]
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
 pub struct gpunvme_qpair_create {
@@ -148,7 +149,8 @@ pub struct gpunvme_qpair_create {
     pub prp_offset: __u64,
     pub prp_size: __u64,
     pub prp_dma: __u64,
-    pub reserved: [__u64; 1usize],
+    pub cq_handle: __u32,
+    pub __pad2: __u32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -188,8 +190,10 @@ const _: () = {
         [::core::mem::offset_of!(gpunvme_qpair_create, prp_size) - 80usize];
     ["Offset of field: gpunvme_qpair_create::prp_dma"]
         [::core::mem::offset_of!(gpunvme_qpair_create, prp_dma) - 88usize];
-    ["Offset of field: gpunvme_qpair_create::reserved"]
-        [::core::mem::offset_of!(gpunvme_qpair_create, reserved) - 96usize];
+    ["Offset of field: gpunvme_qpair_create::cq_handle"]
+        [::core::mem::offset_of!(gpunvme_qpair_create, cq_handle) - 96usize];
+    ["Offset of field: gpunvme_qpair_create::__pad2"]
+        [::core::mem::offset_of!(gpunvme_qpair_create, __pad2) - 100usize];
 };
 #[doc = " struct gpunvme_qpair_destroy - delete a queue pair this file created.\n @qid: in: from GPUNVME_IOC_CREATE_QPAIR.\n Errors: ENOENT (no such queue pair on this file, e.g. destroyed twice),\n EINVAL, EIO, ETIMEDOUT (admin command deadline), ENODEV. The queue memory\n stays mapped (and allocated) until its last mmap is unmapped, so stale\n mappings never reach freed memory, and while an importer of an export of\n it did not let go (see struct gpunvme_export); it is freed as soon as\n neither holds it."]
 #[repr(C)]
