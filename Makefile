@@ -53,6 +53,7 @@ fuzz-vm: module userspace standin fuzz
 
 userspace:
 	cd $(ROOT)/userspace && $(CARGO) build --release --locked
+	cd $(ROOT)/userspace && $(CARGO) build --release --locked -p gpunvme --example cq_in_dmabuf
 
 kernels:
 	$(MAKE) -C $(ROOT)/kernels

@@ -26,8 +26,9 @@ use clap::{Args, ValueEnum};
 use gpunvme::{DmabufMapping, ExportKind, Mode, QueuePair};
 use gpunvme_gpu::import::{ImportReport, Imported, Region};
 use gpunvme_gpu::kernel_abi::{status_name, IoArgs, IoResult, QPair};
-use gpunvme_gpu::{code_object, fine_grain, Gpu, LaunchConfig};
+use gpunvme_gpu::{code_object, fine_grain, DeviceMemory, Gpu, LaunchConfig};
 use serde_json::json;
+use std::os::fd::OwnedFd;
 
 use crate::habits::{
     interrupted, parse_device, DataMismatch, Device, Interrupted, Output, Progress, Unit,
@@ -53,6 +54,15 @@ impl Kernel {
             Kernel::Sweep => "sweep",
         }
     }
+}
+
+/// Where a queue pair's CQ lives (`--cq`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CqPlace {
+    /// Memory of the module (host memory).
+    Host,
+    /// GPU memory, written by the controller peer to peer.
+    Gpu,
 }
 
 #[derive(Args, Debug)]
@@ -109,6 +119,13 @@ pub struct GpuRunArgs {
     /// Default: shared queue pairs, relayed and checked by the module.
     #[arg(long)]
     pub owner: bool,
+    /// Where each queue pair's CQ lives: `host` (the module's memory, the
+    /// GPU polls it over PCIe; a shared pair's mirror) or `gpu` (with
+    /// --owner: GPU memory exported as a dma-buf, written by the controller
+    /// peer to peer, polled locally: GPUNVME_QPAIR_CQ_IN_MAP). `gpunvme
+    /// probe` recommends one per GPU.
+    #[arg(long, value_enum, value_name = "WHERE", default_value = "host")]
+    pub cq: CqPlace,
     /// Where `make kernels` put the code objects.
     #[arg(long, value_name = "DIR", default_value = "kernels/build")]
     pub code_objects: PathBuf,
@@ -135,6 +152,12 @@ pub fn plan(
 ) -> Result<u64, String> {
     if a.qpairs == 0 || a.cmds == 0 || a.cmd_blocks == 0 || a.qd == 0 {
         return Err("--qpairs, --qd, --cmds and --cmd-blocks must be at least 1".into());
+    }
+    if a.cq == CqPlace::Gpu && !a.owner {
+        return Err(
+            "--cq gpu needs --owner: a shared pair's CQ is the module's mirror, written by its relay"
+                .into(),
+        );
     }
     let cmd_bytes = a.cmd_blocks as u64 * lba_size as u64;
     if cmd_bytes > MAX_CMD_BYTES {
@@ -176,16 +199,48 @@ pub fn plan(
 
 /// One queue pair as the GPU sees it.
 struct GpuQueue<'g> {
-    // Field order is drop order: the GPU's mappings go before the pair.
+    // Field order is drop order: the GPU's mappings go before the pair,
+    // the pair (destroyed, then its CQ's dma-buf mapping released) before
+    // the CQ's dma-buf and GPU memory.
     imports: Vec<Imported<'g>>,
     reports: Vec<ImportReport>,
     qp: QueuePair,
+    /// The CQ as the GPU addresses it.
+    cq: u64,
+    /// Held only to go after the pair.
+    #[allow(dead_code)]
+    cq_vram: Option<(OwnedFd, DeviceMemory<'g>)>,
 }
 
 /// A pair whose memory the GPU could not map, handed back with the reports.
 type ImportFailure = Box<(QueuePair, Vec<ImportReport>, String)>;
 
-fn import_pair(gpu: &Gpu, qp: QueuePair) -> Result<GpuQueue<'_>, ImportFailure> {
+/// A raw pair whose CQ is in GPU memory: zeroed VRAM, exported as a
+/// dma-buf and mapped by the module for the controller.
+fn pair_with_cq_in_vram<'g>(
+    gpu: &'g Gpu,
+    ctrl: &Arc<gpunvme::Controller>,
+    depth: u32,
+) -> Result<(QueuePair, (OwnedFd, DeviceMemory<'g>)), Box<dyn std::error::Error>> {
+    use std::os::fd::AsFd;
+    let bytes = (depth as usize * 16).next_multiple_of(4096);
+    let mem = gpu.alloc_payload(bytes)?;
+    // SAFETY: `mem` is `bytes` of device memory just allocated; nothing
+    // else uses it yet.
+    unsafe { gpu.copy_to_device(mem.ptr(), &vec![0u8; bytes])? };
+    let fd = gpu
+        .export_dmabuf(&mem)
+        .map_err(|e| format!("gpu-run: exporting VRAM for a CQ: {e}"))?;
+    let map = DmabufMapping::new(ctrl, fd.as_fd(), bytes)?;
+    let qp = QueuePair::create_raw_cq_in(ctrl, depth, map)?;
+    Ok((qp, (fd, mem)))
+}
+
+fn import_pair<'g>(
+    gpu: &'g Gpu,
+    qp: QueuePair,
+    cq_vram: Option<(OwnedFd, DeviceMemory<'g>)>,
+) -> Result<GpuQueue<'g>, ImportFailure> {
     let mem = qp.memory();
     let raw = qp.mode() == Mode::Raw;
     let parts = [
@@ -217,7 +272,9 @@ fn import_pair(gpu: &Gpu, qp: QueuePair) -> Result<GpuQueue<'_>, ImportFailure> 
     ];
     let mut imports = Vec::new();
     let mut reports = Vec::new();
-    for (kind, name, cpu, len, mmio) in parts {
+    // A CQ in VRAM is already the GPU's.
+    let n = if cq_vram.is_some() { 2 } else { 3 };
+    for (kind, name, cpu, len, mmio) in parts.into_iter().take(n) {
         let what = format!("q{} {} ({})", qp.qid(), name, qp.mode());
         let fd = match qp.export(kind) {
             Ok(fd) => Some(fd),
@@ -260,10 +317,16 @@ fn import_pair(gpu: &Gpu, qp: QueuePair) -> Result<GpuQueue<'_>, ImportFailure> 
             }
         }
     }
+    let cq = match &cq_vram {
+        Some((_, m)) => m.ptr(),
+        None => imports[2].device_ptr,
+    };
     Ok(GpuQueue {
         imports,
         reports,
         qp,
+        cq,
+        cq_vram,
     })
 }
 
@@ -357,11 +420,22 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let res = gpu.alloc_host_mapped(a.qpairs as usize * std::mem::size_of::<IoResult>())?;
     let stop = gpu.alloc_host_mapped(4096)?;
 
+    if a.cq == CqPlace::Gpu {
+        eprintln!(
+            "gpu-run: CQs in GPU memory: written by the controller peer to peer, polled locally"
+        );
+    }
     let mut queues: Vec<GpuQueue<'_>> = Vec::new();
     let mut all_reports: Vec<ImportReport> = Vec::new();
     for _ in 0..a.qpairs {
-        let qp = QueuePair::create_with(&ctrl, depth, mode)?;
-        let gq = match import_pair(&gpu, qp) {
+        let (qp, cq_vram) = match a.cq {
+            CqPlace::Gpu => {
+                let (qp, v) = pair_with_cq_in_vram(&gpu, &ctrl, depth)?;
+                (qp, Some(v))
+            }
+            CqPlace::Host => (QueuePair::create_with(&ctrl, depth, mode)?, None),
+        };
+        let gq = match import_pair(&gpu, qp, cq_vram) {
             Ok(g) => g,
             Err(failure) => {
                 let (_, reports, why) = *failure;
@@ -382,11 +456,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     }
     for (q, gq) in queues.iter().enumerate() {
         let m = gq.qp.memory();
-        let (db, sq, cq) = (
-            gq.imports[0].device_ptr,
-            gq.imports[1].device_ptr,
-            gq.imports[2].device_ptr,
-        );
+        let (db, sq, cq) = (gq.imports[0].device_ptr, gq.imports[1].device_ptr, gq.cq);
         // SAFETY: qps holds `queues` QPairs; nothing reads them yet.
         unsafe {
             qps.at::<QPair>(q * std::mem::size_of::<QPair>())
@@ -567,6 +637,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
                 "gpu": dev, "kernel": a.kernel.name(), "code_object": co_path, "queues": per,
                 "routes": routes, "imports": all_reports, "wall_ms": wall.as_secs_f64() * 1e3, "stopped": stuck,
                 "ok": !failed && mismatches == 0, "mismatches": mismatches, "pattern": a.pattern,
+                "cq": match a.cq { CqPlace::Host => "host", CqPlace::Gpu => "gpu" },
             }))?
         );
     } else {
@@ -639,6 +710,9 @@ mod tests {
         );
         let e = plan(&args(&["--cmd-blocks", "8"]), 512, 1 << 20, Some(2048)).unwrap_err();
         assert!(e.contains("MDTS"), "{e}");
+        let e = plan(&args(&["--cq", "gpu"]), 512, 1 << 20, None).unwrap_err();
+        assert!(e.contains("needs --owner"), "{e}");
+        assert!(plan(&args(&["--cq", "gpu", "--owner"]), 512, 1 << 20, None).is_ok());
         let e = plan(&args(&["--qpairs", "4", "-s", "1000"]), 512, 2000, None).unwrap_err();
         assert!(e.contains("do not fit"), "{e}");
         assert!(plan(&args(&["--qd", "0"]), 512, 1 << 20, None).is_err());

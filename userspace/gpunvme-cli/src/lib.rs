@@ -205,7 +205,7 @@ enum Cmd {
     /// import route reported. Needs a GPU, ROCm or the NVIDIA driver, and
     /// access to the node (root for --owner).
     #[command(override_usage = "gpunvme gpu-run <DEVICE> --kernel <KERNEL> [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme gpu-run 0000:01:00.0 --kernel write -p 7\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --qpairs 4 --qd 63 --cmds 64 --cmd-blocks 8 -s 0\n  gpunvme gpu-run /dev/gpunvme0 --kernel sweep --rounds 32 -o json"))]
+    #[command(after_help = examples("  gpunvme gpu-run 0000:01:00.0 --kernel write -p 7\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --qpairs 4 --qd 63 --cmds 64 --cmd-blocks 8 -s 0\n  gpunvme gpu-run /dev/gpunvme0 --kernel sweep --rounds 32 -o json\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --owner --cq gpu"))]
     GpuRun(gpu_run::GpuRunArgs),
     /// SR-IOV: keep the physical function with the kernel nvme driver (its
     /// file systems stay mounted) and prepare virtual functions for
@@ -621,6 +621,7 @@ fn probe(sysfs: &Sysfs, json: bool) -> Res {
                     .unwrap_or_default(),
                 d.doorbell
             );
+            println!("      CQ: {} ({})", d.cq, d.cq_reason);
         }
     }
     println!("Doorbell mapping: {}", r.doorbell);

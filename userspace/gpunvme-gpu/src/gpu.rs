@@ -832,6 +832,8 @@ mod tests {
                 pci_bus_id: None,
                 doorbell: DoorbellMode::None,
                 reason: String::new(),
+                cq: crate::probe::CqPlacement::None,
+                cq_reason: String::new(),
             },
             runtime: RuntimeInfo {
                 kind: RuntimeKind::Hip,

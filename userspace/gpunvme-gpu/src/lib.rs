@@ -57,7 +57,7 @@ pub use gpu::{
     DROP_DEADLINE,
 };
 pub use probe::{
-    classify, probe, probe_with, Attempt, DoorbellMode, GpuDevice, ProbeReport, RuntimeInfo,
-    RuntimeKind, DEFAULT_LIBRARIES,
+    classify, probe, probe_with, recommend_cq, Attempt, CqPlacement, DoorbellMode, GpuDevice,
+    ProbeReport, RuntimeInfo, RuntimeKind, DEFAULT_LIBRARIES,
 };
 pub use runtime::find_gcn_arch;

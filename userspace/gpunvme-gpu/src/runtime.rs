@@ -66,6 +66,7 @@ fn gpu_device(
             .then(|| cstr_buf(&b).to_lowercase())
     });
     let (doorbell, reason) = classify(kind, &arch, peer_mmio_register);
+    let (cq, cq_reason) = crate::probe::recommend_cq(kind, &arch, doorbell);
     GpuDevice {
         index: index as u32,
         name: cstr_buf(name),
@@ -73,6 +74,8 @@ fn gpu_device(
         pci_bus_id,
         doorbell,
         reason,
+        cq,
+        cq_reason,
     }
 }
 

@@ -28,6 +28,8 @@ pub struct DmabufMapping {
     handle: u32,
     len: u64,
     dma: Vec<u64>,
+    /// Left to the module's close: the controller may still write it.
+    kept: bool,
 }
 
 impl DmabufMapping {
@@ -60,6 +62,7 @@ impl DmabufMapping {
             handle: m.handle,
             len: m.len,
             dma,
+            kept: false,
         };
         let pages = (m.len as usize).div_ceil(PAGE_SIZE);
         if m.len == 0 || m.len % PAGE_SIZE as u64 != 0 || pages > max_pages {
@@ -85,6 +88,11 @@ impl DmabufMapping {
     /// Always false: the module refuses empty dma-bufs.
     pub fn is_empty(&self) -> bool {
         false
+    }
+
+    /// The open file (controller) it is mapped on.
+    pub fn controller(&self) -> &Arc<Controller> {
+        &self.ctrl
     }
 
     /// The handle for `GPUNVME_IOC_UNMAP`.
@@ -115,9 +123,19 @@ pub fn contiguous_base(pages: &[u64]) -> Option<u64> {
         .then_some(base)
 }
 
+impl DmabufMapping {
+    /// No UNMAP: the module releases the mapping when the file is closed
+    /// (a queue pair whose CQ it holds could not be destroyed).
+    pub(crate) fn keep_until_close(mut self) {
+        self.kept = true;
+    }
+}
+
 impl Drop for DmabufMapping {
     fn drop(&mut self) {
-        release(&self.ctrl, self.handle, None);
+        if !self.kept {
+            release(&self.ctrl, self.handle, None);
+        }
     }
 }
 

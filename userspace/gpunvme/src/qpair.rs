@@ -39,6 +39,7 @@ use gpunvme_sys as sys;
 use crate::command::{Cqe, PrpListMem, Sqe, CQE_SIZE, PRP_ENTRIES_PER_PAGE, SQE_SIZE};
 use crate::controller::Controller;
 use crate::dma::{unmap_handle, unmap_outcome, DmaBuffer, Unmapped};
+use crate::dmabuf::DmabufMapping;
 use crate::error::{Error, Result};
 use crate::map::Mapping;
 use crate::status::Status;
@@ -376,7 +377,8 @@ pub struct QueueMemory {
     pub sq: *mut u8,
     /// Bytes mapped at `sq`.
     pub sq_len: usize,
-    /// CQ ring (16-byte entries; a shared pair's mirror).
+    /// CQ ring (16-byte entries; a shared pair's mirror); null when the CQ
+    /// is in a dma-buf ([`QueuePair::create_raw_cq_in`]).
     pub cq: *mut u8,
     /// Bytes mapped at `cq`.
     pub cq_len: usize,
@@ -436,6 +438,10 @@ pub struct QueuePair {
     /// Buffers its commands may still DMA into: released only after the
     /// pair is destroyed.
     held: Vec<DmaBuffer>,
+    /// A raw pair's CQ memory when it is not the module's
+    /// ([`create_raw_cq_in`](Self::create_raw_cq_in)): released only after
+    /// the pair is destroyed.
+    cq_in: Option<DmabufMapping>,
 }
 
 // SAFETY: the raw pointers point into mappings owned by `self`; the
@@ -526,6 +532,76 @@ impl QueuePair {
         Ok(qp)
     }
 
+    /// A raw pair (owner mode, [`Controller::claim_owner`] first) whose CQ
+    /// the controller writes into the start of `cq`, a dma-buf of memory a
+    /// GPU polls (`GPUNVME_QPAIR_CQ_IN_MAP`), instead of the module's
+    /// memory. `cq` must be one run of DMA addresses of at least depth x 16
+    /// bytes rounded up to 4 KiB, zeroed (phase 0) before this call; the
+    /// pair keeps it and releases it only after the pair is destroyed.
+    ///
+    /// The CQ is not mapped here: this process does not reap this pair
+    /// ([`reap`](Self::reap) and the waits fail with `Error::Invalid`), the
+    /// GPU does; [`memory`](Self::memory) reports a null CQ.
+    pub fn create_raw_cq_in(ctrl: &Arc<Controller>, depth: u32, cq: DmabufMapping) -> Result<Self> {
+        if !Arc::ptr_eq(cq.controller(), ctrl) {
+            return Err(Error::Invalid(
+                "the CQ's dma-buf is mapped on another open file of the controller".into(),
+            ));
+        }
+        if !(sys::GPUNVME_MIN_QUEUE_DEPTH..=65536).contains(&depth) {
+            return Err(Error::Invalid(format!(
+                "queue depth {depth} is outside {}..=65536",
+                sys::GPUNVME_MIN_QUEUE_DEPTH
+            )));
+        }
+        let mut c = sys::gpunvme_qpair_create {
+            size: std::mem::size_of::<sys::gpunvme_qpair_create>() as u32,
+            version: sys::GPUNVME_UAPI_VERSION,
+            depth,
+            flags: Mode::Raw.flags() | sys::GPUNVME_QPAIR_CQ_IN_MAP,
+            cq_handle: cq.handle(),
+            ..Default::default()
+        };
+        let mut st = ctrl.lifecycle();
+        // SAFETY: GPUNVME_IOC_CREATE_QPAIR takes a struct
+        // gpunvme_qpair_create; `c` is one.
+        unsafe {
+            ctrl.ioctl(
+                "GPUNVME_IOC_CREATE_QPAIR",
+                sys::GPUNVME_IOC_CREATE_QPAIR,
+                &mut c as *mut _ as *mut _,
+            )?
+        };
+        st.live_qpairs += 1;
+        drop(st);
+        // From here on, an early return drops `qp`, which destroys the pair
+        // and then releases `cq`.
+        let mut qp = QueuePair::unmapped(ctrl.clone(), c.qid, Mode::Raw, depth, c.sq_db, c.cq_db);
+        qp.cq_in = Some(cq);
+        if c.sq_size < depth as u64 * SQE_SIZE as u64 || c.cq_size < depth as u64 * CQE_SIZE as u64
+        {
+            return Err(Error::Invalid(format!(
+                "CREATE_QPAIR returned sq_size {} / cq_size {} for depth {depth}",
+                c.sq_size, c.cq_size
+            )));
+        }
+        if c.sq_db % 4 != 0 || c.cq_db % 4 != 0 || c.sq_db > 4092 || c.cq_db > 4092 {
+            return Err(Error::Invalid(format!(
+                "CREATE_QPAIR returned doorbell offsets {:#x}/{:#x}, not dwords in one page",
+                c.sq_db, c.cq_db
+            )));
+        }
+        let fd = ctrl.raw_fd();
+        qp.sq = Some(
+            Mapping::shared(fd, c.sq_offset, c.sq_size as usize)
+                .map_err(|e| map_err(ctrl, "SQ", e))?,
+        );
+        let db = Mapping::shared(fd, c.db_offset, 4096)
+            .map_err(|e| map_err(ctrl, "doorbell page", e))?;
+        qp.set_doorbells(db);
+        Ok(qp)
+    }
+
     /// A pair the module created, before its memory is mapped.
     pub(crate) fn unmapped(
         ctrl: Arc<Controller>,
@@ -552,6 +628,7 @@ impl QueuePair {
             timeout: DEFAULT_TIMEOUT,
             poisoned: None,
             held: Vec::new(),
+            cq_in: None,
         }
     }
 
@@ -656,12 +733,11 @@ impl QueuePair {
     /// a GPU runtime registering these mappings). Valid while `self` lives.
     pub fn memory(&self) -> QueueMemory {
         let sq = self.sq.as_ref().expect("live queue");
-        let cq = self.cq.as_ref().expect("live queue");
         QueueMemory {
             sq: sq.ptr(),
             sq_len: sq.len(),
-            cq: cq.ptr(),
-            cq_len: cq.len(),
+            cq: self.cq.as_ref().map_or(ptr::null_mut(), |c| c.ptr()),
+            cq_len: self.cq.as_ref().map_or(0, |c| c.len()),
             doorbell_page: self.db.as_ref().expect("live queue").ptr(),
             sq_db_offset: self.sq_db_offset,
             cq_db_offset: self.cq_db_offset,
@@ -820,7 +896,14 @@ impl QueuePair {
     /// Consumes every completion the controller has posted, then writes
     /// the CQ head doorbell once. Returns how many were consumed.
     pub fn reap(&mut self) -> Result<usize> {
-        let base = self.cq.as_ref().expect("live queue").ptr();
+        let Some(cq) = self.cq.as_ref() else {
+            return Err(Error::Invalid(format!(
+                "qid {}: its CQ is in a dma-buf ({}), not mapped here; the GPU that polls it reaps it",
+                self.qid,
+                self.cq_in.as_ref().map_or(0, |m| m.handle())
+            )));
+        };
+        let base = cq.ptr();
         let mut n = 0;
         let mut bad = None;
         loop {
@@ -1021,6 +1104,7 @@ impl Drop for QueuePair {
         let maps = [self.sq.take(), self.cq.take(), self.db.take()];
         let pool = self.pool.take().map(|p| p.map);
         let held = std::mem::take(&mut self.held);
+        let cq_in = self.cq_in.take();
         if !destroyed {
             // The controller may still run this pair's commands (EIO,
             // ETIMEDOUT, ENODEV): nothing they can reach is unmapped or
@@ -1030,6 +1114,9 @@ impl Drop for QueuePair {
             drop(st);
             for b in held {
                 b.keep_until_close();
+            }
+            if let Some(m) = cq_in {
+                m.keep_until_close();
             }
             return;
         }
@@ -1042,6 +1129,7 @@ impl Drop for QueuePair {
         drop((maps, pool));
         // Each UNMAPs now (or parks on EBUSY while other pairs live).
         drop(held);
+        drop(cq_in);
         for (handle, map) in retry {
             let mut st = self.ctrl.lifecycle();
             match unmap_outcome(unmap_handle(&self.ctrl, handle)) {
