@@ -236,7 +236,7 @@ fn readme_command_lines_parse() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let mut checked = 0;
     let mut errors = Vec::new();
-    for doc in ["README.md", "tests/hardware/README.md"] {
+    for doc in ["README.md", "tests/hardware/README.md", "kernels/README.md"] {
         let text = std::fs::read_to_string(format!("{root}/{doc}")).unwrap();
         let mut in_code = false;
         for (n, l) in text.lines().enumerate() {

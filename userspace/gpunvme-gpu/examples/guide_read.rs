@@ -4,7 +4,7 @@
 //! what the kernel found. The blocks must hold the example pattern first:
 //!
 //! ```text
-//! gpunvme gpu-run --kernel write --seed 1      # LBAs 0..512, 8 per command
+//! gpunvme gpu-run /dev/gpunvme0 --kernel write -p 1   # LBAs 0..512, 8 per command
 //! cargo run --release --example guide_read -- /dev/gpunvme0 kernels/build
 //! ```
 
