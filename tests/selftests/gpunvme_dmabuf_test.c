@@ -173,7 +173,7 @@ TEST_F(dmabuf, revoked_import_fails_io)
 			bad = i;
 	EXPECT_EQ(-1, bad);
 
-	/* Destroy A but keep its SQ mapped: the memory stays allocated until close. */
+	/* Destroy A but keep its SQ mapped: the memory stays allocated while mapped. */
 	struct gpunvme_qpair_destroy d;
 	UAPI_INIT(d);
 	d.qid = a.c.qid;
@@ -581,6 +581,83 @@ TEST_F(dmabuf, cq_in_a_mapping)
 	EXPECT_EQ(0, hostbuf_unmap(self->fd, &hb));
 	close(buf);
 	close(small_buf);
+}
+
+/*
+ * The CQ's mapping revoked by its exporter while the raw pair lives: the
+ * CQ is in an import of another pair's SQ memory (the module's own export,
+ * which it revokes when that pair is destroyed). The importer must keep
+ * the mapping, since the controller still writes CQEs there; I/O goes on
+ * into it; the memory goes once the pair is destroyed and the mapping and
+ * the exporter's own mmaps are gone.
+ */
+TEST_F_TIMEOUT(dmabuf, cq_in_a_revoked_mapping_stays_until_the_pair_goes, 60)
+{
+	struct gpunvme_export e;
+	struct gpunvme_map_dmabuf m;
+	struct gpunvme_qpair_destroy d;
+	struct hostbuf hb;
+	struct qp a, b;
+	uint64_t addrs[16];
+	uint32_t per = 4096 / self->lbs;
+
+	if (!gpunvme_test_owner_mode())
+		SKIP(return, "GPUNVME_QPAIR_CQ_IN_MAP needs a raw pair (owner mode)");
+	long long base = qpairs_allocated();
+	ASSERT_LE(0, base);
+	ASSERT_EQ(0, qp_create(self->fd, 256, &a)); /* its SQ memory: 16 KiB, unused */
+	UAPI_INIT(e);
+	e.qid = a.c.qid;
+	e.kind = GPUNVME_EXPORT_SQ;
+	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_EXPORT, &e));
+	ASSERT_EQ(0, map_dmabuf(self->fd, e.fd, addrs, 16, &m));
+	memset(&b, 0, sizeof(b));
+	b.fd = self->fd;
+	UAPI_INIT(b.c);
+	b.c.depth = 16;
+	b.c.flags = GPUNVME_QPAIR_RAW | GPUNVME_QPAIR_CQ_IN_MAP;
+	b.c.cq_handle = m.handle;
+	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &b.c));
+	b.sq = mmap(NULL, b.c.sq_size, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, b.c.sq_offset);
+	b.db = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, b.c.db_offset);
+	ASSERT_NE(MAP_FAILED, (void *)b.sq);
+	ASSERT_NE(MAP_FAILED, (void *)b.db);
+	b.cq = (volatile struct cqe *)a.sq; /* the CPU's view of B's CQ */
+	b.phase = 1;
+	ASSERT_EQ(0, hostbuf_map(self->fd, 2 * 4096, &hb));
+	/* A page written, read back, checked; `round` picks LBAs and pattern. */
+#define ROUND(round) do { \
+		uint64_t lba = 9700 + (round) * per; \
+		pattern_fill(hb.p, 4096, 80 + (round), lba, self->lbs); \
+		memset(hb.p + 4096, 0, 4096); \
+		ASSERT_EQ(0, qp_sync(&b, rw_cmd(OPC_WRITE, 1, lba, per, hb.dma[0], 0))); \
+		ASSERT_EQ(0, qp_sync(&b, rw_cmd(OPC_READ, 1, lba, per, hb.dma[1], 0))); \
+		ASSERT_EQ(-1, pattern_check(hb.p + 4096, 4096, 80 + (round), lba, self->lbs)); \
+	} while (0)
+	for (int r = 0; r < 4; r++)
+		ROUND(r);
+	int kept = klog_count(KEPT_RAW, NULL);
+	UAPI_INIT(d);
+	d.qid = a.c.qid;
+	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_DESTROY_QPAIR, &d)); /* revokes the export */
+	EXPECT_EQ(kept + 1, klog_count(KEPT_RAW, NULL)) TH_LOG("the CQ's mapping was not kept at the revoke");
+	EXPECT_EQ(base + 2, qpairs_allocated());
+	/* B goes on, its CQEs landing in the kept mapping: two more passes. */
+	for (int r = 4; r < 20; r++)
+		ROUND(r);
+#undef ROUND
+	munmap((void *)b.sq, b.c.sq_size);
+	munmap((void *)b.db, 4096);
+	UAPI_INIT(d);
+	d.qid = b.c.qid;
+	EXPECT_EQ(0, ioctl(self->fd, GPUNVME_IOC_DESTROY_QPAIR, &d));
+	EXPECT_EQ(base + 1, qpairs_allocated()) TH_LOG("A went before the import of its memory");
+	EXPECT_EQ(0, unmap_handle(self->fd, m.handle));
+	EXPECT_EQ(base + 1, qpairs_allocated()) TH_LOG("A went while this file still maps it");
+	qp_unmap(&a);
+	EXPECT_EQ(base, qpairs_allocated()) TH_LOG("A kept after everything let go");
+	EXPECT_EQ(0, hostbuf_unmap(self->fd, &hb));
+	close(e.fd);
 }
 
 TEST_HARNESS_MAIN
