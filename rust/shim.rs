@@ -1,6 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Safe wrappers over `rust/shim.c`.
+//!
+//! What stays in C, and why (the 7.3 crate, checked against its source):
+//! - VMA operations (`.fault`, `.open`, `.close`): the crate has
+//!   `VmaNew::vm_insert_page` at mmap time only, no `vm_operations_struct`;
+//!   pages must be inserted at fault time, under the module's lock, so an
+//!   unbind's zap cannot miss them, and a mapping's last close must free a
+//!   destroyed pair (`rust/shim.c`).
+//! - Pinning user pages and DMA-mapping them (`MAP_HOST`): no
+//!   `pin_user_pages`, and `scatterlist::SGTable` is built only from page
+//!   owners of its own (`rust/shim.c`).
+//! - dma-buf export and import: no dma-buf API (`rust/dma/*.c`).
+//! - The relay thread: no kthread API (`rust/bridge/bridge_thread.c`).
+//! - PCI error handlers and PM callbacks: `pci::Driver` has no
+//!   `err_handler` or PM ops (`rust/controller/lifecycle.c`). The CSTS
+//!   watch's delayed work sits beside them in C although 7.3 has
+//!   `workqueue::DelayedWork`: moving it is still to do.
+//! - Bus mastering off, the IOMMU domain type, lockdown and taint.
+//!
+//! Everything else (registers, the admin queue, debugfs, locking, the
+//! registry of what the controller may reach) is Rust.
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
