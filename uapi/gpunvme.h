@@ -390,8 +390,9 @@ struct gpunvme_map_dmabuf {
  * @handle: in.
  * Errors: ENOENT (unknown handle, e.g. unmapped twice; also after unbind,
  * which already released every mapping), EBUSY (this file still has queue
- * pairs on the controller, which may DMA into the buffer: destroy them
- * first), EINVAL.
+ * pairs on the controller, which may DMA into the buffer: live ones, one
+ * being created or destroyed, or one whose delete the controller did not
+ * confirm; destroy them first, or close the file), EINVAL.
  */
 struct gpunvme_unmap {
 	__u32 size;

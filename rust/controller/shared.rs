@@ -368,6 +368,18 @@ impl Shared {
         Ok(())
     }
 
+    /// Queue IDs `file` holds: its live pairs, pairs being created or
+    /// destroyed, and pairs whose delete the controller did not confirm.
+    /// While it holds one, the controller may run commands of its queues.
+    pub(crate) fn qids_held(&self, file: FileId) -> usize {
+        self.tenancy
+            .lock()
+            .qids
+            .iter()
+            .filter(|&&f| f == file)
+            .count()
+    }
+
     /// `file` closed: the queue IDs it still holds (queues whose delete
     /// failed) belong to nobody now, but stay taken.
     pub(crate) fn orphan_qids(&self, file: FileId) {

@@ -156,13 +156,6 @@ impl DmaRegistry {
             .find(|e| e.file == file && e.state == QueueState::Live && e.q.qid == qid)
     }
 
-    pub(crate) fn live_count(&self, file: FileId) -> usize {
-        self.queues
-            .iter()
-            .filter(|e| e.file == file && e.state == QueueState::Live)
-            .count()
-    }
-
     /// Remove and return the live queue `qid` of `file`.
     pub(crate) fn take_live(&mut self, file: FileId, qid: u16) -> Option<QueueEntry> {
         let i = self

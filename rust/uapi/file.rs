@@ -775,7 +775,7 @@ impl OpenState {
             .iter()
             .position(|m| m.file == self.id && m.handle == handle)?;
         let map = dma.maps.remove(i).ok()?.map;
-        if dma.live_count(self.id) != 0 {
+        if self.shared.qids_held(self.id) != 0 {
             dma.quarantine(Quarantined::Buffer(map));
             return None;
         }
@@ -804,9 +804,11 @@ impl OpenState {
                 );
                 return Err(ENOENT);
             };
-            let live = dma.live_count(self.id);
-            if live != 0 {
-                dev_warn!(sh.dev, "UNMAP: {} queue pair(s) of this file may still DMA into it; destroy them first\n", live);
+            // Not only live pairs: one being destroyed, or whose delete the
+            // controller never confirmed, may still run commands naming it.
+            let held = sh.qids_held(self.id);
+            if held != 0 {
+                dev_warn!(sh.dev, "UNMAP: {} queue pair(s) of this file may still DMA into it (live, or deleted without the controller's confirmation); destroy them first or close the file\n", held);
                 return Err(EBUSY);
             }
             self.buffers.remove(req.handle);

@@ -428,6 +428,43 @@ TEST_F_TIMEOUT(fail, lost_admin_completion_is_not_a_failure, 90)
 	new_file_works(_metadata, seed);
 }
 
+/* A destroy the controller never confirms (its Delete I/O SQ gets no
+ * doorbell, so it times out): the pair's commands may still run, so the
+ * file's buffers stay mapped. UNMAP used to check only live pairs, and
+ * unpinned them here. Closing the file is clean and the controller is
+ * re-initialised for new files. */
+TEST(unmap_refused_while_a_delete_is_unconfirmed)
+{
+	struct gpunvme_qpair_destroy d;
+	struct hostbuf hb;
+	struct qp q;
+	uint32_t seed = 48 + (getpid() & 7);
+
+	struct gpunvme_info info;
+	int fd = gpunvme_open_bound();
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, get_info(fd, &info));
+	uint32_t pages = 16;
+	if (pages * 4096 > info.shared_max_transfer)
+		pages = info.shared_max_transfer / 4096;
+	ASSERT_EQ(0, hostbuf_map(fd, 32 * 4096, &hb));
+	ASSERT_EQ(0, qp_create(fd, 16, &q));
+	/* The data new_file_works() reads back afterwards. */
+	ASSERT_EQ(0, write_verify(&q, &hb, info.ns[0].nsid, info.ns[0].lba_size, 6000, pages, seed));
+	qp_unmap(&q);
+	ASSERT_EQ(0, knob("drop_admin_doorbells", "1"));
+	UAPI_INIT(d);
+	d.qid = q.c.qid;
+	EXPECT_EQ(-1, ioctl(fd, GPUNVME_IOC_DESTROY_QPAIR, &d));
+	EXPECT_EQ(ETIMEDOUT, errno);
+	knob("drop_admin_doorbells", "0");
+	EXPECT_EQ(-EBUSY, hostbuf_unmap(fd, &hb)) TH_LOG("a buffer was unmapped while the controller may still use the pair");
+	int reinit = klog_count("controller re-initialised", NULL);
+	close(fd);
+	EXPECT_LT(reinit, klog_wait_more("controller re-initialised", NULL, reinit, 10000));
+	new_file_works(_metadata, seed);
+}
+
 /* Open the controller node by its number: the fd, or -errno. */
 static int open_node(int idx)
 {

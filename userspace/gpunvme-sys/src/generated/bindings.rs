@@ -292,7 +292,7 @@ const _: () = {
     ["Offset of field: gpunvme_map_dmabuf::reserved"]
         [::core::mem::offset_of!(gpunvme_map_dmabuf, reserved) - 40usize];
 };
-#[doc = " struct gpunvme_unmap - undo GPUNVME_IOC_MAP_HOST or GPUNVME_IOC_MAP_DMABUF.\n @handle: in.\n Errors: ENOENT (unknown handle, e.g. unmapped twice; also after unbind,\n which already released every mapping), EBUSY (this file still has queue\n pairs on the controller, which may DMA into the buffer: destroy them\n first), EINVAL."]
+#[doc = " struct gpunvme_unmap - undo GPUNVME_IOC_MAP_HOST or GPUNVME_IOC_MAP_DMABUF.\n @handle: in.\n Errors: ENOENT (unknown handle, e.g. unmapped twice; also after unbind,\n which already released every mapping), EBUSY (this file still has queue\n pairs on the controller, which may DMA into the buffer: live ones, one\n being created or destroyed, or one whose delete the controller did not\n confirm; destroy them first, or close the file), EINVAL."]
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
 pub struct gpunvme_unmap {
