@@ -399,14 +399,19 @@ impl Shared {
         }
     }
 
-    /// Keep deleted queue `q`, whose file is closing, while an importer
-    /// holds an export of it; `free_unreached` frees it once none does.
-    pub(crate) fn lend(&self, q: QPair, held: Held) {
+    /// Say that deleted queue `qid` is kept for an importer.
+    pub(crate) fn kept_for_importer(&self, qid: u16) {
         dev_info!(
             self.dev,
             "qid {}: deleted, but an importer still holds an export of its memory: kept until it lets go\n",
-            q.qid
+            qid
         );
+    }
+
+    /// Keep deleted queue `q`, whose file is closing, while an importer
+    /// holds an export of it; `free_unreached` frees it once none does.
+    pub(crate) fn lend(&self, q: QPair, held: Held) {
+        self.kept_for_importer(q.qid);
         self.dma.lock().quarantine(Quarantined::Lent(q, held));
     }
 
@@ -416,26 +421,24 @@ impl Shared {
     /// the next of these at the latest.
     pub(crate) fn free_unreached(&self) {
         let (retired, lent) = self.dma.lock().take_unreached();
-        for e in retired {
-            if !e.held.is_clean() {
+        let freed = |qid: u16, held: &Held| {
+            if !held.is_clean() {
                 dev_info!(
                     self.dev,
                     "qid {}: its importers let go of the deleted queue's memory: freed\n",
-                    e.q.qid
+                    qid
                 );
             }
-            drop(e);
+        };
+        for e in &retired {
+            freed(e.q.qid, &e.held);
         }
-        for what in lent {
-            if let Quarantined::Lent(q, _) = &what {
-                dev_info!(
-                    self.dev,
-                    "qid {}: its importers let go of the deleted queue's memory: freed\n",
-                    q.qid
-                );
+        for w in &lent {
+            if let Quarantined::Lent(q, h) = w {
+                freed(q.qid, h);
             }
-            drop(what);
         }
+        drop((retired, lent));
     }
 
     pub(crate) fn quarantine(&self, what: Quarantined) {

@@ -117,7 +117,7 @@ pub(crate) enum Quarantined {
     Exported(QPair, Held),
     /// The controller confirmed the queue's deletion, but an importer did
     /// not let go of an export of it: freed as soon as no importer holds
-    /// it (`take_let_go`), like `Exported` at a disable or unbind.
+    /// it (`take_unreached`), like `Exported` at a disable or unbind.
     Lent(QPair, Held),
 }
 
@@ -168,31 +168,10 @@ impl DmaRegistry {
     /// Remove and return every entry of `file`. On allocation failure
     /// nothing moves (the entries stay until unbind frees them).
     pub(crate) fn take_file(&mut self, file: FileId) -> Result<(KVec<QueueEntry>, KVec<MapEntry>)> {
-        let mut queues = KVec::with_capacity(
-            self.queues.iter().filter(|e| e.file == file).count(),
-            GFP_KERNEL,
-        )?;
-        let mut maps = KVec::with_capacity(
-            self.maps.iter().filter(|e| e.file == file).count(),
-            GFP_KERNEL,
-        )?;
-        let mut i = 0;
-        while i < self.queues.len() {
-            if self.queues[i].file != file {
-                i += 1;
-            } else if let Ok(e) = self.queues.remove(i) {
-                // Capacity was reserved above: this cannot fail.
-                let _ = queues.push_within_capacity(e);
-            }
-        }
-        let mut i = 0;
-        while i < self.maps.len() {
-            if self.maps[i].file != file {
-                i += 1;
-            } else if let Ok(e) = self.maps.remove(i) {
-                let _ = maps.push_within_capacity(e);
-            }
-        }
+        let mut queues = room_for(&self.queues, |e| e.file == file)?;
+        let mut maps = room_for(&self.maps, |e| e.file == file)?;
+        move_where(&mut self.queues, &mut queues, |e| e.file == file);
+        move_where(&mut self.maps, &mut maps, |e| e.file == file);
         Ok((queues, maps))
     }
 
@@ -231,24 +210,22 @@ impl DmaRegistry {
     /// allocation failure they stay for the next call.
     #[must_use]
     pub(crate) fn take_unreached(&mut self) -> (KVec<QueueEntry>, KVec<Quarantined>) {
-        let mut retired = KVec::new();
-        let n = self.queues.iter().filter(|e| self.unreached(e)).count();
-        if retired.reserve(n, GFP_KERNEL).is_ok() {
-            let mut i = 0;
-            while i < self.queues.len() {
-                if !self.unreached(&self.queues[i]) {
-                    i += 1;
-                } else if let Ok(e) = self.queues.remove(i) {
-                    // Capacity was reserved above: this cannot fail.
-                    let _ = retired.push_within_capacity(e);
-                }
-            }
-        }
-        (retired, self.take_let_go())
-    }
-
-    fn unreached(&self, e: &QueueEntry) -> bool {
-        e.state == QueueState::Retired && !e.held.still() && !self.is_mapped(e.q.gen)
+        let mapped = &self.mapped;
+        let unreached = |e: &QueueEntry| {
+            e.state == QueueState::Retired
+                && !e.held.still()
+                && !mapped.iter().any(|m| m.0 == e.q.gen)
+        };
+        let lent = |w: &Quarantined| matches!(w, Quarantined::Lent(_, h) if !h.still());
+        let (Ok(mut retired), Ok(mut let_go)) = (
+            room_for(&self.queues, unreached),
+            room_for(&self.quarantine, lent),
+        ) else {
+            return (KVec::new(), KVec::new());
+        };
+        move_where(&mut self.queues, &mut retired, unreached);
+        move_where(&mut self.quarantine, &mut let_go, lent);
+        (retired, let_go)
     }
 
     /// Free everything: only once the controller can no longer DMA.
@@ -270,34 +247,6 @@ impl DmaRegistry {
                 core::mem::forget(what);
             }
         }
-    }
-
-    /// Take out the deleted queues (`Lent`) whose importers all let go:
-    /// nothing reaches them any more. For the caller to drop outside the
-    /// registry's lock; on allocation failure they stay for the next call.
-    #[must_use]
-    fn take_let_go(&mut self) -> KVec<Quarantined> {
-        let free = |w: &Quarantined| matches!(w, Quarantined::Lent(_, h) if !h.still());
-        let mut out = KVec::new();
-        if out
-            .reserve(
-                self.quarantine.iter().filter(|w| free(w)).count(),
-                GFP_KERNEL,
-            )
-            .is_err()
-        {
-            return out;
-        }
-        let mut i = 0;
-        while i < self.quarantine.len() {
-            if !free(&self.quarantine[i]) {
-                i += 1;
-            } else if let Ok(w) = self.quarantine.remove(i) {
-                // Capacity was reserved above: this cannot fail.
-                let _ = out.push_within_capacity(w);
-            }
-        }
-        out
     }
 
     /// The controller was disabled (and will be re-enabled): what was kept
@@ -336,6 +285,28 @@ impl DmaRegistry {
         }
         if let Err(e) = self.quarantine.push_within_capacity(what) {
             core::mem::forget(e);
+        }
+    }
+}
+
+/// A list with room for the entries of `v` that match `pred`.
+fn room_for<T>(v: &KVec<T>, pred: impl Fn(&T) -> bool) -> Result<KVec<T>> {
+    Ok(KVec::with_capacity(
+        v.iter().filter(|e| pred(e)).count(),
+        GFP_KERNEL,
+    )?)
+}
+
+/// Move the entries of `v` that match `pred` into `out`, which has room
+/// for them (`room_for`).
+fn move_where<T>(v: &mut KVec<T>, out: &mut KVec<T>, pred: impl Fn(&T) -> bool) {
+    let mut i = 0;
+    while i < v.len() {
+        if !pred(&v[i]) {
+            i += 1;
+        } else if let Ok(e) = v.remove(i) {
+            // Room was made: this cannot fail.
+            let _ = out.push_within_capacity(e);
         }
     }
 }

@@ -467,11 +467,7 @@ impl OpenState {
                     return Ok(());
                 }
                 if exported {
-                    dev_info!(
-                        sh.dev,
-                        "qid {}: deleted, but an importer still holds an export of its memory: kept until it lets go\n",
-                        q.qid
-                    );
+                    sh.kept_for_importer(q.qid);
                 }
                 let entry = QueueEntry {
                     file: self.id,

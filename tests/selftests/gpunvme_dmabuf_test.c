@@ -345,15 +345,10 @@ TEST_F(dmabuf, revoke_keeps_mapping_of_stuck_commands)
 /* Module-wide count of I/O queue pairs whose memory is allocated (debugfs). */
 static long long qpairs_allocated(void)
 {
-	char path[160], buf[32];
+	char path[160];
 
 	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/qpairs_allocated", gpunvme_bdf());
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	long long v = fgets(buf, sizeof(buf), f) ? atoll(buf) : -1;
-	fclose(f);
-	return v;
+	return read_number(path, -1);
 }
 
 #define LET_GO_FREED "its importers let go of the deleted queue's memory: freed"

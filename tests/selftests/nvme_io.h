@@ -311,14 +311,9 @@ static inline uint64_t qp_prp2(struct qp *q, const uint64_t *pages, uint32_t npa
 /* A counter of a shared pair's relay thread from debugfs, or -1. */
 static inline long long qp_counter(uint16_t qid, const char *name)
 {
-	char path[256], buf[64];
+	char path[256];
 	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s-q%u/%s", gpunvme_bdf(), qid, name);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	long long v = fgets(buf, sizeof(buf), f) ? atoll(buf) : -1;
-	fclose(f);
-	return v;
+	return read_number(path, -1);
 }
 
 /*
