@@ -467,6 +467,16 @@ impl QueuePair {
     /// needs [`Controller::claim_owner`] first (EPERM otherwise); while
     /// another file owns the controller a shared pair gets EBUSY.
     pub fn create_with(ctrl: &Arc<Controller>, depth: u32, mode: Mode) -> Result<Self> {
+        Self::create_inner(ctrl, depth, mode, None)
+    }
+
+    /// Both creations: `cq_in` puts a raw pair's CQ in that dma-buf.
+    fn create_inner(
+        ctrl: &Arc<Controller>,
+        depth: u32,
+        mode: Mode,
+        cq_in: Option<DmabufMapping>,
+    ) -> Result<Self> {
         if !(sys::GPUNVME_MIN_QUEUE_DEPTH..=65536).contains(&depth) {
             return Err(Error::Invalid(format!(
                 "queue depth {depth} is outside {}..=65536",
@@ -477,7 +487,13 @@ impl QueuePair {
             size: std::mem::size_of::<sys::gpunvme_qpair_create>() as u32,
             version: sys::GPUNVME_UAPI_VERSION,
             depth,
-            flags: mode.flags(),
+            flags: mode.flags()
+                | if cq_in.is_some() {
+                    sys::GPUNVME_QPAIR_CQ_IN_MAP
+                } else {
+                    0
+                },
+            cq_handle: cq_in.as_ref().map_or(0, |m| m.handle()),
             ..Default::default()
         };
         let mut st = ctrl.lifecycle();
@@ -492,8 +508,11 @@ impl QueuePair {
         };
         st.live_qpairs += 1;
         drop(st);
-        // From here on, an early return drops `qp`, which destroys the pair.
+        // From here on, an early return drops `qp`, which destroys the pair
+        // (and then releases `cq_in`).
         let mut qp = QueuePair::unmapped(ctrl.clone(), c.qid, mode, depth, c.sq_db, c.cq_db);
+        let in_dmabuf = cq_in.is_some();
+        qp.cq_in = cq_in;
         let d = depth as u64;
         if c.sq_size < d * SQE_SIZE as u64 || c.cq_size < d * CQE_SIZE as u64 {
             return Err(Error::Invalid(format!(
@@ -512,10 +531,12 @@ impl QueuePair {
             Mapping::shared(fd, c.sq_offset, c.sq_size as usize)
                 .map_err(|e| map_err(ctrl, "SQ", e))?,
         );
-        qp.cq = Some(
-            Mapping::shared(fd, c.cq_offset, c.cq_size as usize)
-                .map_err(|e| map_err(ctrl, "CQ", e))?,
-        );
+        if !in_dmabuf {
+            qp.cq = Some(
+                Mapping::shared(fd, c.cq_offset, c.cq_size as usize)
+                    .map_err(|e| map_err(ctrl, "CQ", e))?,
+            );
+        }
         let db = Mapping::shared(fd, c.db_offset, 4096)
             .map_err(|e| map_err(ctrl, "doorbell page", e))?;
         qp.set_doorbells(db);
@@ -548,58 +569,7 @@ impl QueuePair {
                 "the CQ's dma-buf is mapped on another open file of the controller".into(),
             ));
         }
-        if !(sys::GPUNVME_MIN_QUEUE_DEPTH..=65536).contains(&depth) {
-            return Err(Error::Invalid(format!(
-                "queue depth {depth} is outside {}..=65536",
-                sys::GPUNVME_MIN_QUEUE_DEPTH
-            )));
-        }
-        let mut c = sys::gpunvme_qpair_create {
-            size: std::mem::size_of::<sys::gpunvme_qpair_create>() as u32,
-            version: sys::GPUNVME_UAPI_VERSION,
-            depth,
-            flags: Mode::Raw.flags() | sys::GPUNVME_QPAIR_CQ_IN_MAP,
-            cq_handle: cq.handle(),
-            ..Default::default()
-        };
-        let mut st = ctrl.lifecycle();
-        // SAFETY: GPUNVME_IOC_CREATE_QPAIR takes a struct
-        // gpunvme_qpair_create; `c` is one.
-        unsafe {
-            ctrl.ioctl(
-                "GPUNVME_IOC_CREATE_QPAIR",
-                sys::GPUNVME_IOC_CREATE_QPAIR,
-                &mut c as *mut _ as *mut _,
-            )?
-        };
-        st.live_qpairs += 1;
-        drop(st);
-        // From here on, an early return drops `qp`, which destroys the pair
-        // and then releases `cq`.
-        let mut qp = QueuePair::unmapped(ctrl.clone(), c.qid, Mode::Raw, depth, c.sq_db, c.cq_db);
-        qp.cq_in = Some(cq);
-        if c.sq_size < depth as u64 * SQE_SIZE as u64 || c.cq_size < depth as u64 * CQE_SIZE as u64
-        {
-            return Err(Error::Invalid(format!(
-                "CREATE_QPAIR returned sq_size {} / cq_size {} for depth {depth}",
-                c.sq_size, c.cq_size
-            )));
-        }
-        if c.sq_db % 4 != 0 || c.cq_db % 4 != 0 || c.sq_db > 4092 || c.cq_db > 4092 {
-            return Err(Error::Invalid(format!(
-                "CREATE_QPAIR returned doorbell offsets {:#x}/{:#x}, not dwords in one page",
-                c.sq_db, c.cq_db
-            )));
-        }
-        let fd = ctrl.raw_fd();
-        qp.sq = Some(
-            Mapping::shared(fd, c.sq_offset, c.sq_size as usize)
-                .map_err(|e| map_err(ctrl, "SQ", e))?,
-        );
-        let db = Mapping::shared(fd, c.db_offset, 4096)
-            .map_err(|e| map_err(ctrl, "doorbell page", e))?;
-        qp.set_doorbells(db);
-        Ok(qp)
+        Self::create_inner(ctrl, depth, Mode::Raw, Some(cq))
     }
 
     /// A pair the module created, before its memory is mapped.
