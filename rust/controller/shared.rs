@@ -420,7 +420,16 @@ impl Shared {
     /// and when a mapping goes, so what an importer released is freed at
     /// the next of these at the latest.
     pub(crate) fn free_unreached(&self) {
-        let (retired, lent) = self.dma.lock().take_unreached();
+        // Some callers (create, the last munmap) hold no `Busy`: unbind must
+        // wait for this free, or this must see unbind and leave it alone.
+        let _busy = self.busy();
+        let (retired, lent) = {
+            let mut dma = self.dma.lock();
+            if self.unbound() {
+                return;
+            }
+            dma.take_unreached()
+        };
         let freed = |qid: u16, held: &Held| {
             if !held.is_clean() {
                 dev_info!(
