@@ -111,7 +111,6 @@ static const int op_weight[NOPS] = {
 
 struct wstat {
 	volatile pid_t pid;
-	volatile int expect_kill;	/* a sibling is about to SIGKILL it */
 	volatile uint64_t seq, seq_seed, prev_seq;	/* the sequence it is in */
 	volatile uint64_t opno;			/* call index in it */
 	volatile uint64_t op_start_ms;		/* 0: not in a call */
@@ -124,11 +123,21 @@ struct wstat {
 	char ring[RING][RINGLEN];
 };
 
+/*
+ * Which pids a sibling sent SIGKILL to, indexed by pid % KILLED_SLOTS and
+ * written before the kill. Keyed by pid, not by worker slot: a sibling that
+ * read a worker's pid before it was reaped and restarted sends a stale kill
+ * that fails with ESRCH, and must not clear the expectation of a kill sent to
+ * the restarted worker.
+ */
+#define KILLED_SLOTS 4096
+
 struct gstat {
 	volatile uint64_t start_ms, deadline_ms;
 	volatile int stop;
 	int procs;
 	uint64_t seed;
+	volatile pid_t killed[KILLED_SLOTS];
 	struct wstat w[MAXW];
 };
 
@@ -1296,12 +1305,10 @@ static void op_kill(void)
 	pid_t pid = G->w[t].pid;
 	if (pid <= 0 || G->stop)
 		return;
-	G->w[t].expect_kill = 1;
+	G->killed[pid % KILLED_SLOTS] = pid;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (CALL(OP_KILL, kill(pid, SIGKILL), "worker %d pid %d", t, pid) == 0)
 		__atomic_fetch_add(&W->kills, 1, __ATOMIC_RELAXED);
-	else
-		G->w[t].expect_kill = 0;
 }
 
 static int gpunvme_bound(void)
@@ -1643,7 +1650,7 @@ static void worker_setup(int w)
 	struct sigaction sa = { .sa_handler = on_fault };
 	me = w;
 	W = &G->w[w];
-	W->pid = getpid();	/* expect_kill: the parent clears it when it reaps */
+	W->pid = getpid();
 	sigaction(SIGBUS, &sa, NULL);
 	sigaction(SIGSEGV, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
@@ -1977,11 +1984,10 @@ int main(int argc, char **argv)
 			live--;
 			if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
 				s->pid = 0;
-				s->expect_kill = 0;
 				continue;
 			}
-			if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && s->expect_kill) {
-				s->expect_kill = 0;
+			if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && G->killed[pid % KILLED_SLOTS] == pid) {
+				G->killed[pid % KILLED_SLOTS] = 0;
 				s->pid = 0;
 				s->restarts++;
 				if (!G->stop && now_ms() < G->deadline_ms && spawn(w, s->seq + 1) > 0)
