@@ -105,6 +105,7 @@ pub(crate) fn directory(
 fn files<'a>(k: &'a Knobs, dir: &ScopedDir<'a, '_>) {
     let sh = &*k.shared;
     dir.read_write_file(c"mmap_delay_ms", &sh.mmap_delay_ms);
+    dir.read_write_file(c"free_delay_ms", &sh.free_delay_ms);
     dir.read_write_file(c"drop_admin_doorbells", &sh.drop_admin_doorbells);
     dir.read_write_file(c"fake_csts", &sh.fake_csts);
     dir.read_write_file(c"relay_hold_qid", &sh.relay_hold_qid);

@@ -163,6 +163,11 @@ pub(crate) struct Shared {
     /// Test knob (debugfs `gpunvme-<bdf>/mmap_delay_ms`): mmap sleeps this
     /// long after its checks, so a test can unbind in that window.
     pub(crate) mmap_delay_ms: Atomic<u32>,
+    /// Test knob (debugfs `gpunvme-<bdf>/free_delay_ms`): a free of deleted
+    /// queues that no mapping or importer reaches sleeps this long after
+    /// taking them from the registry, holding its `Busy`, so a test can
+    /// unbind in that window.
+    pub(crate) free_delay_ms: Atomic<u32>,
     /// Fault injection (debugfs `gpunvme-<bdf>/drop_admin_doorbells`): the
     /// next N admin SQ doorbell writes are not made, so those commands get
     /// no completion, as on a hung controller.
@@ -203,6 +208,7 @@ impl Shared {
                 poll_cv <- new_poll_condvar!("gpunvme::poll"),
                 busy: Atomic::new(0),
                 mmap_delay_ms: Atomic::new(0),
+                free_delay_ms: Atomic::new(0),
                 drop_admin_doorbells: Atomic::new(0),
                 relay_hold_qid: Atomic::new(0),
                 fake_csts: crate::controller::debugfs::FakeCsts::new(),
@@ -430,6 +436,11 @@ impl Shared {
             }
             dma.take_unreached()
         };
+        let delay = self.free_delay_ms.load(Relaxed);
+        if delay != 0 && !(retired.is_empty() && lent.is_empty()) {
+            // Test knob: hold this free between the registry and the free.
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(delay.into()));
+        }
         let freed = |qid: u16, held: &Held| {
             if !held.is_clean() {
                 dev_info!(

@@ -342,15 +342,6 @@ TEST_F(dmabuf, revoke_keeps_mapping_of_stuck_commands)
 	revoke_cleanup(self->fd, &r);
 }
 
-/* Module-wide count of I/O queue pairs whose memory is allocated (debugfs). */
-static long long qpairs_allocated(void)
-{
-	char path[160];
-
-	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/qpairs_allocated", gpunvme_bdf());
-	return read_number(path, -1);
-}
-
 #define LET_GO_FREED "its importers let go of the deleted queue's memory: freed"
 
 /* A destroyed pair's memory goes with its last mmap: at the destroy when

@@ -12,6 +12,13 @@
  * inserted the pages itself, into a VMA not yet linked where unbind's zap
  * could not see it.)
  *
+ * The free of a destroyed pair at its last munmap racing unbind: the free
+ * is held after it took the pair from the registry
+ * (gpunvme-<bdf>/free_delay_ms) and the controller is unbound meanwhile.
+ * Unbind must wait for that free (the memory goes while the device is still
+ * bound), and a free that starts once unbind began must leave the registry
+ * to unbind. (Before, the free held nothing unbind waits for.)
+ *
  * MAP_HOST of a userfaultfd-backed range: the pin waits on the caller's own
  * fault handler for as long as it likes. Meanwhile other files create queue
  * pairs and map buffers, and the controller can be unbound: no module lock
@@ -52,12 +59,13 @@ static int touch_faults(volatile uint32_t *p)
 	return faulted;
 }
 
-static int set_mmap_delay(unsigned int ms)
+/* Set the bound controller's debugfs knob `name` to `ms`. */
+static int set_delay(const char *name, unsigned int ms)
 {
 	char path[128], v[16];
 	int fd, n;
 
-	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/mmap_delay_ms", gpunvme_bdf());
+	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/%s", gpunvme_bdf(), name);
 	fd = open(path, O_WRONLY);
 	if (fd < 0)
 		return -errno;
@@ -101,7 +109,7 @@ static void mmap_racing_unbind(struct __test_metadata *_metadata, int kind)
 	uint64_t offset = kind == 0 ? c.sq_offset : kind == 1 ? c.cq_offset : c.db_offset;
 	uint64_t size = kind == 0 ? c.sq_size : kind == 1 ? c.cq_size : 4096;
 
-	ASSERT_EQ(0, set_mmap_delay(1500));
+	ASSERT_EQ(0, set_delay("mmap_delay_ms", 1500));
 	pid_t child = fork();
 	ASSERT_LE(0, child);
 	if (child == 0)
@@ -169,6 +177,150 @@ TEST(mapping_of_destroyed_pair_keeps_its_own_memory)
 	EXPECT_EQ(0, qp_destroy(&b));
 	qp_unmap(&a);
 	close(fd);
+}
+
+/* Times (ms since the test began) the processes of the test below report. */
+struct free_race_times {
+	volatile uint64_t a_freed, unbind_start, unbind_end, b_start, b_freed;
+	volatile int unbind_status, b_status;
+};
+
+struct unmapper {
+	struct qp *q;
+	uint64_t start;
+	volatile uint64_t *done;
+};
+
+static void *unmap_pair(void *arg)
+{
+	struct unmapper *u = arg;
+
+	qp_unmap(u->q);
+	*u->done = now_ms() - u->start;
+	return NULL;
+}
+
+/* Create a pair and destroy it with its mappings kept: it stays allocated,
+ * retired, until its last munmap. */
+static int create_and_destroy_mapped(int fd, struct qp *q)
+{
+	struct gpunvme_qpair_destroy d;
+	int r = qp_create(fd, 8, q);
+
+	if (r)
+		return r;
+	UAPI_INIT(d);
+	d.qid = q->c.qid;
+	return ioctl(fd, GPUNVME_IOC_DESTROY_QPAIR, &d) ? -errno : 0;
+}
+
+/* Wait for one byte on `fd` (at most 30 s); 0 when it came. */
+static int wait_byte(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char c;
+
+	return poll(&p, 1, 30000) == 1 && read(fd, &c, 1) == 1 ? 0 : -1;
+}
+
+/*
+ * Pair a (this process) and pair b (a child, so its munmap does not wait
+ * for a's on one mmap_lock) are destroyed but still mapped. a's last
+ * munmap frees it and is held there for hold_ms; unbind (another child)
+ * starts 300 ms in, b's last munmap 900 ms in, while unbind waits.
+ */
+TEST(free_at_last_munmap_racing_unbind)
+{
+	const char *bdf = gpunvme_bdf();
+	const unsigned int hold_ms = 2000;
+	int go_unbind[2], go_b[2], b_ready[2];
+	struct qp a;
+	pthread_t ta;
+
+	struct free_race_times *T = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, T);
+	memset((void *)T, 0, sizeof(*T));
+	ASSERT_EQ(0, pipe(go_unbind));
+	ASSERT_EQ(0, pipe(go_b));
+	ASSERT_EQ(0, pipe(b_ready));
+	int fd = gpunvme_open_bound();
+	ASSERT_LE(0, fd);
+	long long base = qpairs_allocated();
+	ASSERT_LE(0, base) TH_LOG("no debugfs qpairs_allocated");
+	uint64_t start = now_ms();
+
+	/* Forked before a's munmap holds this process's mmap_lock. */
+	pid_t unbinder = fork();
+	ASSERT_LE(0, unbinder);
+	if (unbinder == 0) {
+		if (wait_byte(go_unbind[0]))
+			_exit(2);
+		T->unbind_start = now_ms() - start;
+		int r = unbind_gpunvme(bdf);
+		T->unbind_end = now_ms() - start;
+		_exit(r ? 1 : 0);
+	}
+	pid_t holder_b = fork();
+	ASSERT_LE(0, holder_b);
+	if (holder_b == 0) {
+		struct qp b;
+		int bfd = gpunvme_open_bound();
+		if (bfd < 0 || create_and_destroy_mapped(bfd, &b))
+			_exit(3);
+		if (write(b_ready[1], "r", 1) != 1 || wait_byte(go_b[0]))
+			_exit(4);
+		T->b_start = now_ms() - start;
+		qp_unmap(&b);
+		T->b_freed = now_ms() - start;
+		close(bfd);
+		_exit(0);
+	}
+	ASSERT_EQ(0, create_and_destroy_mapped(fd, &a));
+	ASSERT_EQ(0, wait_byte(b_ready[0])) TH_LOG("the child could not make pair b");
+	ASSERT_EQ(base + 2, qpairs_allocated()) TH_LOG("a destroyed pair that is still mapped was freed");
+	ASSERT_EQ(0, set_delay("free_delay_ms", hold_ms));
+
+	/* a's last munmap takes it from the registry and is held there. */
+	struct unmapper ua = { .q = &a, .start = now_ms(), .done = &T->a_freed };
+	ASSERT_EQ(0, pthread_create(&ta, NULL, unmap_pair, &ua));
+	usleep(300 * 1000);
+	EXPECT_EQ(0, T->a_freed) TH_LOG("the free was not held (free_delay_ms)");
+	ASSERT_EQ(1, write(go_unbind[1], "u", 1));
+	usleep(600 * 1000);
+	ASSERT_EQ(1, write(go_b[1], "b", 1));
+	int st_u = -1, st_b = -1;
+	ASSERT_EQ(unbinder, waitpid(unbinder, &st_u, 0));
+	ASSERT_EQ(holder_b, waitpid(holder_b, &st_b, 0));
+	ASSERT_EQ(0, pthread_join(ta, NULL));
+	TH_LOG("a's free held until %llu ms; unbind %llu..%llu ms; b's munmap %llu..%llu ms",
+	       (unsigned long long)T->a_freed, (unsigned long long)T->unbind_start,
+	       (unsigned long long)T->unbind_end, (unsigned long long)T->b_start,
+	       (unsigned long long)T->b_freed);
+	ASSERT_TRUE(WIFEXITED(st_u) && WIFEXITED(st_b));
+	EXPECT_EQ(0, WEXITSTATUS(st_u)) TH_LOG("unbind failed");
+	ASSERT_EQ(0, WEXITSTATUS(st_b)) TH_LOG("pair b's child failed (%d)", WEXITSTATUS(st_b));
+	EXPECT_LE(hold_ms, T->a_freed) TH_LOG("the free was not held (free_delay_ms)");
+	EXPECT_LE(T->a_freed, T->unbind_end)
+		TH_LOG("unbind returned while the held free still ran: memory freed after the device was unbound");
+	EXPECT_LT(T->b_start, T->a_freed) TH_LOG("b's munmap did not start while unbind waited");
+	/* b's free saw unbind and left b to it, so the knob never held it. */
+	EXPECT_GT(T->b_start + hold_ms, T->b_freed)
+		TH_LOG("a free that started after unbind began took a pair from the registry");
+	close(fd);
+	munmap((void *)T, 4096);
+
+	ASSERT_EQ(0, bind_gpunvme(bdf));
+	EXPECT_EQ(base, qpairs_allocated()) TH_LOG("a pair was not freed across the race");
+	/* The new binding (its knob back at 0) works: a pair is created,
+	 * mapped and freed again. */
+	struct qp q;
+	int fd2 = gpunvme_open_bound();
+	ASSERT_LE(0, fd2);
+	ASSERT_EQ(0, qp_create(fd2, 8, &q));
+	EXPECT_EQ(0, touch_faults((volatile uint32_t *)q.cq));
+	EXPECT_EQ(0, qp_destroy(&q));
+	EXPECT_EQ(base, qpairs_allocated());
+	close(fd2);
 }
 
 struct pinner {

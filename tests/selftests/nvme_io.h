@@ -316,6 +316,15 @@ static inline long long qp_counter(uint16_t qid, const char *name)
 	return read_number(path, -1);
 }
 
+/* Module-wide count of I/O queue pairs whose memory is allocated (debugfs
+ * of the bound controller), or -1. */
+static inline long long qpairs_allocated(void)
+{
+	char path[160];
+	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/qpairs_allocated", gpunvme_bdf());
+	return read_number(path, -1);
+}
+
 /*
  * A counter the relay thread updates after the client's last step (the CQ
  * head relay, a bad value it drops): poll it until it reaches `want` or 1 s
