@@ -92,6 +92,9 @@ struct bench_qp {
 
 struct blk_res {
 	uint64_t cmds, t_start, t_end;
+	// clock64 cycles summed over the lanes' commands: from the submit call
+	// to its return, and from there to the completion's return
+	uint64_t cyc_submit, cyc_wait;
 	int32_t first_err;
 	uint32_t nvme_err, vfail, rounds, cid_fail, bad_status;
 	uint32_t lat_n; // round times block 0 lane 0 recorded
@@ -230,6 +233,7 @@ __global__ void bench_io(bench_args a)
 	const uint64_t prp = foreign ? a.foreign_dma + (uint64_t)lane * a.lba_bytes : dma;
 	const uint32_t full = a.qd >= 32 ? 0xffffffffu : (1u << a.qd) - 1;
 	uint32_t vfail = 0, nerr = 0, cidf = 0, bst = 0, r;
+	uint64_t cyc_s = 0, cyc_w = 0;
 	int32_t ferr = OK;
 
 	if (lane == 0)
@@ -255,11 +259,16 @@ __global__ void bench_io(bench_args a)
 		int32_t rc = group_submit(q, lane, a.qd,
 					  sqe_rw((uint8_t)a.opc, (uint16_t)(base + lane), 1,
 						 lba, 0, prp, 0));
+		const long long cm = sm_clock64();
 		cqe c = {};
 		if (rc == OK)
 			rc = a.old_poll ? group_reap_old(q, lane, a.qd, &c, &agg)
 					: group_reap(q, lane, a.qd, &c, &agg);
 		const long long c1 = sm_clock64();
+		if (lane < a.qd) {
+			cyc_s += (uint64_t)(cm - c0);
+			cyc_w += (uint64_t)(c1 - cm);
+		}
 		const uint64_t t1 = wall_ticks();
 		if (rc < 0) { // group-wide: the pair is poisoned
 			ferr = rc;
@@ -295,6 +304,8 @@ __global__ void bench_io(bench_args a)
 		atomic_add_relaxed(&a.res[b].cid_fail, cidf);
 	if (bst)
 		atomic_add_relaxed(&a.res[b].bad_status, bst);
+	atomicAdd((unsigned long long *)&a.res[b].cyc_submit, (unsigned long long)cyc_s);
+	atomicAdd((unsigned long long *)&a.res[b].cyc_wait, (unsigned long long)cyc_w);
 	sync_lanes();
 	if (lane == 0) {
 		a.res[b].t_end = wall_ticks();
@@ -335,7 +346,12 @@ __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 	const uint64_t off = ((uint64_t)b * a.qd + lane) * bytes;
 	uint8_t *buf = a.qps[b].buf + off;
 	uint32_t vfail = 0, nerr = 0, cidf = 0, bst = 0, r = 0;
+	uint64_t cyc_s = 0, cyc_w = 0;
 	int32_t ferr = OK;
+	// The words checked: the first, middle and last LBA's (one word for
+	// a 1-LBA command).
+	const uint32_t chk[3] = {0, nlb / 2, nlb - 1};
+	const int nchk = nlb == 1 ? 1 : 3;
 
 	if (lane == 0) {
 		t_start_s = wall_ticks();
@@ -347,8 +363,7 @@ __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 		    wall_ticks() - t_start < a.duration_ns; r++) {
 		const uint64_t x = (uint64_t)b * 7919u + (uint64_t)r * a.qd + lane;
 		const uint64_t lba = xfer ? (x * nlb) % (a.ns_blocks - nlb) : x % a.ns_blocks;
-		const uint32_t chk[3] = {0, nlb / 2, nlb - 1};
-		for (int k = 0; k < 3; k++)
+		for (int k = 0; k < nchk; k++)
 			*(volatile uint64_t *)(buf + (uint64_t)chk[k] * a.lba_bytes) =
 				~expect_word(a.seed, lba + chk[k]);
 		pq_ticket t;
@@ -359,10 +374,13 @@ __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 						 bytes, &t)
 				  : pq_submit(q, sqe_rw(NVME_OPC_READ, 0, 1, lba, 0,
 							a.qps[b].buf_dma + off, 0), &t);
+		const long long cm = sm_clock64();
 		cqe c = {};
 		if (rc == OK)
 			rc = pq_wait(q, t, &c);
 		const long long c1 = sm_clock64();
+		cyc_s += (uint64_t)(cm - c0);
+		cyc_w += (uint64_t)(c1 - cm);
 		const uint64_t t1 = wall_ticks();
 		if (rc < 0) {
 			ferr = rc;
@@ -377,7 +395,7 @@ __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 		cidf += c.cid != t.slot || c.sqid != b + 1;
 		fence::acquire_system();
 		if (a.verify)
-			for (int k = 0; k < 3; k++)
+			for (int k = 0; k < nchk; k++)
 				vfail += *(volatile uint64_t *)(buf + (uint64_t)chk[k] * a.lba_bytes) !=
 					 expect_word(a.seed, lba + chk[k]);
 		// Optional: the caller's own choice to regroup the warp after each
@@ -386,8 +404,11 @@ __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 		if (reconverge)
 			asm volatile("bar.warp.sync %0;" :: "r"(__activemask_bench()));
 	}
-	if (lane < a.qd)
+	if (lane < a.qd) {
 		atomic_add_relaxed(&rounds_s, r);
+		atomicAdd((unsigned long long *)&a.res[b].cyc_submit, (unsigned long long)cyc_s);
+		atomicAdd((unsigned long long *)&a.res[b].cyc_wait, (unsigned long long)cyc_w);
+	}
 	if (b == 0 && lane == 0)
 		a.res[b].lat_n = r < a.lat_cap ? r : a.lat_cap;
 	if (vfail)
@@ -632,6 +653,8 @@ struct run_out {
 	relay::Counters rc{};
 	uint64_t pt_sq_doorbells = 0, pt_cq_doorbells = 0, pt_cqes = 0;
 	int32_t pt_error = 0;
+	double submit_ns = 0, wait_ns = 0; // per command, clock64 at the SM clock
+	uint64_t cq_full_stalls = 0;        // the fixture found a CQ full
 	double gbps = 0;
 	bool ok = false;
 };
@@ -831,6 +854,15 @@ static run_out run_io(const run_cfg &c)
 		t1 = std::max(t1, r.t_end);
 	}
 	o.rounds0 = res[0].rounds;
+	{
+		uint64_t cs = 0, cw = 0;
+		for (auto &r : res) {
+			cs += r.cyc_submit;
+			cw += r.cyc_wait;
+		}
+		o.submit_ns = o.cmds ? cs / W.sm_ghz / o.cmds : 0;
+		o.wait_ns = o.cmds ? cw / W.sm_ghz / o.cmds : 0;
+	}
 	o.seconds = (t1 - t0) * 1e-9;
 	o.iops = o.seconds > 0 ? o.cmds / o.seconds : 0;
 	o.gbps = o.iops * (c.xfer ? c.xfer : W.lba_bytes) / 1e9;
@@ -846,7 +878,8 @@ static run_out run_io(const run_cfg &c)
 			if (st.error && !o.pt_error)
 				o.pt_error = st.error;
 			pt_ok &= st.error == 0 && st.cid_ticket == res[i].cmds &&
-				 st.sq_base == 0 && st.db_tail == res[i].cmds &&
+				 st.sq_base == 0 && (st.db_word >> 1) == res[i].cmds &&
+				 (st.db_word & 1) == 0 &&
 				 st.sq_head == res[i].cmds && st.cqes == res[i].cmds;
 		}
 	}
@@ -865,6 +898,7 @@ static run_out run_io(const run_cfg &c)
 		o.fixture_cmds += fq[i].cmds;
 		o.fixture_errors += fq[i].errors;
 		o.bad_db += fq[i].bad_doorbells;
+		o.cq_full_stalls += fq[i].cq_full_stalls;
 		o.rc.add(ctr[i]);
 	}
 	for (auto &tp : tpairs)
@@ -906,6 +940,7 @@ static std::string run_json(const run_cfg &c, const run_out &o)
 		 "\"relay_ns\": %llu, \"relay_ns_per_cmd\": %.1f}, "
 		 "\"api\": \"%s\", \"backoff\": %u, \"reconverge\": %u, \"bytes_per_cmd\": %u, \"gb_per_s\": %.3f, "
 		 "\"per_thread\": {\"sq_doorbell_writes\": %llu, \"cq_doorbell_writes\": %llu, \"cqes\": %llu, \"error\": %d}, "
+		 "\"submit_ns_per_cmd\": %.1f, \"wait_ns_per_cmd\": %.1f, \"fixture_cq_full_stalls\": %llu, "
 		 "\"ok\": %s}",
 		 c.mode, c.data, c.opc == NVME_OPC_READ ? "read" : "write",
 		 c.old_poll ? "before_dw3_poll" : "library_one_16B_load", c.cq_vram ? "vram" : "host", c.nq, c.qd, o.depth, o.F, o.R, c.reject_every,
@@ -924,7 +959,7 @@ static std::string run_json(const run_cfg &c, const run_out &o)
 		 o.cmds ? (double)o.rc.relay_ns / (double)o.cmds : 0.0,
 		 c.api ? "per_thread" : "group", c.backoff, c.reconverge, c.xfer ? c.xfer : W.lba_bytes, o.gbps,
 		 (unsigned long long)o.pt_sq_doorbells, (unsigned long long)o.pt_cq_doorbells,
-		 (unsigned long long)o.pt_cqes, o.pt_error, o.ok ? "true" : "false");
+		 (unsigned long long)o.pt_cqes, o.pt_error, o.submit_ns, o.wait_ns, (unsigned long long)o.cq_full_stalls, o.ok ? "true" : "false");
 	return b;
 }
 
@@ -967,12 +1002,12 @@ static run_out run_print(const char *tag, const run_cfg &c)
 	run_out o = run_io(c);
 	g_all_ok &= o.ok;
 	printf("%-5s %-6s %-4s %-5s%s%s%s q%-2u qd%-2u F%d R%d%s: %10.0f cmds/s  round p50 %6.2f us p99 %6.2f us p99.9 %6.2f us  "
-	       "relay %5.0f ns/cmd  err %llu vfail %llu wfail %llu cidfail %llu stfail %llu rej %llu/%llu ferr %d  %s\n",
+	       "relay %5.0f ns/cmd  submit %6.0f ns wait %6.0f ns cqfull %llu  err %llu vfail %llu wfail %llu cidfail %llu stfail %llu rej %llu/%llu ferr %d  %s\n",
 	       tag, c.mode, c.data, c.opc == NVME_OPC_READ ? "read" : "write", c.old_poll ? " OLDPOLL" : "", c.cq_vram ? " CQvram" : "",
 	       c.api ? " per-thread" : "",
 	       c.nq, c.qd, o.F, o.R, c.reject_every ? " +foreign" : "", o.iops, o.lat_clk_ns.p50,
 	       o.lat_clk_ns.p99, o.lat_clk_ns.p999, o.cmds ? (double)o.rc.relay_ns / o.cmds : 0.0,
-	       (unsigned long long)o.nvme_err, (unsigned long long)o.vfail,
+	       o.submit_ns, o.wait_ns, (unsigned long long)o.cq_full_stalls, (unsigned long long)o.nvme_err, (unsigned long long)o.vfail,
 	       (unsigned long long)o.write_check_fail, (unsigned long long)o.cid_fail,
 	       (unsigned long long)o.bad_status, (unsigned long long)o.rc.sqes_rejected,
 	       (unsigned long long)o.expect_rejected, o.first_err, o.ok ? "ok" : "CHECK FAILED");

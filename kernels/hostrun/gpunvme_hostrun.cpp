@@ -1328,19 +1328,19 @@ static bool pt_settled(const ptq &t, uint64_t total)
 {
 	const pq_shared *s = t.q.st;
 	bool ok = s->error == OK && s->cid_ticket == total && s->sq_base == 0 &&
-		  s->db_tail == total && s->sq_head == total && s->cqes == total &&
+		  (s->db_word >> 1) == total && s->sq_head == total && s->cqes == total &&
 		  s->cq_head == total % t.q.depth &&
 		  s->phase == (1u ^ (uint32_t)((total / t.q.depth) & 1)) &&
-		  s->db_lock == 0 && s->cq_lock == 0;
+		  (s->db_word & 1) == 0 && s->cq_lock == 0;
 	diag("q%u: %llu commands, %llu SQ doorbells, %llu CQ doorbells, sq_head %llu, error %d",
 	     t.p.c.qid, (unsigned long long)total,
 	     (unsigned long long)s->sq_doorbells,
 	     (unsigned long long)s->cq_doorbells,
 	     (unsigned long long)s->sq_head, s->error);
 	if (!ok)
-		diag("q%u: ring not settled: tickets %llu sq_base %llu db_tail %llu cqes %llu cq_head %u phase %u",
+		diag("q%u: ring not settled: tickets %llu sq_base %llu rung %llu cqes %llu cq_head %u phase %u",
 		     t.p.c.qid, (unsigned long long)s->cid_ticket,
-		     (unsigned long long)s->sq_base, (unsigned long long)s->db_tail,
+		     (unsigned long long)s->sq_base, (unsigned long long)(s->db_word >> 1),
 		     (unsigned long long)s->cqes, s->cq_head, s->phase);
 	return ok;
 }
@@ -1587,7 +1587,7 @@ static void t_pt_coalesce_stop(uint32_t flags)
 	const uint16_t nlb0 = 0;
 	std::vector<pq_ticket> tk(8);
 	std::vector<int32_t> rc(8, ERR_INVAL);
-	q.st->db_lock = 1; /* hold the ring lock */
+	q.st->db_word |= 1; /* hold the ring lock */
 	{
 		std::vector<std::thread> th;
 		for (uint32_t i = 0; i < 8; i++)
@@ -1606,7 +1606,7 @@ static void t_pt_coalesce_stop(uint32_t flags)
 	CHECK(q.st->sq_doorbells == 0 && pq_test(q, tk[0], &c) == ERR_AGAIN,
 	      "with the ring lock held: %llu doorbells, a completion arrived",
 	      (unsigned long long)q.st->sq_doorbells);
-	q.st->db_lock = 0;
+	q.st->db_word &= ~1ull;
 	pq_ring(q);
 	CHECK(q.st->sq_doorbells == 1, "one ring for 8 submitters: %llu doorbell writes",
 	      (unsigned long long)q.st->sq_doorbells);
@@ -1618,7 +1618,7 @@ static void t_pt_coalesce_stop(uint32_t flags)
 	CHECK(pt_settled(t, 8), "after the coalesced 8");
 	/* Stop: the command is never rung. */
 	pq_ticket st;
-	q.st->db_lock = 1;
+	q.st->db_word |= 1;
 	int32_t r = pq_submit_io(q, NVME_OPC_READ, g_nsid, lba, nlb0, g_dma, BUF_PAGES,
 				 48ull * PAGE, g_lba_size, &st);
 	CHECK(r == OK, "submit before the stop: %d", r);

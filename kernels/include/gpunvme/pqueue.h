@@ -11,7 +11,8 @@
  * thread holds a copy of the pqueue descriptor (pointers and constants).
  *
  *  submit   1. take a ticket, lock-free: a 64-bit counter (one atomic
- *              add; on NVIDIA one per warp, pq_take_number()). Ticket c
+ *              add; on NVIDIA one per warp for the lanes that take theirs
+ *              together on the same pair, pq_take_number()). Ticket c
  *              owns command slot c % (depth-1) in round c / (depth-1) AND
  *              SQ position sq_base + c (one counter for both), and waits
  *              (bounded, reaping meanwhile) until the slot's previous
@@ -22,14 +23,21 @@
  *              stores, then a system-scope release
  *              (the same fence::release_system() as sq_put()), then mark
  *              the position ready.
- *           3. ring, coalesced: whoever takes the ring lock (one CAS; a
- *              thread that finds it taken leaves) advances the SQ tail over
- *              every consecutive ready position and writes the doorbell
- *              once for all of them (fence::doorbell_write(), the group
- *              API's store). After unlocking it re-checks the next
- *              position; a marker that found the lock taken checked it
- *              after its mark (sequentially consistent fences on both
- *              sides), so a ready command is never left unrung.
+ *           3. ring, coalesced: whoever takes the ring lock (one fetch-or
+ *              on a word that holds the lock bit and the tail rung so far,
+ *              so the same round trip returns the tail; a thread that
+ *              finds it taken leaves) advances the SQ tail over every
+ *              consecutive ready position and writes the doorbell once for
+ *              all of them (fence::doorbell_write(), the group API's
+ *              store). On NVIDIA one lane rings for the warp's lanes that
+ *              post together, and when their positions are consecutive it
+ *              skips reading their marks. Unlocking stores the new tail
+ *              (a release: the doorbell store is performed before the next
+ *              ringer's, so doorbell values never go back); then it
+ *              re-checks the next position; a marker that found the lock
+ *              taken checked it after its mark (sequentially consistent
+ *              fences on both sides), so a ready command is never left
+ *              unrung.
  *  reap     peek first, lock only for work: read the CQ head, phase
  *           and CQE count (one cache line, no lock), poll the entries
  *           there; only when a new phase is seen take the CQ lock (one
@@ -46,13 +54,23 @@
  *           slot's seq), track the SQ head from the CQE's SQ head field (a
  *           head past what was claimed, a command ID that is not in
  *           flight: the pair is poisoned), and ring the CQ head doorbell
- *           once for the whole batch.
+ *           once for the whole batch. On NVIDIA, a lane that reaps while
+ *           it waits for its own live ticket takes its entry straight from
+ *           the lane that polled it (shuffles, then a warp barrier after
+ *           the poller's acquire) and frees its slot itself: no store and
+ *           reload through the slot. Only lanes on the same pair reap
+ *           together (match.any on the pair).
  *  wait     poll your own slot; reap when nobody else is; bounded on the
  *           fixed-rate clock (clock.h) and by the host's stop flag (read
  *           every PQ_STOP_EVERY polls); optional backoff between polls.
+ *           A ticket is waited for by one thread.
  *
  * Flow control: at most depth-1 commands hold a slot, so at most depth-1
- * SQ entries are unconsumed and the SQ and CQ never overflow. Proof of the
+ * SQ entries are unconsumed and the SQ and CQ never overflow. A slot is
+ * free again once its completion is taken, which can be before the reap's
+ * CQ head doorbell reaches the controller: with depth-1 commands in
+ * flight the controller can then find the CQ full for a moment and waits
+ * for the doorbell (NVMe: a controller never posts into a full CQ). Proof of the
  * SQ side: ticket c (position sq_base + c) writes its SQE only after
  * ticket c - (depth-1) completed, so the controller fetched that ticket's
  * position and (it fetches in order) every earlier one, the position of
@@ -179,6 +197,32 @@ GPUNVME_HD void st64(uint64_t *p, uint64_t v)
 	asm volatile("st.relaxed.gpu.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
 #else
 	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+GPUNVME_HD void st64_release(uint64_t *p, uint64_t v)
+{
+#if defined(GPUNVME_DEV_AMD)
+	__scoped_atomic_store_n(p, v, __ATOMIC_RELEASE, GPUNVME_AT_SCOPE);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("st.release.gpu.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+#else
+	__atomic_store_n(p, v, __ATOMIC_RELEASE);
+#endif
+}
+
+/* Set bit 0 of *p, acquire; returns the old value (one round trip). */
+GPUNVME_HD uint64_t or64_acquire(uint64_t *p, uint64_t v)
+{
+#if defined(GPUNVME_DEV_AMD)
+	return __scoped_atomic_fetch_or(p, v, __ATOMIC_ACQUIRE, GPUNVME_AT_SCOPE);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	uint64_t old;
+	asm volatile("atom.acquire.gpu.or.b64 %0, [%1], %2;"
+		     : "=l"(old) : "l"(p), "l"(v) : "memory");
+	return old;
+#else
+	return __atomic_fetch_or(p, v, __ATOMIC_ACQUIRE);
 #endif
 }
 
@@ -336,11 +380,9 @@ struct pq_shared {
 	uint64_t cid_ticket;  /* tickets taken (command slots and SQ positions) */
 	uint64_t sq_base;     /* SQ position of ticket 0 (ticket c: sq_base + c) */
 	uint64_t pad0[6];
-	uint32_t db_lock;
-	uint32_t pad1;
-	uint64_t db_tail;     /* SQ positions rung */
+	uint64_t db_word;     /* SQ positions rung << 1 | 1 while the ring lock is held */
 	uint64_t sq_doorbells; /* SQ doorbell writes */
-	uint64_t pad2[5];
+	uint64_t pad2[6];
 	uint32_t cq_lock;
 	uint32_t cq_head;
 	uint32_t phase;
@@ -402,7 +444,8 @@ GPUNVME_HD void pq_init(void *mem, uint32_t depth, uint32_t sq_tail,
 	for (uint64_t i = 0; i < pq_bytes(depth); i++)
 		b[i] = 0;
 	pq_shared *s = (pq_shared *)mem;
-	s->sq_base = s->db_tail = s->sq_head = sq_tail;
+	s->sq_base = s->sq_head = sq_tail;
+	s->db_word = (uint64_t)sq_tail << 1;
 	s->cq_head = cq_head;
 	s->phase = phase;
 	/* Marks are p+1: position sq_tail's entry holds a value it never
@@ -455,6 +498,15 @@ GPUNVME_DEV uint32_t active()
 	asm volatile("activemask.b32 %0;" : "=r"(m));
 	return m;
 }
+/* The lanes of mask whose p is this lane's: lanes of one warp may use
+ * different pairs, and only those on one pair may act as one. */
+GPUNVME_DEV uint32_t same(uint32_t mask, const void *p)
+{
+	uint32_t m;
+	asm volatile("match.any.sync.b64 %0, %1, %2;"
+		     : "=r"(m) : "l"((uint64_t)p), "r"(mask));
+	return m;
+}
 GPUNVME_DEV uint32_t lane()
 {
 	uint32_t l;
@@ -494,7 +546,8 @@ GPUNVME_DEV uint32_t ballot(uint32_t mask, bool p)
 
 /*
  * Take one number from a 64-bit counter. NVIDIA: the lanes of a warp that
- * arrive together (activemask) take theirs with ONE atomic add, the lowest
+ * arrive together (activemask) for the same counter take theirs with ONE
+ * atomic add, the lowest
  * of them adding the count, each lane its rank above the old value: a
  * warp's 32 claims cost one device-scope atomic instead of 32 serialized
  * ones on the same word. Elsewhere: one add per thread.
@@ -502,7 +555,7 @@ GPUNVME_DEV uint32_t ballot(uint32_t mask, bool p)
 GPUNVME_HD uint64_t pq_take_number(uint64_t *p)
 {
 #if defined(GPUNVME_DEV_NVIDIA)
-	const uint32_t mask = warp::active(), me = warp::lane();
+	const uint32_t mask = warp::same(warp::active(), p), me = warp::lane();
 	const uint32_t leader = warp::msb(mask & (0u - mask));
 	const uint32_t rank = warp::popc(mask & ((1u << me) - 1u));
 	uint64_t base = 0;
@@ -516,20 +569,32 @@ GPUNVME_HD uint64_t pq_take_number(uint64_t *p)
 #endif
 }
 
+/* SQ positions rung so far (the tail the doorbell last carried). */
+GPUNVME_HD uint64_t pq_rung(const pq_shared *s)
+{
+	return atom::ld64(&s->db_word) >> 1;
+}
+
 /*
  * Ring the SQ doorbell for every consecutive ready position, if nobody
  * else is doing it (see the top of the file for why nothing is lost).
+ * [own_lo, own_hi): positions the caller (with the lanes it rings for)
+ * marked before the call; their marks are not read again.
  */
-GPUNVME_HD void pq_ring(const pqueue &q)
+GPUNVME_HD void pq_ring(const pqueue &q, uint64_t own_lo = 0, uint64_t own_hi = 0)
 {
 	pq_shared *s = q.st;
 
 	for (;;) {
 		atom::fence_sc(); /* the caller's mark before the lock check */
-		if (!atom::try_lock(&s->db_lock))
-			return; /* the holder re-checks after unlocking */
-		const uint64_t t0 = atom::ld64(&s->db_tail);
-		uint64_t t = t0;
+		/* Lock and tail in one word: one fetch-or takes the lock and
+		 * returns the tail; held already: the holder re-checks after
+		 * it unlocks. */
+		const uint64_t w = atom::or64_acquire(&s->db_word, 1);
+		if (w & 1)
+			return;
+		const uint64_t t0 = w >> 1;
+		uint64_t t = own_lo <= t0 && t0 < own_hi ? own_hi : t0;
 		/* Marks 8 at a time (independent loads), then one acquire. */
 		for (bool more = true; more && t - t0 < q.depth - 1;) {
 			uint32_t m[8];
@@ -544,16 +609,16 @@ GPUNVME_HD void pq_ring(const pqueue &q)
 		}
 		atom::fence_acquire();
 		if (t != t0) {
-			atom::st64(&s->db_tail, t);
 			atom::red64(&s->sq_doorbells, 1);
 			/* release (system) + the store: every marked SQE was
 			 * released by its writer before its mark. */
 			fence::doorbell_write(q.sq_db, (uint32_t)(t % q.depth));
 		}
-		atom::unlock(&s->db_lock);
+		atom::st64_release(&s->db_word, t << 1); /* unlock, the new tail */
 		atom::fence_sc(); /* the unlock before the re-check */
 		if (atom::ld32(&q.ready[t % q.depth]) != (uint32_t)t + 1)
 			return;
+		own_lo = own_hi = 0;
 	}
 }
 
@@ -702,13 +767,52 @@ GPUNVME_HD int32_t pq_reap_one(const pqueue &q)
  * spinning lanes was the per-thread API's bottleneck on the H200.
  */
 
-GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q)
+/* A lane of a warp reap that waits for its own ticket (pq_test()): the
+ * slot, the ticket's seq, and the slot's seq it read before the reap
+ * (owner only when that is the ticket's: the command is in flight). */
+struct pq_owner {
+	uint32_t slot, tseq, seq0;
+};
+
+/* What a waiting lane got straight from the lane that polled its entry. */
+struct pq_direct {
+	bool got;
+	uint32_t w0, w2, w3;
+};
+
+/* The lane of rank r (0-based) in mask (bit r+1-th set bit). */
+GPUNVME_DEV uint32_t warp_nth(uint32_t mask, uint32_t r)
+{
+	uint32_t l;
+	asm("fns.b32 %0, %1, 0, %2;" : "=r"(l) : "r"(mask), "r"(r + 1));
+	return l;
+}
+
+/* OR of v over the lanes of mask. */
+GPUNVME_DEV uint32_t warp_or(uint32_t mask, uint32_t v)
+{
+#if __CUDA_ARCH__ >= 800
+	uint32_t r;
+	asm volatile("redux.sync.or.b32 %0, %1, %2;" : "=r"(r) : "r"(v), "r"(mask));
+	return r;
+#else
+	uint32_t r = 0;
+	for (uint32_t b = 0; b < 32; b++)
+		if (warp::ballot(mask, (v >> b) & 1u))
+			r |= 1u << b;
+	return r;
+#endif
+}
+
+GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q, pq_owner own = {~0u, 0, 1},
+				 pq_direct *direct = nullptr)
 {
 	pq_shared *s = q.st;
-	const uint32_t mask = warp::active(), me = warp::lane();
+	const uint32_t mask = warp::same(warp::active(), q.st), me = warp::lane();
 	const uint32_t leader = warp::msb(mask & (0u - mask));
 	const uint32_t rank = warp::popc(mask & ((1u << me) - 1u));
 	const uint32_t lanes = warp::popc(mask);
+	const uint32_t nslots = q.depth - 1;
 	/* The peek: the leader reads the view (one cache line), no lock. */
 	pq_cqview peek = {0, 0, 0, 0};
 	if (me == leader)
@@ -718,17 +822,16 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q)
 	const bool poisoned = warp::shfl(mask, (uint32_t)peek.error, leader) != 0;
 	if (poisoned)
 		return ERR_IO;
-	uint64_t sqh = 0;
+	uint64_t sqh = 0, claimed = 0;
 	int32_t err = OK;
-	const uint32_t nslots = q.depth - 1;
 	uint32_t n = 0;
-	bool locked = false;
+	bool locked = false, got_mine = false;
 
 	while (err == OK && n < nslots) {
 		const uint32_t k = nslots - n < lanes ? nslots - n : lanes;
 		const uint32_t at = head + rank; /* < 2 * depth: k <= depth - 1 */
 		const cqe *e = &q.cq[at % q.depth];
-		uint32_t w[4] = {0, 0, 0, 0}, seq = 0;
+		uint32_t w[4] = {0, 0, 0, 0};
 		if (rank < k)
 			fence::poll_cqe(e, w); /* one 16-byte load: the entry */
 		const bool ok = rank < k &&
@@ -739,16 +842,21 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q)
 			break;
 		if (!locked) {
 			/* New entries seen: now the lock (one CAS), and only if
-			 * nobody consumed anything since the peek are they ours. */
-			uint32_t got = 0, lo = 0, hi = 0;
+			 * nobody consumed anything since the peek are they ours.
+			 * What was claimed is read along (a bound on the SQ head;
+			 * read again after the acquire when it is short). */
+			uint32_t got = 0, v[4] = {0, 0, 0, 0};
 			if (me == leader && atom::try_lock(&s->cq_lock)) {
 				const uint64_t h = atom::ld64(&s->sq_head);
+				const uint64_t c = atom::ld64(&s->sq_base) + atom::ld64(&s->cid_ticket);
 				const pq_cqview now = pq_cq_view(s);
 				got = pq_same_view(now, peek) ? 1u : 2u;
 				if (now.error != OK)
 					got = 3u;
-				lo = (uint32_t)h;
-				hi = (uint32_t)(h >> 32);
+				v[0] = (uint32_t)h;
+				v[1] = (uint32_t)(h >> 32);
+				v[2] = (uint32_t)c;
+				v[3] = (uint32_t)(c >> 32);
 			}
 			got = warp::shfl(mask, got, leader);
 			if (got == 0)
@@ -760,45 +868,86 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q)
 				err = ERR_IO;
 				break;
 			}
-			sqh = (uint64_t)warp::shfl(mask, hi, leader) << 32 |
-			      warp::shfl(mask, lo, leader);
+			for (int i = 0; i < 4; i++)
+				v[i] = warp::shfl(mask, v[i], leader);
+			sqh = (uint64_t)v[1] << 32 | v[0];
+			claimed = (uint64_t)v[3] << 32 | v[2];
 		}
 		const bool mine = rank < m;
-		bool wrong = false;
 		/* Phases seen, with their entries: order what follows. */
 		fence::acquire_system();
-		uint64_t c64 = me == leader ? atom::ld64(&s->sq_base) + atom::ld64(&s->cid_ticket) : 0;
-		const uint64_t claimed = (uint64_t)warp::shfl(mask, (uint32_t)(c64 >> 32), leader) << 32 |
-					 warp::shfl(mask, (uint32_t)c64, leader);
+		/* A lane waiting for one of these entries (its ticket live:
+		 * the slot's seq was its ticket's before the reap) takes it
+		 * straight from the lane that polled it: every lane's entry
+		 * CID, then each looks for its own slot. */
+		const uint32_t key = mine ? cqe_cid(w[3]) : ~0u;
+		uint32_t cids[32];
+#pragma unroll
+		for (uint32_t l = 0; l < 32; l++)
+			cids[l] = warp::shfl(mask, key, (mask >> l) & 1u ? l : leader);
+		const uint32_t routers = warp::ballot(mask, mine);
+		uint32_t hit = 32;
+		if (own.seq0 == own.tseq && !got_mine) {
+#pragma unroll
+			for (uint32_t l = 0; l < 32; l++)
+				if (((routers >> l) & 1u) && cids[l] == own.slot)
+					hit = l;
+		}
+		const uint32_t taken = warp_or(mask, hit < 32 ? 1u << hit : 0u);
+		const bool direct_to_owner = mine && ((taken >> me) & 1u);
+		/* The rest go through their slots: in flight (seq 4r+1) or
+		 * nothing can be trusted. */
+		uint32_t seq = 0;
+		bool wrong = false;
 		if (mine) {
 			const uint32_t cid = cqe_cid(w[3]);
-			seq = cid < nslots ? atom::ld32(&q.slots[cid].seq) : 0;
+			if (!direct_to_owner && cid < nslots)
+				seq = atom::ld32(&q.slots[cid].seq);
 			wrong = (w[2] & 0xffffu) >= q.depth || cid >= nslots ||
-				(seq & 3u) != 1u;
+				(!direct_to_owner && (seq & 3u) != 1u);
 		}
 		/* The SQ head after the batch: the last entry's (they only
 		 * grow in CQ order); never past what was claimed. */
-		uint32_t src = 0;
-		{
-			/* lane whose rank is m - 1 */
-			uint32_t mm = mask;
-			for (uint32_t r = 0; r + 1 < m; r++)
-				mm &= mm - 1u;
-			src = warp::msb(mm & (0u - mm));
-		}
+		const uint32_t src = warp_nth(mask, m - 1);
 		const uint32_t hd = warp::shfl(mask, w[2] & 0xffffu, src);
 		const uint64_t nh = sqh + (hd + q.depth - (uint32_t)(sqh % q.depth)) % q.depth;
+		if (nh > claimed) {
+			/* Read before the acquire: maybe stale; every position
+			 * the controller consumed was claimed before now. */
+			uint32_t clo = 0, chi = 0;
+			if (me == leader) {
+				const uint64_t c = atom::ld64(&s->sq_base) + atom::ld64(&s->cid_ticket);
+				clo = (uint32_t)c;
+				chi = (uint32_t)(c >> 32);
+			}
+			claimed = (uint64_t)warp::shfl(mask, chi, leader) << 32 |
+				  warp::shfl(mask, clo, leader);
+		}
 		if (warp::ballot(mask, mine && wrong) || hd >= q.depth || nh > claimed) {
 			err = ERR_IO;
 			break;
 		}
-		if (mine) {
+		if (mine && !direct_to_owner) {
 			pq_slot *sl = &q.slots[cqe_cid(w[3])];
 			atom::st32(&sl->dw0, w[0]);
 			atom::st32(&sl->dw2, w[2]);
 			atom::st32(&sl->dw3, w[3]);
 			atom::fence_release(); /* the fields before the seq */
 			atom::st32(&sl->seq, seq + 1);
+		}
+		/* The owners' words, from the lanes that polled them. */
+		const uint32_t f = hit < 32 ? hit : me;
+		const uint32_t w0 = warp::shfl(mask, w[0], f);
+		const uint32_t w2 = warp::shfl(mask, w[2], f);
+		const uint32_t w3 = warp::shfl(mask, w[3], f);
+		if (hit < 32) {
+			got_mine = true;
+			if (direct) {
+				direct->got = true;
+				direct->w0 = w0;
+				direct->w2 = w2;
+				direct->w3 = w3;
+			}
 		}
 		sqh = nh;
 		n += m;
@@ -825,6 +974,10 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q)
 			pq_fail(q, err);
 		atom::unlock(&s->cq_lock);
 	}
+	/* The pollers' acquire before the owners' payload loads and slot
+	 * release (a warp barrier orders memory among its lanes). */
+	if (n)
+		asm volatile("bar.warp.sync %0;" :: "r"(mask) : "memory");
 	return err != OK ? err : (int32_t)n;
 }
 #endif
@@ -930,12 +1083,17 @@ GPUNVME_HD void pq_post(const pqueue &q, uint32_t slot, uint32_t seq,
 	e.cid = (uint16_t)slot;
 	atom::st32(&q.slots[slot].seq, seq + 1);
 #if defined(GPUNVME_DEV_NVIDIA)
-	/* The warp's lanes that post together: one of them rings for all
-	 * (their positions came with their tickets; after bar.warp.sync, which orders
-	 * every lane's mark before the ringer's fence_sc, as if each lane had
-	 * called pq_ring() itself). */
-	const uint32_t mask = warp::active();
-	const bool ringer = warp::lane() == warp::msb(mask);
+	/* The warp's lanes that post together on this pair: one of them
+	 * rings for all (after bar.warp.sync, which orders every lane's mark
+	 * before the ringer's fence_sc, as if each lane had called pq_ring()
+	 * itself). When their positions are consecutive (one claim), the
+	 * ringer knows they are marked without reading the marks. */
+	const uint32_t mask = warp::same(warp::active(), q.st), me = warp::lane();
+	const uint32_t first = warp::msb(mask & (0u - mask)), last = warp::msb(mask);
+	const uint32_t rank = warp::popc(mask & ((1u << me) - 1u));
+	const uint64_t p0 = (uint64_t)warp::shfl(mask, (uint32_t)(p >> 32), first) << 32 |
+			    warp::shfl(mask, (uint32_t)p, first);
+	const bool run = warp::ballot(mask, p == p0 + rank) == mask;
 #endif
 	const uint32_t at = (uint32_t)(p % q.depth);
 	sqe_store(&q.sq[at], e);
@@ -943,10 +1101,14 @@ GPUNVME_HD void pq_post(const pqueue &q, uint32_t slot, uint32_t seq,
 	atom::st32(&q.ready[at], (uint32_t)p + 1);
 #if defined(GPUNVME_DEV_NVIDIA)
 	asm volatile("bar.warp.sync %0;" :: "r"(mask) : "memory");
-	if (ringer)
-		pq_ring(q);
+	if (me == last) {
+		if (run)
+			pq_ring(q, p0, p + 1);
+		else
+			pq_ring(q);
+	}
 #else
-	pq_ring(q);
+	pq_ring(q, p, p + 1);
 #endif
 	t->slot = slot;
 	t->seq = seq + 1;
@@ -1054,6 +1216,34 @@ GPUNVME_HD int32_t pq_test(const pqueue &q, pq_ticket t, cqe *out)
 {
 	if (t.slot >= q.depth - 1)
 		return ERR_INVAL;
+#if defined(GPUNVME_DEV_NVIDIA)
+	/* The slot's seq is loaded relaxed and first used after the reap's
+	 * peek went out (one round trip for both); the reap hands this lane
+	 * its own entry when it polls it while the ticket is live. */
+	const uint32_t seq = atom::ld32(&q.slots[t.slot].seq);
+	pq_direct d = {false, 0, 0, 0};
+	int32_t r = pq_reap_warp(q, pq_owner{t.slot, t.seq, seq}, &d);
+	if (d.got) {
+		/* Free for its next round (after the reap's warp barrier,
+		 * which ordered the poller's acquire before this). */
+		atom::st32_release(&q.slots[t.slot].seq, t.seq + 3);
+		if (out) {
+			out->dw0 = d.w0;
+			out->dw1 = 0;
+			out->sqhd = (uint16_t)d.w2;
+			out->sqid = (uint16_t)(d.w2 >> 16);
+			out->cid = cqe_cid(d.w3);
+			out->sf = (uint16_t)(d.w3 >> 16);
+		}
+		return status_ok(cqe_status(d.w3)) ? OK : (int32_t)cqe_status(d.w3);
+	}
+	if (seq == t.seq + 1) {
+		atom::fence_acquire(); /* the routed fields after their seq */
+		return pq_take(q, t, out);
+	}
+	if (seq != t.seq)
+		return ERR_INVAL; /* not a live ticket */
+#else
 	uint32_t seq = atom::ld32_acquire(&q.slots[t.slot].seq);
 
 	if (seq == t.seq + 1)
@@ -1064,6 +1254,7 @@ GPUNVME_HD int32_t pq_test(const pqueue &q, pq_ticket t, cqe *out)
 	 * reaper's routing is seen on the next call); the reap's peek read
 	 * the pair's error word (ERR_IO when poisoned). */
 	int32_t r = pq_reap(q);
+#endif
 	if (r < 0)
 		return r;
 	if (r > 0 && atom::ld32_acquire(&q.slots[t.slot].seq) == t.seq + 1)
