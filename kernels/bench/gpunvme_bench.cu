@@ -304,8 +304,8 @@ __global__ void bench_io(bench_args a)
 		atomic_add_relaxed(&a.res[b].cid_fail, cidf);
 	if (bst)
 		atomic_add_relaxed(&a.res[b].bad_status, bst);
-	atomicAdd((unsigned long long *)&a.res[b].cyc_submit, (unsigned long long)cyc_s);
-	atomicAdd((unsigned long long *)&a.res[b].cyc_wait, (unsigned long long)cyc_w);
+	atom::red64(&a.res[b].cyc_submit, cyc_s);
+	atom::red64(&a.res[b].cyc_wait, cyc_w);
 	sync_lanes();
 	if (lane == 0) {
 		a.res[b].t_end = wall_ticks();
@@ -406,8 +406,8 @@ __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 	}
 	if (lane < a.qd) {
 		atomic_add_relaxed(&rounds_s, r);
-		atomicAdd((unsigned long long *)&a.res[b].cyc_submit, (unsigned long long)cyc_s);
-		atomicAdd((unsigned long long *)&a.res[b].cyc_wait, (unsigned long long)cyc_w);
+		atom::red64(&a.res[b].cyc_submit, cyc_s);
+		atom::red64(&a.res[b].cyc_wait, cyc_w);
 	}
 	if (b == 0 && lane == 0)
 		a.res[b].lat_n = r < a.lat_cap ? r : a.lat_cap;
