@@ -211,7 +211,7 @@ GPUNVME_HD void st64_release(uint64_t *p, uint64_t v)
 #endif
 }
 
-/* Set bit 0 of *p, acquire; returns the old value (one round trip). */
+/* OR v into *p, acquire; returns the old value (one round trip). */
 GPUNVME_HD uint64_t or64_acquire(uint64_t *p, uint64_t v)
 {
 #if defined(GPUNVME_DEV_AMD)
@@ -532,6 +532,11 @@ GPUNVME_DEV uint32_t shfl(uint32_t mask, uint32_t v, uint32_t src)
 		     : "=r"(r) : "r"(v), "r"(src), "r"(mask));
 	return r;
 }
+/* A 64-bit value from lane src. */
+GPUNVME_DEV uint64_t shfl64(uint32_t mask, uint64_t v, uint32_t src)
+{
+	return (uint64_t)shfl(mask, (uint32_t)(v >> 32), src) << 32 | shfl(mask, (uint32_t)v, src);
+}
 GPUNVME_DEV uint32_t ballot(uint32_t mask, bool p)
 {
 	uint32_t r;
@@ -561,9 +566,7 @@ GPUNVME_HD uint64_t pq_take_number(uint64_t *p)
 	uint64_t base = 0;
 	if (me == leader)
 		base = atom::add64(p, warp::popc(mask));
-	base = (uint64_t)warp::shfl(mask, (uint32_t)(base >> 32), leader) << 32 |
-	       warp::shfl(mask, (uint32_t)base, leader);
-	return base + rank;
+	return warp::shfl64(mask, base, leader) + rank;
 #else
 	return atom::add64(p, 1);
 #endif
@@ -845,18 +848,14 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q, pq_owner own = {~0u, 0, 1},
 			 * nobody consumed anything since the peek are they ours.
 			 * What was claimed is read along (a bound on the SQ head;
 			 * read again after the acquire when it is short). */
-			uint32_t got = 0, v[4] = {0, 0, 0, 0};
+			uint32_t got = 0;
 			if (me == leader && atom::try_lock(&s->cq_lock)) {
-				const uint64_t h = atom::ld64(&s->sq_head);
-				const uint64_t c = atom::ld64(&s->sq_base) + atom::ld64(&s->cid_ticket);
+				sqh = atom::ld64(&s->sq_head);
+				claimed = atom::ld64(&s->sq_base) + atom::ld64(&s->cid_ticket);
 				const pq_cqview now = pq_cq_view(s);
 				got = pq_same_view(now, peek) ? 1u : 2u;
 				if (now.error != OK)
 					got = 3u;
-				v[0] = (uint32_t)h;
-				v[1] = (uint32_t)(h >> 32);
-				v[2] = (uint32_t)c;
-				v[3] = (uint32_t)(c >> 32);
 			}
 			got = warp::shfl(mask, got, leader);
 			if (got == 0)
@@ -868,10 +867,8 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q, pq_owner own = {~0u, 0, 1},
 				err = ERR_IO;
 				break;
 			}
-			for (int i = 0; i < 4; i++)
-				v[i] = warp::shfl(mask, v[i], leader);
-			sqh = (uint64_t)v[1] << 32 | v[0];
-			claimed = (uint64_t)v[3] << 32 | v[2];
+			sqh = warp::shfl64(mask, sqh, leader);
+			claimed = warp::shfl64(mask, claimed, leader);
 		}
 		const bool mine = rank < m;
 		/* Phases seen, with their entries: order what follows. */
@@ -914,14 +911,9 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q, pq_owner own = {~0u, 0, 1},
 		if (nh > claimed) {
 			/* Read before the acquire: maybe stale; every position
 			 * the controller consumed was claimed before now. */
-			uint32_t clo = 0, chi = 0;
-			if (me == leader) {
-				const uint64_t c = atom::ld64(&s->sq_base) + atom::ld64(&s->cid_ticket);
-				clo = (uint32_t)c;
-				chi = (uint32_t)(c >> 32);
-			}
-			claimed = (uint64_t)warp::shfl(mask, chi, leader) << 32 |
-				  warp::shfl(mask, clo, leader);
+			if (me == leader)
+				claimed = atom::ld64(&s->sq_base) + atom::ld64(&s->cid_ticket);
+			claimed = warp::shfl64(mask, claimed, leader);
 		}
 		if (warp::ballot(mask, mine && wrong) || hd >= q.depth || nh > claimed) {
 			err = ERR_IO;
@@ -1091,8 +1083,7 @@ GPUNVME_HD void pq_post(const pqueue &q, uint32_t slot, uint32_t seq,
 	const uint32_t mask = warp::same(warp::active(), q.st), me = warp::lane();
 	const uint32_t first = warp::msb(mask & (0u - mask)), last = warp::msb(mask);
 	const uint32_t rank = warp::popc(mask & ((1u << me) - 1u));
-	const uint64_t p0 = (uint64_t)warp::shfl(mask, (uint32_t)(p >> 32), first) << 32 |
-			    warp::shfl(mask, (uint32_t)p, first);
+	const uint64_t p0 = warp::shfl64(mask, p, first);
 	const bool run = warp::ballot(mask, p == p0 + rank) == mask;
 #endif
 	const uint32_t at = (uint32_t)(p % q.depth);
@@ -1188,6 +1179,20 @@ GPUNVME_HD int32_t pq_submit_io(const pqueue &q, uint8_t opc, uint32_t nsid,
 	return OK;
 }
 
+/* A completion's dwords 0, 2 and 3 to *out (if given); OK or its status. */
+GPUNVME_HD int32_t pq_result(uint32_t dw0, uint32_t dw2, uint32_t dw3, cqe *out)
+{
+	if (out) {
+		out->dw0 = dw0;
+		out->dw1 = 0;
+		out->sqhd = (uint16_t)dw2;
+		out->sqid = (uint16_t)(dw2 >> 16);
+		out->cid = cqe_cid(dw3);
+		out->sf = (uint16_t)(dw3 >> 16);
+	}
+	return status_ok(cqe_status(dw3)) ? OK : (int32_t)cqe_status(dw3);
+}
+
 /* Completed: copy it out and free the slot for its next round. */
 GPUNVME_HD int32_t pq_take(const pqueue &q, pq_ticket t, cqe *out)
 {
@@ -1197,15 +1202,7 @@ GPUNVME_HD int32_t pq_take(const pqueue &q, pq_ticket t, cqe *out)
 	const uint32_t v = atom::ld32(&sl->dw3);
 
 	atom::st32_release(&sl->seq, t.seq + 3);
-	if (out) {
-		out->dw0 = dw0;
-		out->dw1 = 0;
-		out->sqhd = (uint16_t)dw2;
-		out->sqid = (uint16_t)(dw2 >> 16);
-		out->cid = cqe_cid(v);
-		out->sf = (uint16_t)(v >> 16);
-	}
-	return status_ok(cqe_status(v)) ? OK : (int32_t)cqe_status(v);
+	return pq_result(dw0, dw2, v, out);
 }
 
 /*
@@ -1227,15 +1224,7 @@ GPUNVME_HD int32_t pq_test(const pqueue &q, pq_ticket t, cqe *out)
 		/* Free for its next round (after the reap's warp barrier,
 		 * which ordered the poller's acquire before this). */
 		atom::st32_release(&q.slots[t.slot].seq, t.seq + 3);
-		if (out) {
-			out->dw0 = d.w0;
-			out->dw1 = 0;
-			out->sqhd = (uint16_t)d.w2;
-			out->sqid = (uint16_t)(d.w2 >> 16);
-			out->cid = cqe_cid(d.w3);
-			out->sf = (uint16_t)(d.w3 >> 16);
-		}
-		return status_ok(cqe_status(d.w3)) ? OK : (int32_t)cqe_status(d.w3);
+		return pq_result(d.w0, d.w2, d.w3, out);
 	}
 	if (seq == t.seq + 1) {
 		atom::fence_acquire(); /* the routed fields after their seq */
