@@ -21,7 +21,8 @@
 // build: nvcc -std=c++17 -arch=sm_90 -Iinclude tests/cuda_pqueue_test.cu
 
 #include <gpunvme/gpunvme.h>
-#include <gpunvme/pqueue.h>
+
+#include "ktap.h"
 
 #include <atomic>
 #include <cstdio>
@@ -32,7 +33,6 @@
 using namespace gpunvme;
 
 constexpr uint32_t DEPTH = 16;
-constexpr uint32_t MAXP = 4;
 
 struct pair_mem {
 	sqe sq[DEPTH];
@@ -144,13 +144,6 @@ struct host_ctrl {
 	}
 };
 
-static int n_tests, n_pass;
-static void result(bool ok, const char *name)
-{
-	n_tests++;
-	n_pass += ok;
-	std::printf("%s %d %s\n", ok ? "ok" : "not ok", n_tests, name);
-}
 
 #define CK(x)                                                                  \
 	do {                                                                   \
@@ -271,6 +264,5 @@ int main()
 	result(run_case(3, 2, 64, 100, BY_LANE), "pt_lanes_of_one_warp_on_three_pairs");
 	result(run_case(4, 4, 96, 100, JITTER), "pt_random_pairs_and_delays");
 	result(run_case(1, 1, 32, 500, BY_BLOCK), "pt_one_warp_one_pair_500_rounds");
-	std::printf("%d passed, %d failed\n", n_pass, n_tests - n_pass);
-	return n_pass == n_tests ? 0 : 1;
+	return summary();
 }

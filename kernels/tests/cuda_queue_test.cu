@@ -12,6 +12,8 @@
 
 #include <gpunvme/gpunvme.h>
 
+#include "ktap.h"
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -90,14 +92,6 @@ struct fake_ctrl {
 	}
 };
 
-static int n_tests, n_pass;
-static void result(bool ok, const char *name, const char *why = "")
-{
-	n_tests++;
-	n_pass += ok;
-	std::printf("%s %d %s%s%s\n", ok ? "ok" : "not ok", n_tests, name,
-		    ok ? "" : " # ", ok ? "" : why);
-}
 
 static ring_mem *fresh(uint64_t timeout_ms)
 {
@@ -204,6 +198,5 @@ int main()
 		result(ok, "stop_flag");
 		cudaFreeHost(m);
 	}
-	std::printf("%d passed, %d failed\n", n_pass, n_tests - n_pass);
-	return n_pass == n_tests ? 0 : 1;
+	return summary();
 }
