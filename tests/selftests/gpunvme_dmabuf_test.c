@@ -174,11 +174,8 @@ TEST_F(dmabuf, revoked_import_fails_io)
 	EXPECT_EQ(-1, bad);
 
 	/* Destroy A but keep its SQ mapped: the memory stays allocated while mapped. */
-	struct gpunvme_qpair_destroy d;
-	UAPI_INIT(d);
-	d.qid = a.c.qid;
 	int kept0 = klog_count(KEPT_RAW, NULL), held0 = klog_count(EXPORT_HELD, NULL);
-	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_DESTROY_QPAIR, &d)); /* revokes the export */
+	ASSERT_EQ(0, qpair_destroy(self->fd, a.c.qid)); /* revokes the export */
 	if (qp_is_raw(&b)) {
 		/* The module never sees a raw pair's commands, so one may still
 		 * name the import: it stays mapped (and the exporter keeps its
@@ -262,11 +259,7 @@ static int revoke_setup(int fd, uint32_t lbs, struct revoke_fixture *r)
 
 static int destroy_a(int fd, struct revoke_fixture *r)
 {
-	struct gpunvme_qpair_destroy d;
-
-	UAPI_INIT(d);
-	d.qid = r->a.c.qid;
-	return ioctl(fd, GPUNVME_IOC_DESTROY_QPAIR, &d) ? -errno : 0;
+	return qpair_destroy(fd, r->a.c.qid);
 }
 
 static void revoke_cleanup(int fd, struct revoke_fixture *r)
@@ -349,7 +342,6 @@ TEST_F(dmabuf, revoke_keeps_mapping_of_stuck_commands)
  * stays valid), not at close. */
 TEST_F(dmabuf, destroyed_pair_is_freed_with_its_last_mapping)
 {
-	struct gpunvme_qpair_destroy d;
 	struct qp q;
 	long long base = qpairs_allocated();
 
@@ -360,9 +352,7 @@ TEST_F(dmabuf, destroyed_pair_is_freed_with_its_last_mapping)
 	EXPECT_EQ(base, qpairs_allocated()) TH_LOG("an unmapped pair was not freed by its destroy");
 
 	ASSERT_EQ(0, qp_create(self->fd, 16, &q));
-	UAPI_INIT(d);
-	d.qid = q.c.qid;
-	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_DESTROY_QPAIR, &d));
+	ASSERT_EQ(0, qpair_destroy(self->fd, q.c.qid));
 	EXPECT_EQ(base + 1, qpairs_allocated()) TH_LOG("a mapped pair was freed by its destroy");
 	(void)q.cq[0].cid; /* still mapped: no SIGBUS */
 	munmap((void *)q.sq, q.c.sq_size);
@@ -556,12 +546,9 @@ TEST_F(dmabuf, cq_in_a_mapping)
 			past = i;
 	EXPECT_EQ(-1, past);
 
-	struct gpunvme_qpair_destroy d;
-	UAPI_INIT(d);
-	d.qid = q.c.qid;
 	munmap((void *)q.sq, q.c.sq_size);
 	munmap((void *)q.db, 4096);
-	EXPECT_EQ(0, ioctl(self->fd, GPUNVME_IOC_DESTROY_QPAIR, &d));
+	EXPECT_EQ(0, qpair_destroy(self->fd, q.c.qid));
 	EXPECT_EQ(0, unmap_handle(self->fd, m.handle));
 	EXPECT_EQ(0, unmap_handle(self->fd, small.handle));
 	EXPECT_EQ(0, hostbuf_unmap(self->fd, &hb));
@@ -581,7 +568,6 @@ TEST_F_TIMEOUT(dmabuf, cq_in_a_revoked_mapping_stays_until_the_pair_goes, 60)
 {
 	struct gpunvme_export e;
 	struct gpunvme_map_dmabuf m;
-	struct gpunvme_qpair_destroy d;
 	struct hostbuf hb;
 	struct qp a, b;
 	uint64_t addrs[16];
@@ -623,9 +609,7 @@ TEST_F_TIMEOUT(dmabuf, cq_in_a_revoked_mapping_stays_until_the_pair_goes, 60)
 	for (int r = 0; r < 4; r++)
 		ROUND(r);
 	int kept = klog_count(KEPT_RAW, NULL);
-	UAPI_INIT(d);
-	d.qid = a.c.qid;
-	ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_DESTROY_QPAIR, &d)); /* revokes the export */
+	ASSERT_EQ(0, qpair_destroy(self->fd, a.c.qid)); /* revokes the export */
 	EXPECT_EQ(kept + 1, klog_count(KEPT_RAW, NULL)) TH_LOG("the CQ's mapping was not kept at the revoke");
 	EXPECT_EQ(base + 2, qpairs_allocated());
 	/* B goes on, its CQEs landing in the kept mapping: two more passes. */
@@ -634,9 +618,7 @@ TEST_F_TIMEOUT(dmabuf, cq_in_a_revoked_mapping_stays_until_the_pair_goes, 60)
 #undef ROUND
 	munmap((void *)b.sq, b.c.sq_size);
 	munmap((void *)b.db, 4096);
-	UAPI_INIT(d);
-	d.qid = b.c.qid;
-	EXPECT_EQ(0, ioctl(self->fd, GPUNVME_IOC_DESTROY_QPAIR, &d));
+	EXPECT_EQ(0, qpair_destroy(self->fd, b.c.qid));
 	EXPECT_EQ(base + 1, qpairs_allocated()) TH_LOG("A went before the import of its memory");
 	EXPECT_EQ(0, unmap_handle(self->fd, m.handle));
 	EXPECT_EQ(base + 1, qpairs_allocated()) TH_LOG("A went while this file still maps it");

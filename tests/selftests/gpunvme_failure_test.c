@@ -138,9 +138,7 @@ static int busy_start(struct busy *b, uint32_t seed)
 		return r;
 	b->nsid = info.ns[0].nsid;
 	b->lbs = info.ns[0].lba_size;
-	b->pages = 16;
-	if (b->pages * 4096 > info.shared_max_transfer)
-		b->pages = info.shared_max_transfer / 4096;
+	b->pages = pages_within_limit(&info, 16);
 	if ((r = hostbuf_map(b->fd, 64 * 4096, &b->hb)) || (r = qp_create(b->fd, 64, &b->q)) ||
 	    (r = qp_create(b->fd, 256, &b->x)))
 		return r;
@@ -235,9 +233,7 @@ static void new_file_works(struct __test_metadata *_metadata, uint32_t seed)
 	int fd = gpunvme_open_bound();
 	ASSERT_LE(0, fd);
 	ASSERT_EQ(0, get_info(fd, &info));
-	uint32_t pages = 16;
-	if (pages * 4096 > info.shared_max_transfer)
-		pages = info.shared_max_transfer / 4096;
+	uint32_t pages = pages_within_limit(&info, 16);
 	ASSERT_EQ(0, hostbuf_map(fd, 32 * 4096, &hb));
 	ASSERT_EQ(0, qp_create(fd, 16, &q));
 	EXPECT_EQ(0, read_check(&q, &hb, info.ns[0].nsid, info.ns[0].lba_size, 6000, pages, seed));
@@ -435,7 +431,6 @@ TEST_F_TIMEOUT(fail, lost_admin_completion_is_not_a_failure, 90)
  * re-initialised for new files. */
 TEST(unmap_refused_while_a_delete_is_unconfirmed)
 {
-	struct gpunvme_qpair_destroy d;
 	struct hostbuf hb;
 	struct qp q;
 	uint32_t seed = 48 + (getpid() & 7);
@@ -444,19 +439,14 @@ TEST(unmap_refused_while_a_delete_is_unconfirmed)
 	int fd = gpunvme_open_bound();
 	ASSERT_LE(0, fd);
 	ASSERT_EQ(0, get_info(fd, &info));
-	uint32_t pages = 16;
-	if (pages * 4096 > info.shared_max_transfer)
-		pages = info.shared_max_transfer / 4096;
+	uint32_t pages = pages_within_limit(&info, 16);
 	ASSERT_EQ(0, hostbuf_map(fd, 32 * 4096, &hb));
 	ASSERT_EQ(0, qp_create(fd, 16, &q));
 	/* The data new_file_works() reads back afterwards. */
 	ASSERT_EQ(0, write_verify(&q, &hb, info.ns[0].nsid, info.ns[0].lba_size, 6000, pages, seed));
 	qp_unmap(&q);
 	ASSERT_EQ(0, knob("drop_admin_doorbells", "1"));
-	UAPI_INIT(d);
-	d.qid = q.c.qid;
-	EXPECT_EQ(-1, ioctl(fd, GPUNVME_IOC_DESTROY_QPAIR, &d));
-	EXPECT_EQ(ETIMEDOUT, errno);
+	EXPECT_EQ(-ETIMEDOUT, qpair_destroy(fd, q.c.qid));
 	knob("drop_admin_doorbells", "0");
 	EXPECT_EQ(-EBUSY, hostbuf_unmap(fd, &hb)) TH_LOG("a buffer was unmapped while the controller may still use the pair");
 	int reinit = klog_count("controller re-initialised", NULL);

@@ -99,9 +99,7 @@ TEST_F_TIMEOUT(fault, hung_admin_command_times_out_and_the_controller_recovers, 
 	ASSERT_LE(0, n);
 	ASSERT_EQ(0, hostbuf_map(n, 32 * 4096, &cb));
 	ASSERT_EQ(0, qp_create(n, 16, &qc));
-	uint32_t pages = 16;
-	if (pages * 4096 > info.shared_max_transfer)
-		pages = info.shared_max_transfer / 4096;
+	uint32_t pages = pages_within_limit(&info, 16);
 	EXPECT_EQ(0, write_verify(&qc, &cb, nsid, lbs, 4400, pages, 83));
 	EXPECT_EQ(0, qp_destroy(&qc));
 	close(n);

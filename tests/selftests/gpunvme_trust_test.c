@@ -1130,9 +1130,7 @@ TEST_F_TIMEOUT(ctrl, admin_queue_survives_stray_owner_writes, 120)
 	ASSERT_EQ(0, hostbuf_map(n, 32 * 4096, &nb));
 	ASSERT_EQ(0, qp_create_flags(n, 16, 0, &q));
 	/* 64 KiB written and read back through a PRP list, every byte checked. */
-	uint32_t pages = 16;
-	if (pages * 4096 > info.shared_max_transfer)
-		pages = info.shared_max_transfer / 4096;
+	uint32_t pages = pages_within_limit(&info, 16);
 	pattern_fill(nb.p, pages * 4096, 72, L2, lbs);
 	EXPECT_EQ(0, qp_sync(&q, rw_cmd(OPC_WRITE, nsid, L2, pages * per, nb.dma[0],
 					 qp_prp2(&q, nb.dma, pages, 0, NULL, 0))));

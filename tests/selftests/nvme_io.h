@@ -128,6 +128,13 @@ static inline int get_info(int fd, struct gpunvme_info *info)
 	return ioctl(fd, GPUNVME_IOC_GET_INFO, info) ? -errno : 0;
 }
 
+/* Pages per command: want, or fewer if a shared pair's largest transfer
+ * is smaller. */
+static inline uint32_t pages_within_limit(const struct gpunvme_info *info, uint32_t want)
+{
+	return want * 4096 > info->shared_max_transfer ? info->shared_max_transfer / 4096 : want;
+}
+
 struct sqe {
 	uint8_t opcode, flags;
 	uint16_t cid;
@@ -210,13 +217,19 @@ static inline void qp_unmap(struct qp *q)
 	q->prp = NULL;
 }
 
-static inline int qp_destroy(struct qp *q)
+/* DESTROY_QPAIR of qid on fd, its mappings left as they are: 0 or -errno. */
+static inline int qpair_destroy(int fd, uint16_t qid)
 {
 	struct gpunvme_qpair_destroy d;
-	qp_unmap(q);
 	UAPI_INIT(d);
-	d.qid = q->c.qid;
-	return ioctl(q->fd, GPUNVME_IOC_DESTROY_QPAIR, &d) ? -errno : 0;
+	d.qid = qid;
+	return ioctl(fd, GPUNVME_IOC_DESTROY_QPAIR, &d) ? -errno : 0;
+}
+
+static inline int qp_destroy(struct qp *q)
+{
+	qp_unmap(q);
+	return qpair_destroy(q->fd, q->c.qid);
 }
 
 /* Queue one command (no doorbell) under the next command ID. */
