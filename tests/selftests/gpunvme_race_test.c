@@ -95,6 +95,20 @@ static int map_and_touch(int fd, uint64_t offset, uint64_t size)
 	return touch_faults(p) ? 0 : 1;
 }
 
+/* After a rebind (every knob back at 0): a new file's pair is created,
+ * its CQ mapped and readable, and destroyed. */
+static void rebound_pair_works(struct __test_metadata *_metadata)
+{
+	struct qp q;
+	int fd = gpunvme_open_bound();
+
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, qp_create(fd, 8, &q));
+	EXPECT_EQ(0, touch_faults((volatile uint32_t *)q.cq));
+	EXPECT_EQ(0, qp_destroy(&q));
+	close(fd);
+}
+
 static void mmap_racing_unbind(struct __test_metadata *_metadata, int kind)
 {
 	const char *bdf = gpunvme_bdf();
@@ -136,13 +150,7 @@ static void mmap_racing_unbind(struct __test_metadata *_metadata, int kind)
 	close(fd);
 	ASSERT_EQ(0, bind_gpunvme(bdf));
 	/* The new binding's knob starts at 0; mmap and I/O work again. */
-	struct qp q;
-	int fd2 = gpunvme_open_bound();
-	ASSERT_LE(0, fd2);
-	ASSERT_EQ(0, qp_create(fd2, 8, &q));
-	EXPECT_EQ(0, touch_faults((volatile uint32_t *)q.cq));
-	EXPECT_EQ(0, qp_destroy(&q));
-	close(fd2);
+	rebound_pair_works(_metadata);
 }
 
 TEST(mmap_of_sq_racing_unbind_faults) { mmap_racing_unbind(_metadata, 0); }
@@ -165,10 +173,7 @@ TEST(mapping_of_destroyed_pair_keeps_its_own_memory)
 	volatile uint32_t *old_sq = (volatile uint32_t *)a.sq;
 	old_sq[5] = 0x5a5a5a5a;
 	/* Destroy without unmapping (the helper's destroy would unmap). */
-	struct gpunvme_qpair_destroy d;
-	UAPI_INIT(d);
-	d.qid = qid;
-	ASSERT_EQ(0, ioctl(fd, GPUNVME_IOC_DESTROY_QPAIR, &d));
+	ASSERT_EQ(0, qpair_destroy(fd, qid));
 	ASSERT_EQ(0, qp_create(fd, 8, &b));
 	TH_LOG("old qid %u, new qid %u", qid, b.c.qid);
 	EXPECT_EQ(0, touch_faults(old_sq));
@@ -200,20 +205,6 @@ static void *unmap_pair(void *arg)
 	return NULL;
 }
 
-/* Create a pair and destroy it with its mappings kept: it stays allocated,
- * retired, until its last munmap. */
-static int create_and_destroy_mapped(int fd, struct qp *q)
-{
-	struct gpunvme_qpair_destroy d;
-	int r = qp_create(fd, 8, q);
-
-	if (r)
-		return r;
-	UAPI_INIT(d);
-	d.qid = q->c.qid;
-	return ioctl(fd, GPUNVME_IOC_DESTROY_QPAIR, &d) ? -errno : 0;
-}
-
 /* Wait for one byte on `fd` (at most 30 s); 0 when it came. */
 static int wait_byte(int fd)
 {
@@ -224,17 +215,19 @@ static int wait_byte(int fd)
 }
 
 /*
- * Pair a (this process) and pair b (a child, so its munmap does not wait
- * for a's on one mmap_lock) are destroyed but still mapped. a's last
- * munmap frees it and is held there for hold_ms; unbind (another child)
- * starts 300 ms in, b's last munmap 900 ms in, while unbind waits.
+ * Pairs a and b of one file (so owner mode works too) are destroyed but
+ * still mapped: a in this process, b only in a child (a fork copies none
+ * of the module's mappings), so b's munmap does not wait for a's on this
+ * process's mmap_lock. a's last munmap frees it and is held there for
+ * hold_ms; unbind (another child) starts 300 ms in, b's last munmap 900 ms
+ * in, while unbind waits.
  */
 TEST(free_at_last_munmap_racing_unbind)
 {
 	const char *bdf = gpunvme_bdf();
 	const unsigned int hold_ms = 2000;
 	int go_unbind[2], go_b[2], b_ready[2];
-	struct qp a;
+	struct qp a, b;
 	pthread_t ta;
 
 	struct free_race_times *T = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -247,6 +240,8 @@ TEST(free_at_last_munmap_racing_unbind)
 	ASSERT_LE(0, fd);
 	long long base = qpairs_allocated();
 	ASSERT_LE(0, base) TH_LOG("no debugfs qpairs_allocated");
+	ASSERT_EQ(0, qp_create(fd, 8, &a));
+	ASSERT_EQ(0, qp_create(fd, 8, &b));
 	uint64_t start = now_ms();
 
 	/* Forked before a's munmap holds this process's mmap_lock. */
@@ -263,20 +258,20 @@ TEST(free_at_last_munmap_racing_unbind)
 	pid_t holder_b = fork();
 	ASSERT_LE(0, holder_b);
 	if (holder_b == 0) {
-		struct qp b;
-		int bfd = gpunvme_open_bound();
-		if (bfd < 0 || create_and_destroy_mapped(bfd, &b))
+		void *bcq = mmap(NULL, b.c.cq_size, PROT_READ, MAP_SHARED, fd, b.c.cq_offset);
+		if (bcq == MAP_FAILED)
 			_exit(3);
 		if (write(b_ready[1], "r", 1) != 1 || wait_byte(go_b[0]))
 			_exit(4);
 		T->b_start = now_ms() - start;
-		qp_unmap(&b);
+		munmap(bcq, b.c.cq_size);
 		T->b_freed = now_ms() - start;
-		close(bfd);
 		_exit(0);
 	}
-	ASSERT_EQ(0, create_and_destroy_mapped(fd, &a));
-	ASSERT_EQ(0, wait_byte(b_ready[0])) TH_LOG("the child could not make pair b");
+	ASSERT_EQ(0, wait_byte(b_ready[0])) TH_LOG("the child could not map pair b");
+	qp_unmap(&b);
+	ASSERT_EQ(0, qpair_destroy(fd, a.c.qid));
+	ASSERT_EQ(0, qpair_destroy(fd, b.c.qid));
 	ASSERT_EQ(base + 2, qpairs_allocated()) TH_LOG("a destroyed pair that is still mapped was freed");
 	ASSERT_EQ(0, set_delay("free_delay_ms", hold_ms));
 
@@ -311,16 +306,8 @@ TEST(free_at_last_munmap_racing_unbind)
 
 	ASSERT_EQ(0, bind_gpunvme(bdf));
 	EXPECT_EQ(base, qpairs_allocated()) TH_LOG("a pair was not freed across the race");
-	/* The new binding (its knob back at 0) works: a pair is created,
-	 * mapped and freed again. */
-	struct qp q;
-	int fd2 = gpunvme_open_bound();
-	ASSERT_LE(0, fd2);
-	ASSERT_EQ(0, qp_create(fd2, 8, &q));
-	EXPECT_EQ(0, touch_faults((volatile uint32_t *)q.cq));
-	EXPECT_EQ(0, qp_destroy(&q));
+	rebound_pair_works(_metadata);
 	EXPECT_EQ(base, qpairs_allocated());
-	close(fd2);
 }
 
 struct pinner {

@@ -111,13 +111,13 @@ check_image "ns1 image holds the last-block pattern" "$work/gpunvme0.img" $((ns1
 check_image "ns2 image (4 KiB LBAs) holds the first-block pattern" "$work/ns2.img" 0 8 4096 102
 check_image "ns2 image holds the last-block pattern" "$work/ns2.img" $((ns2_blocks - 8)) 8 4096 202
 
-echo "=== boot 4: owner mode: the queue-pair, dma-buf and CLI I/O tests with the owner's raw queue pairs; the Rust API's CQ in a dma-buf"
+echo "=== boot 4: owner mode: the queue-pair, dma-buf, race and CLI I/O tests with the owner's raw queue pairs; the Rust API's CQ in a dma-buf"
 printf 'GPUNVME_TEST_QPAIR_MODE=owner\n' > "$work/mode.env"
 cq_example="$ROOT/userspace/target/release/examples/cq_in_dmabuf"
 [ -x "$cq_example" ] || { echo "suite: $cq_example missing (make userspace)" >&2; exit 1; }
 bash "$ROOT/tests/vm/run.sh" --file "$ROOT/gpunvme.ko" --file "$cli" \
     --file "$work/mode.env:/opt/gpunvme/mode.env" "$@" -- \
-    "$B/gpunvme_qpair_test" "$B/gpunvme_dmabuf_test" "$B/gpunvme_io_test.sh" "$cq_example" 2>&1 | tee "$work/boot4.log"
+    "$B/gpunvme_qpair_test" "$B/gpunvme_dmabuf_test" "$B/gpunvme_race_test" "$B/gpunvme_io_test.sh" "$cq_example" 2>&1 | tee "$work/boot4.log"
 add "$work/boot4.log"
 
 # Passthrough: the device is in an identity domain, so an owner could DMA
