@@ -522,6 +522,14 @@ TEST_F(dmabuf, cq_in_a_mapping)
 	e.kind = GPUNVME_EXPORT_CQ;
 	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_EXPORT, &e));
 	EXPECT_EQ(EINVAL, errno);
+	/* Nor at the offset a caller would guess from a pair whose CQ the
+	 * module holds (its CQ and SQ offsets are as far apart). */
+	struct qp g;
+	ASSERT_EQ(0, qp_create_flags(self->fd, 8, GPUNVME_QPAIR_RAW, &g));
+	off_t guess = (off_t)(q.c.sq_offset + (g.c.cq_offset - g.c.sq_offset));
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, 4096, PROT_READ, MAP_SHARED, self->fd, guess));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(0, qp_destroy(&g));
 	/* The mapping is held while the pair lives. */
 	EXPECT_EQ(-EBUSY, unmap_handle(self->fd, m.handle));
 
