@@ -26,6 +26,10 @@ struct pt_args {
 	uint32_t by_unit;         /* 1: pair = pq_pick(npairs) (SM/CU id) */
 	uint32_t pad;
 };
+/* Filled from Rust (gpunvme gpu-run --api thread): gpunvme_gpu::kernel_abi::
+ * PtArgs pins the same. */
+static_assert(sizeof(pt_args) == 72 && __builtin_offsetof(pt_args, nsid) == 40 &&
+	      __builtin_offsetof(pt_args, by_unit) == 64, "pt_args layout is pinned");
 
 GPUNVME_KERNEL void gpunvme_pthread_io(const pqueue *pqs, const pt_args *args,
 				       io_result *res)

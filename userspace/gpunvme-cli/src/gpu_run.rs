@@ -7,7 +7,10 @@
 //! the code object for its architecture, allocate VRAM and export it as a
 //! dma-buf for GPUNVME_IOC_MAP_DMABUF, create queue pairs and import their
 //! doorbell page, SQ and CQ into the GPU (every route tried and reported),
-//! launch one workgroup per queue pair, wait with a deadline (the stop
+//! launch one workgroup per queue pair (--api group: it drives its pair in
+//! lockstep batches; --api thread: pthread_io.hip, every thread submits
+//! and waits on its own, on pair (thread index mod pairs), with the
+//! per-thread API's shared state in VRAM), wait with a deadline (the stop
 //! flag ends a stuck kernel), report, tear down in the order that never
 //! frees memory the controller or GPU can still reach.
 //!
@@ -18,6 +21,7 @@
 //! are raw: the GPU rings the controller's BAR0 doorbell page itself,
 //! which needs a GPU that can map peer MMIO (`gpunvme probe`: direct).
 
+use std::mem::size_of;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +29,10 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use gpunvme::{DmabufMapping, ExportKind, Mode, QueuePair};
 use gpunvme_gpu::import::{ImportReport, Imported, Region};
-use gpunvme_gpu::kernel_abi::{status_name, IoArgs, IoResult, QPair};
+use gpunvme_gpu::kernel_abi::{
+    pq_bytes, pq_shared_init, status_name, IoArgs, IoResult, PQueue, PtArgs, QPair, NVME_OPC_READ,
+    NVME_OPC_WRITE,
+};
 use gpunvme_gpu::{code_object, fine_grain, DeviceMemory, Gpu, LaunchConfig};
 use serde_json::json;
 use std::os::fd::OwnedFd;
@@ -56,6 +63,18 @@ impl Kernel {
     }
 }
 
+/// Which device API drives the queue pairs (`--api`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Api {
+    /// The group API (queue.h): one workgroup per queue pair, its lanes
+    /// submit a batch and reap it together.
+    Group,
+    /// The per-thread API (pqueue.h, kernels/examples/pthread_io.hip):
+    /// every thread submits and waits for its own commands, on queue pair
+    /// (global thread index mod --qpairs), sharing it with the others.
+    Thread,
+}
+
 /// Where a queue pair's CQ lives (`--cq`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum CqPlace {
@@ -77,6 +96,11 @@ pub struct GpuRunArgs {
     /// Queue pairs (one GPU workgroup each).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub qpairs: u32,
+    /// The device API: `group` (one workgroup per pair, lockstep batches)
+    /// or `thread` (every thread submits and waits on its own; --kernel
+    /// write or read-verify; --cmds a multiple of min(QD, 64)).
+    #[arg(long, value_enum, value_name = "API", default_value = "group")]
+    pub api: Api,
     /// Commands in flight per queue pair: its workgroup has min(QD, 64)
     /// lanes and the pair QD + 1 entries.
     #[arg(long, value_name = "N", default_value_t = 32)]
@@ -167,6 +191,29 @@ pub fn plan(
             a.cmd_blocks,
             MAX_CMD_BYTES / lba_size as u64
         ));
+    }
+    if a.api == Api::Thread {
+        if a.kernel == Kernel::Sweep {
+            return Err(
+                "--api thread runs --kernel write or read-verify (pthread_io.hip); sweep is a group-API kernel"
+                    .into(),
+            );
+        }
+        let lanes = a.qd.min(64);
+        if a.cmds % lanes != 0 {
+            return Err(format!(
+                "--api thread: --cmds {} is not a multiple of the {lanes} threads per workgroup \
+                 (min(--qd, 64)); each thread runs --cmds / {lanes} commands",
+                a.cmds
+            ));
+        }
+        if cmd_bytes > 4096 && cmd_bytes % 4096 != 0 {
+            return Err(format!(
+                "--api thread: {cmd_bytes} bytes per command would need a PRP list where a command \
+                 starts inside a page, and gpu-run gives the per-thread API no PRP pool: at most \
+                 4096 bytes, or a multiple of 4096"
+            ));
+        }
     }
     if let Some(m) = mdts {
         if cmd_bytes > m as u64 {
@@ -392,7 +439,11 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         kind
     );
     eprintln!("gpu-run: {}", fg.describe());
-    let (co_path, image) = code_object::load(&a.code_objects, kind, &dev.arch, a.kernel.name())?;
+    let co_name = match a.api {
+        Api::Group => a.kernel.name(),
+        Api::Thread => "pthread_io",
+    };
+    let (co_path, image) = code_object::load(&a.code_objects, kind, &dev.arch, co_name)?;
     eprintln!("gpu-run: code object {}", co_path.display());
     let module = gpu.load_module(&image)?;
     let hz = gpu.tick_hz()?;
@@ -408,16 +459,31 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         use std::os::fd::AsFd;
         DmabufMapping::new(&ctrl, dmabuf.as_fd(), vram.len())?
     };
-    let buf_dma = vmap.contiguous_base().ok_or(
-        "gpu-run: the VRAM buffer is not contiguous in the controller's address space (no IOMMU?); \
-         the example kernels build PRPs from one base address",
-    )?;
+    // The group API's kernels build PRPs from one base address; the
+    // per-thread API's from the DMA address of each 4 KiB page, which the
+    // GPU reads from `pages`.
+    let buf_dma = match a.api {
+        Api::Group => vmap.contiguous_base().ok_or(
+            "gpu-run: the VRAM buffer is not contiguous in the controller's address space (no IOMMU?); \
+             the group API's example kernels build PRPs from one base address (--api thread does not)",
+        )?,
+        Api::Thread => 0,
+    };
+    let pages = gpu.alloc_host_mapped(vmap.dma_addrs().len().max(1) * 8)?;
+    for (i, d) in vmap.dma_addrs().iter().enumerate() {
+        // SAFETY: inside `pages`; no kernel runs yet.
+        unsafe { pages.at::<u64>(i * 8).write(*d) };
+    }
 
     let depth = a.qd + 1;
     let lanes = a.qd.min(64);
-    let qps = gpu.alloc_host_mapped(a.qpairs as usize * std::mem::size_of::<QPair>())?;
-    let args_mem = gpu.alloc_host_mapped(std::mem::size_of::<IoArgs>())?;
-    let res = gpu.alloc_host_mapped(a.qpairs as usize * std::mem::size_of::<IoResult>())?;
+    let (desc_bytes, nres) = match a.api {
+        Api::Group => (size_of::<QPair>(), a.qpairs as usize),
+        Api::Thread => (size_of::<PQueue>(), 1), // one result for all threads
+    };
+    let qps = gpu.alloc_host_mapped(a.qpairs as usize * desc_bytes)?;
+    let args_mem = gpu.alloc_host_mapped(size_of::<IoArgs>().max(size_of::<PtArgs>()))?;
+    let res = gpu.alloc_host_mapped(nres * size_of::<IoResult>())?;
     let stop = gpu.alloc_host_mapped(4096)?;
 
     if a.cq == CqPlace::Gpu {
@@ -454,43 +520,96 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         all_reports.extend(gq.reports.iter().cloned());
         queues.push(gq);
     }
+    // The per-thread API's shared state of each pair (tickets, ring lock,
+    // CQ view, command slots), in VRAM: only the GPU touches it.
+    let mut states: Vec<DeviceMemory<'_>> = Vec::new();
     for (q, gq) in queues.iter().enumerate() {
         let m = gq.qp.memory();
         let (db, sq, cq) = (gq.imports[0].device_ptr, gq.imports[1].device_ptr, gq.cq);
-        // SAFETY: qps holds `queues` QPairs; nothing reads them yet.
-        unsafe {
-            qps.at::<QPair>(q * std::mem::size_of::<QPair>())
-                .write(QPair {
+        let (sq_db, cq_db) = (db + m.sq_db_offset as u64, db + m.cq_db_offset as u64);
+        let timeout_ticks = hz.saturating_mul(a.timeout_ms) / 1000;
+        match a.api {
+            // SAFETY: qps holds `queues` QPairs; nothing reads them yet.
+            Api::Group => unsafe {
+                qps.at::<QPair>(q * size_of::<QPair>()).write(QPair {
                     sq,
                     cq,
-                    sq_db: db + m.sq_db_offset as u64,
-                    cq_db: db + m.cq_db_offset as u64,
+                    sq_db,
+                    cq_db,
                     stop: stop.dev(),
-                    timeout_ticks: hz.saturating_mul(a.timeout_ms) / 1000,
+                    timeout_ticks,
                     tick_hz: hz,
                     depth,
                     phase: 1,
                     ..Default::default()
                 })
-        };
+            },
+            Api::Thread => {
+                let mut st = gpu.alloc(pq_bytes(depth) as usize)?;
+                st.write_at(0, &pq_shared_init(depth))?;
+                let mut p = PQueue {
+                    sq,
+                    cq,
+                    sq_db,
+                    cq_db,
+                    stop: stop.dev(),
+                    timeout_ticks,
+                    tick_hz: hz,
+                    depth,
+                    // No PRP pool: plan() admits only commands that need
+                    // none (prp_stride 0).
+                    max_transfer: info.max_transfer_for(mode).unwrap_or(0),
+                    ..Default::default()
+                };
+                p.attach(st.ptr());
+                // SAFETY: qps holds `queues` PQueues; nothing reads them yet.
+                unsafe { qps.at::<PQueue>(q * size_of::<PQueue>()).write(p) };
+                states.push(st);
+            }
+        }
     }
-    // SAFETY: args_mem holds one IoArgs.
-    unsafe {
-        args_mem.at::<IoArgs>(0).write(IoArgs {
-            slba: a.start_block,
-            buf_dma,
-            buf: vram.ptr(),
-            seed: a.pattern,
-            nsid: a.nsid,
-            lba_shift: ns.lba_size.trailing_zeros(),
-            blocks_per_cmd: a.cmd_blocks,
-            cmds_per_queue: a.cmds,
-            page_size: info.page_size,
-            rounds: a.rounds,
-        })
-    };
+    let lba_shift = ns.lba_size.trailing_zeros();
+    match a.api {
+        // SAFETY: args_mem holds one IoArgs.
+        Api::Group => unsafe {
+            args_mem.at::<IoArgs>(0).write(IoArgs {
+                slba: a.start_block,
+                buf_dma,
+                buf: vram.ptr(),
+                seed: a.pattern,
+                nsid: a.nsid,
+                lba_shift,
+                blocks_per_cmd: a.cmd_blocks,
+                cmds_per_queue: a.cmds,
+                page_size: info.page_size,
+                rounds: a.rounds,
+            })
+        },
+        // SAFETY: args_mem holds one PtArgs.
+        Api::Thread => unsafe {
+            args_mem.at::<PtArgs>(0).write(PtArgs {
+                page_dma: pages.dev(),
+                buf: vram.ptr(),
+                npages: vmap.dma_addrs().len() as u64,
+                slba: a.start_block,
+                seed: a.pattern,
+                nsid: a.nsid,
+                lba_shift,
+                bytes_per_cmd: a.cmd_blocks << lba_shift,
+                cmds_per_thread: a.cmds / lanes,
+                npairs: a.qpairs,
+                opc: if a.kernel == Kernel::Write {
+                    NVME_OPC_WRITE
+                } else {
+                    NVME_OPC_READ
+                },
+                by_unit: 0,
+                pad: 0,
+            })
+        },
+    }
 
-    let entry = code_object::entry_point(a.kernel.name()).expect("known kernel");
+    let entry = code_object::entry_point(co_name).expect("known kernel");
     let cfg = LaunchConfig {
         grid: a.qpairs,
         block: lanes,
@@ -502,14 +621,18 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     // the controller) can reach; tuple order is teardown order: the GPU's
     // mappings and the queue pairs (the controller stops), the module's
     // VRAM mapping, the dma-buf, VRAM, then the host memory.
-    let keep = (queues, vmap, dmabuf, vram, qps, args_mem, res, stop);
-    // SAFETY: the arguments are the example kernels' (qpairs, args,
-    // results), all in host memory of `keep`, and so is everything they
-    // lead to: the imported doorbell/SQ/CQ of the pairs in `keep.0`, the
-    // stop flag in `keep.7`, the VRAM buffer `keep.3` (by GPU address and,
-    // for the controller, by the DMA address of its mapping `keep.1`).
-    // Rust touches none of it while the kernel runs (results are read
-    // after `finish`). The example kernels poll the stop flag.
+    let keep = (
+        queues, states, vmap, dmabuf, vram, qps, args_mem, res, stop, pages,
+    );
+    // SAFETY: the arguments are the example kernels' (qpairs or pqueues,
+    // io_args or pt_args, results), all in host memory of `keep`, and so
+    // is everything they lead to: the imported doorbell/SQ/CQ of the pairs
+    // in `keep.0`, the per-thread API's shared state in `keep.1`, the stop
+    // flag in `keep.8`, the page list in `keep.9`, the VRAM buffer `keep.4`
+    // (by GPU address and, for the controller, by the DMA addresses of its
+    // mapping `keep.2`). Rust touches none of it while the kernel runs
+    // (results are read after `finish`). The example kernels' waits end
+    // on the stop flag.
     let mut launch = unsafe { gpu.launch(&module, entry, cfg, keep)? };
     let batches = a.cmds.div_ceil(lanes) as u64
         * if a.kernel == Kernel::Sweep {
@@ -575,13 +698,13 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let stuck = stop_raised.is_some();
     let by_user = stop_raised.is_some_and(|(_, why)| why == "Ctrl-C");
     let wall = t0.elapsed();
-    let (queues, vmap, dmabuf, vram, qps, args_mem, res, stop) = launch
+    let (queues, states, vmap, dmabuf, vram, qps, args_mem, res, stop, pages) = launch
         .finish()
         .map_err(|_| "gpu-run: the kernel finished, but its stream says otherwise")?;
-    let results: Vec<IoResult> = (0..a.qpairs as usize)
-        // SAFETY: the kernel finished; res holds `queues` IoResults.
+    let results: Vec<IoResult> = (0..nres)
+        // SAFETY: the kernel finished; res holds `nres` IoResults.
         .map(|q| unsafe {
-            res.at::<IoResult>(q * std::mem::size_of::<IoResult>())
+            res.at::<IoResult>(q * size_of::<IoResult>())
                 .read_volatile()
         })
         .collect();
@@ -604,16 +727,18 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     // Teardown: GPU mappings, then queue pairs (the controller stops), then
     // the module's VRAM mapping, then VRAM.
     drop(queues);
+    drop(states);
     drop(vmap);
     drop(dmabuf);
     drop(vram);
-    drop((qps, args_mem, res, stop));
+    drop((qps, args_mem, res, stop, pages));
 
-    // Sweep: each round is one batch of min(lanes, cmds) reads.
-    let expect = if a.kernel == Kernel::Sweep {
-        a.rounds.saturating_mul(lanes.min(a.cmds))
-    } else {
-        a.cmds
+    // Sweep: each round is one batch of min(lanes, cmds) reads; the
+    // per-thread API: one result for every pair's commands.
+    let expect = match a.api {
+        Api::Thread => a.qpairs.saturating_mul(a.cmds),
+        Api::Group if a.kernel == Kernel::Sweep => a.rounds.saturating_mul(lanes.min(a.cmds)),
+        Api::Group => a.cmds,
     };
     let mut failed = stuck;
     let mut mismatches = 0u64;
@@ -626,7 +751,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
             .iter()
             .enumerate()
             .map(|(q, r)| {
-                json!({"queue": q, "status": r.status, "status_name": status_name(r.status), "completed": r.completed,
+                json!({"queue": if a.api == Api::Thread { json!("all") } else { json!(q) }, "status": r.status, "status_name": status_name(r.status), "completed": r.completed,
                        "mismatches": r.mismatches, "us_total": r.ticks_total as f64 * 1e6 / hz as f64,
                        "us_max_round": r.ticks_max_round as f64 * 1e6 / hz as f64})
             })
@@ -635,6 +760,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
             "{}",
             serde_json::to_string_pretty(&json!({
                 "gpu": dev, "kernel": a.kernel.name(), "code_object": co_path, "queues": per,
+                "api": match a.api { Api::Group => "group", Api::Thread => "thread" },
                 "routes": routes, "imports": all_reports, "wall_ms": wall.as_secs_f64() * 1e3, "stopped": stuck,
                 "ok": !failed && mismatches == 0, "mismatches": mismatches, "pattern": a.pattern,
                 "cq": match a.cq { CqPlace::Host => "host", CqPlace::Gpu => "gpu" },
@@ -645,13 +771,24 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
             println!("route {r}");
         }
         for (q, r) in results.iter().enumerate() {
+            let who = match a.api {
+                Api::Group => format!("queue {q}"),
+                Api::Thread => format!("all {} queues (per-thread API)", a.qpairs),
+            };
+            // pthread_io.hip keeps no timing (its threads run apart).
+            let per_cmd = match a.api {
+                Api::Group => format!(
+                    ", {:.1} us/command",
+                    r.ticks_total as f64 * 1e6 / hz as f64 / r.completed.max(1) as f64
+                ),
+                Api::Thread => String::new(),
+            };
             println!(
-                "queue {q}: {} completed, {} mismatches, status {} ({}), {:.1} us/command",
+                "{who}: {} completed, {} mismatches, status {} ({}){per_cmd}",
                 r.completed,
                 r.mismatches,
                 r.status,
                 status_name(r.status),
-                r.ticks_total as f64 * 1e6 / hz as f64 / r.completed.max(1) as f64
             );
         }
         println!(
@@ -725,5 +862,43 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("at most"), "{e}");
+    }
+
+    #[test]
+    fn plan_checks_the_per_thread_api() {
+        let thread = |extra: &[&str]| {
+            let mut v = vec!["--api", "thread"];
+            v.extend_from_slice(extra);
+            args(&v)
+        };
+        // Defaults: 64 commands over 32 threads, 8 x 512 = 4096 bytes each.
+        assert_eq!(plan(&thread(&[]), 512, 1 << 20, None), Ok(64 * 8 * 512));
+        let mut sweep = thread(&[]);
+        sweep.kernel = Kernel::Sweep;
+        let e = plan(&sweep, 512, 1 << 20, None).unwrap_err();
+        assert!(e.contains("group-API kernel"), "{e}");
+        let e = plan(&thread(&["--cmds", "48"]), 512, 1 << 20, None).unwrap_err();
+        assert!(e.contains("not a multiple of the 32 threads"), "{e}");
+        // --qd 100: 64 threads per workgroup.
+        assert!(plan(
+            &thread(&["--qd", "100", "--cmds", "128"]),
+            512,
+            1 << 20,
+            None
+        )
+        .is_ok());
+        // 12 x 512 = 6 KiB would need a PRP list at offsets inside a page.
+        let e = plan(&thread(&["--cmd-blocks", "12"]), 512, 1 << 20, None).unwrap_err();
+        assert!(e.contains("no PRP pool"), "{e}");
+        assert!(plan(&thread(&["--cmd-blocks", "16"]), 512, 1 << 20, None).is_ok());
+        assert!(plan(&thread(&["--cmd-blocks", "3"]), 512, 1 << 20, None).is_ok());
+        // The group API takes what the per-thread API refuses.
+        assert!(plan(
+            &args(&["--cmds", "48", "--cmd-blocks", "12"]),
+            512,
+            1 << 20,
+            None
+        )
+        .is_ok());
     }
 }

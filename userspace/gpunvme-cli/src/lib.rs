@@ -199,13 +199,14 @@ enum Cmd {
     #[command(override_usage = "gpunvme bench [DEVICE] [OPTIONS]")]
     #[command(after_help = examples("  gpunvme bench 0000:01:00.0\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1 4\n  gpunvme bench /dev/gpunvme0 --qd 1,32 --qpairs 1 --range 16M --ops 10000 -o json > bench.json\n  gpunvme bench 0000:01:00.0 --owner --block-device /dev/nvme1n1 --duration-ms 300\n  gpunvme bench --block-device /dev/nvme1n1 --kernel-mode poll  # the kernel driver only"))]
     Bench(bench::BenchArgs),
-    /// Run an example GPU kernel (write, read-verify, sweep) against a
+    /// Run an example GPU kernel (write, read-verify, sweep; with --api
+    /// thread, write and read-verify through the per-thread API) against a
     /// controller bound to gpunvme: VRAM exported to the controller, queue
     /// pairs (shared, or raw with --owner) imported into the GPU, every
     /// import route reported. Needs a GPU, ROCm or the NVIDIA driver, and
     /// access to the node (root for --owner).
     #[command(override_usage = "gpunvme gpu-run <DEVICE> --kernel <KERNEL> [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme gpu-run 0000:01:00.0 --kernel write -p 7\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --qpairs 4 --qd 63 --cmds 64 --cmd-blocks 8 -s 0\n  gpunvme gpu-run /dev/gpunvme0 --kernel sweep --rounds 32 -o json\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --owner --cq gpu"))]
+    #[command(after_help = examples("  gpunvme gpu-run 0000:01:00.0 --kernel write -p 7\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --qpairs 4 --qd 63 --cmds 64 --cmd-blocks 8 -s 0\n  gpunvme gpu-run /dev/gpunvme0 --kernel sweep --rounds 32 -o json\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --owner --cq gpu\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --api thread --qpairs 2 --cmds 64"))]
     GpuRun(gpu_run::GpuRunArgs),
     /// SR-IOV: keep the physical function with the kernel nvme driver (its
     /// file systems stay mounted) and prepare virtual functions for

@@ -201,9 +201,51 @@ pub struct GuideArgs {
     pub npairs: u32,
 }
 
-// The same numbers are asserted in kernels/examples/example.h and
-// guide_read.hip.
+/// NVMe I/O opcodes (`PtArgs::opc`).
+pub const NVME_OPC_WRITE: u32 = 0x01;
+/// NVMe read.
+pub const NVME_OPC_READ: u32 = 0x02;
+
+/// `pt_args` of `kernels/examples/pthread_io.hip`: every thread of the
+/// launch runs `cmds_per_thread` commands of `bytes_per_cmd`, thread g's
+/// k-th at buffer offset `(g * cmds_per_thread + k) * bytes_per_cmd`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PtArgs {
+    /// Device address of the DMA address of each 4 KiB page of `buf`.
+    pub page_dma: u64,
+    /// The data buffer, device address.
+    pub buf: u64,
+    /// Pages of `buf`.
+    pub npages: u64,
+    /// LBA of buffer byte 0.
+    pub slba: u64,
+    /// Pattern seed.
+    pub seed: u64,
+    /// Namespace.
+    pub nsid: u32,
+    /// log2 of the LBA size.
+    pub lba_shift: u32,
+    /// Bytes per command, a multiple of the LBA size.
+    pub bytes_per_cmd: u32,
+    /// Commands per thread.
+    pub cmds_per_thread: u32,
+    /// Queue pairs in the `PQueue` array.
+    pub npairs: u32,
+    /// `NVME_OPC_WRITE` (1) or `NVME_OPC_READ` (2).
+    pub opc: u32,
+    /// 1: a thread picks its pair by its SM/CU id; 0: by its global index.
+    pub by_unit: u32,
+    /// Padding (0).
+    pub pad: u32,
+}
+
+// The same numbers are asserted in kernels/examples/example.h,
+// guide_read.hip and pthread_io.hip.
 const _: () = {
+    assert!(size_of::<PtArgs>() == 72);
+    assert!(offset_of!(PtArgs, nsid) == 40);
+    assert!(offset_of!(PtArgs, by_unit) == 64);
     assert!(size_of::<QPair>() == 80);
     assert!(offset_of!(QPair, stop) == 32);
     assert!(offset_of!(QPair, tick_hz) == 48);
