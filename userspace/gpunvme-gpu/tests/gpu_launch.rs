@@ -19,7 +19,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gpunvme_gpu::kernel_abi::{pattern, IoArgs, IoResult, QPair};
+use gpunvme_gpu::kernel_abi::{
+    pattern, pq_bytes, pq_shared_init, IoArgs, IoResult, PQueue, PtArgs, QPair, NVME_OPC_READ,
+    NVME_OPC_WRITE,
+};
 use gpunvme_gpu::{code_object, Gpu, HostMapped, LaunchConfig, RuntimeKind};
 
 const DEPTH: u32 = 8;
@@ -257,19 +260,38 @@ impl<'g> Run<'g> {
     }
 
     fn launch(&self, kernel: &str) -> gpunvme_gpu::Result<()> {
+        self.launch_with(
+            kernel,
+            QUEUES,
+            LANES,
+            &[self.qps.dev(), self.args.dev(), self.res.dev()],
+        )
+    }
+
+    /// Launch `kernel` (grid x block) with these arguments, which must lead
+    /// only to memory of `self` or memory the caller keeps until this
+    /// returns.
+    fn launch_with(
+        &self,
+        kernel: &str,
+        grid: u32,
+        block: u32,
+        args: &[u64],
+    ) -> gpunvme_gpu::Result<()> {
         let dev = self.gpu.device();
         let kind = self.gpu.runtime().kind;
         let (path, image) = code_object::load(&build_dir(), kind, &dev.arch, kernel)?;
         eprintln!("# {kernel}: {}", path.display());
         let module = self.gpu.load_module(&image)?;
         let cfg = LaunchConfig {
-            grid: QUEUES,
-            block: LANES,
-            args: &[self.qps.dev(), self.args.dev(), self.res.dev()],
+            grid,
+            block,
+            args,
             stop_flag: None, // one per ring: set_stop raises them all
         };
         // SAFETY: the arguments and everything they lead to (rings, stop
-        // flags, VRAM buffer) are memory of `self`, reached from Rust only
+        // flags, VRAM buffer; for launch_with also the caller's memory,
+        // kept past this call) are memory of `self`, reached from Rust only
         // through raw pointers, and `self` outlives the kernel: it is
         // waited for here, and if it ignores its stop flags the process
         // aborts rather than free that memory under it.
@@ -398,6 +420,121 @@ fn write_then_read_verify_through_the_rings() {
             "{r:?}"
         );
         assert_eq!(r.iter().map(|r| r.mismatches).sum::<u32>(), 1);
+    });
+}
+
+/// The per-thread API as `gpunvme gpu-run --api thread` sets it up from
+/// Rust: `PQueue` descriptors with their shared state (`pq_shared_init`) in
+/// VRAM, `PtArgs`, a list of page addresses; pthread_io.hip's threads each
+/// write, then read and check, two 4 KiB commands on pair (thread mod 2),
+/// 12 threads per workgroup: 24 commands and three wraps per pair.
+#[test]
+#[ignore = "needs a GPU"]
+fn per_thread_api_write_then_read_verify_through_the_rings() {
+    const THREADS: u32 = CMDS / 2;
+    with_fixture(|gpu, run, fx| {
+        let hz = gpu.tick_hz().unwrap();
+        // SAFETY: args holds the IoArgs written in Run::new().
+        let buf = unsafe { run.args.at::<IoArgs>(0).read() }.buf;
+        let npages = (QUEUES * CMDS * BLOCKS) as usize * LBA / 4096;
+        let pages = gpu.alloc_host_mapped(npages * 8).unwrap();
+        for i in 0..npages {
+            // SAFETY: inside `pages`; no kernel runs. The fixture takes a
+            // PRP for a device address.
+            unsafe { pages.at::<u64>(i * 8).write(buf + 4096 * i as u64) };
+        }
+        let pqs = gpu
+            .alloc_host_mapped(QUEUES as usize * std::mem::size_of::<PQueue>())
+            .unwrap();
+        let pt = gpu
+            .alloc_host_mapped(std::mem::size_of::<PtArgs>())
+            .unwrap();
+        let mut states: Vec<_> = (0..QUEUES)
+            .map(|_| gpu.alloc(pq_bytes(DEPTH) as usize).unwrap())
+            .collect();
+        let mut run_pt = |opc: u32| {
+            fresh(run, fx);
+            for (q, (ring, st)) in run.rings.iter().zip(states.iter_mut()).enumerate() {
+                st.write_at(0, &pq_shared_init(DEPTH)).unwrap();
+                let d = ring.dev();
+                let mut p = PQueue {
+                    sq: d,
+                    cq: d + 4096,
+                    sq_db: d + 8192,
+                    cq_db: d + 8192 + 64,
+                    stop: d + 8192 + 128,
+                    timeout_ticks: hz / 2,
+                    tick_hz: hz,
+                    depth: DEPTH,
+                    ..Default::default()
+                };
+                p.attach(st.ptr());
+                // SAFETY: pqs holds QUEUES PQueues; no kernel runs.
+                unsafe { pqs.at::<PQueue>(q * std::mem::size_of::<PQueue>()).write(p) };
+            }
+            // SAFETY: pt holds one PtArgs; no kernel runs.
+            unsafe {
+                pt.at::<PtArgs>(0).write(PtArgs {
+                    page_dma: pages.dev(),
+                    buf,
+                    npages: npages as u64,
+                    slba: 0,
+                    seed: SEED,
+                    nsid: 1,
+                    lba_shift: 9,
+                    bytes_per_cmd: BLOCKS * LBA as u32,
+                    cmds_per_thread: 2,
+                    npairs: QUEUES,
+                    opc,
+                    by_unit: 0,
+                    pad: 0,
+                })
+            };
+            // pqs, pt, pages and the states outlive the launch (it is
+            // waited for inside launch_with).
+            run.launch_with(
+                "pthread_io",
+                QUEUES,
+                THREADS,
+                &[pqs.dev(), pt.dev(), run.res.dev()],
+            )
+            .unwrap();
+            run.result(0)
+        };
+
+        let r = run_pt(NVME_OPC_WRITE);
+        eprintln!("# per-thread write: {r:?}");
+        assert_eq!((r.status, r.completed), (0, QUEUES * CMDS), "{r:?}");
+        let disk = fx.disk.lock().unwrap().clone();
+        let total = (QUEUES * CMDS * BLOCKS) as usize * LBA;
+        for w in 0..total / 8 {
+            let got = u64::from_le_bytes(disk[w * 8..w * 8 + 8].try_into().unwrap());
+            assert_eq!(got, pattern(SEED, w as u64 * 8), "disk word {w}");
+        }
+        assert!(
+            disk[total..].iter().all(|&b| b == 0),
+            "nothing past the range"
+        );
+
+        run.clear_buffer();
+        let r = run_pt(NVME_OPC_READ);
+        eprintln!("# per-thread read: {r:?}");
+        assert_eq!(
+            (r.status, r.completed, r.mismatches),
+            (0, QUEUES * CMDS, 0),
+            "{r:?}"
+        );
+
+        // The check can fail: one flipped word is one mismatch.
+        fx.disk.lock().unwrap()[8 * 777] ^= 0x10;
+        run.clear_buffer();
+        let r = run_pt(NVME_OPC_READ);
+        eprintln!("# per-thread read after one flipped word: {r:?}");
+        assert_eq!(
+            (r.status, r.completed, r.mismatches),
+            (0, QUEUES * CMDS, 1),
+            "{r:?}"
+        );
     });
 }
 
