@@ -1431,6 +1431,15 @@ int main(int argc, char **argv)
 			printf("PRP   %s: %.2f GB/s in %u KiB reads, %llu SQ doorbell writes for %llu commands\n",
 			       pt[i].mode, o.gbps, pt[i].xfer / 1024,
 			       (unsigned long long)o.pt_sq_doorbells, (unsigned long long)o.cmds);
+		else if (pt[i].api)
+			// Commands per SQ doorbell (how well rings coalesce) and per
+			// CQ doorbell (one per reap that consumed: commands per round).
+			printf("PTdb  %s: %llu SQ and %llu CQ doorbell writes for %llu commands "
+			       "(%.1f and %.1f commands each)\n",
+			       pt[i].mode, (unsigned long long)o.pt_sq_doorbells,
+			       (unsigned long long)o.pt_cq_doorbells, (unsigned long long)o.cmds,
+			       o.pt_sq_doorbells ? (double)o.cmds / o.pt_sq_doorbells : 0.0,
+			       o.pt_cq_doorbells ? (double)o.cmds / o.pt_cq_doorbells : 0.0);
 		if (i == 0)
 			pt_owner = o.iops;
 		if (i == 1)
