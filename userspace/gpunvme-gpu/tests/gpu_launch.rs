@@ -311,6 +311,21 @@ impl<'g> Run<'g> {
     }
 }
 
+/// Every word of the run's range holds the pattern, and nothing past it
+/// was written.
+fn assert_disk_holds_the_pattern(fx: &Fixture) {
+    let disk = fx.disk.lock().unwrap().clone();
+    let total = (QUEUES * CMDS * BLOCKS) as usize * LBA;
+    for w in 0..total / 8 {
+        let got = u64::from_le_bytes(disk[w * 8..w * 8 + 8].try_into().unwrap());
+        assert_eq!(got, pattern(SEED, w as u64 * 8), "disk word {w}");
+    }
+    assert!(
+        disk[total..].iter().all(|&b| b == 0),
+        "nothing past the range"
+    );
+}
+
 /// Fresh rings on both sides: the GPU's queue pairs and the fixture's.
 fn fresh(run: &Run, fx: &Fixture) {
     run.reset();
@@ -367,16 +382,7 @@ fn write_then_read_verify_through_the_rings() {
             );
         }
         // Every byte the GPU wrote went through the rings to the disk.
-        let disk = fx.disk.lock().unwrap().clone();
-        let total = (QUEUES * CMDS * BLOCKS) as usize * LBA;
-        for w in 0..total / 8 {
-            let got = u64::from_le_bytes(disk[w * 8..w * 8 + 8].try_into().unwrap());
-            assert_eq!(got, pattern(SEED, w as u64 * 8), "disk word {w}");
-        }
-        assert!(
-            disk[total..].iter().all(|&b| b == 0),
-            "nothing past the range"
-        );
+        assert_disk_holds_the_pattern(fx);
 
         // The write kernel left the pattern in VRAM: clear it, so only
         // data the reads deliver can pass the check.
@@ -505,16 +511,7 @@ fn per_thread_api_write_then_read_verify_through_the_rings() {
         let r = run_pt(NVME_OPC_WRITE);
         eprintln!("# per-thread write: {r:?}");
         assert_eq!((r.status, r.completed), (0, QUEUES * CMDS), "{r:?}");
-        let disk = fx.disk.lock().unwrap().clone();
-        let total = (QUEUES * CMDS * BLOCKS) as usize * LBA;
-        for w in 0..total / 8 {
-            let got = u64::from_le_bytes(disk[w * 8..w * 8 + 8].try_into().unwrap());
-            assert_eq!(got, pattern(SEED, w as u64 * 8), "disk word {w}");
-        }
-        assert!(
-            disk[total..].iter().all(|&b| b == 0),
-            "nothing past the range"
-        );
+        assert_disk_holds_the_pattern(fx);
 
         run.clear_buffer();
         let r = run_pt(NVME_OPC_READ);
