@@ -469,8 +469,12 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         )?,
         Api::Thread => 0,
     };
-    let pages = gpu.alloc_host_mapped(vmap.dma_addrs().len().max(1) * 8)?;
-    for (i, d) in vmap.dma_addrs().iter().enumerate() {
+    let npages = match a.api {
+        Api::Group => 0,
+        Api::Thread => vmap.dma_addrs().len(),
+    };
+    let pages = gpu.alloc_host_mapped(npages.max(1) * 8)?;
+    for (i, d) in vmap.dma_addrs().iter().take(npages).enumerate() {
         // SAFETY: inside `pages`; no kernel runs yet.
         unsafe { pages.at::<u64>(i * 8).write(*d) };
     }
@@ -590,7 +594,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
             args_mem.at::<PtArgs>(0).write(PtArgs {
                 page_dma: pages.dev(),
                 buf: vram.ptr(),
-                npages: vmap.dma_addrs().len() as u64,
+                npages: npages as u64,
                 slba: a.start_block,
                 seed: a.pattern,
                 nsid: a.nsid,
