@@ -111,4 +111,11 @@ fn files<'a>(k: &'a Knobs, dir: &ScopedDir<'a, '_>) {
     dir.read_write_file(c"relay_hold_qid", &sh.relay_hold_qid);
     dir.read_only_file(c"qpairs_allocated", &crate::queues::qpair::ALLOCATED);
     dir.write_only_callback_file(c"pci_event", k, &pci_event);
+    dir.read_callback_file(c"kept", k, &kept);
+}
+
+/// `kept`: what the controller's DMA registry holds, by kind (after every
+/// file closed, only what importers or the controller may still reach).
+fn kept(k: &Knobs, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    k.shared.dma.lock().describe(f)
 }

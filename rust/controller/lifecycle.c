@@ -2,8 +2,8 @@
 /*
  * The controller's life outside probe and remove, where the 7.3 Rust crate
  * has no hook: PCI .shutdown (reboot, kexec), AER error handlers, system
- * sleep (dev_pm_ops), a periodic CSTS watch, poll() on the device nodes,
- * and the fake_csts fault-injection knob. Every callback forwards to one
+ * sleep (dev_pm_ops), a periodic watch (CSTS, exports let go of), poll()
+ * on the device nodes, and the fake_csts fault-injection knob. Every callback forwards to one
  * Rust function (rust/controller/lifecycle.rs) with the controller's context; the
  * decisions are all made there.
  */
@@ -163,7 +163,7 @@ void *gpunvme_shim_hooks_del(struct device *dev)
 	return ctx;
 }
 
-/* The CSTS watch: gpunvme_watch_tick every period until it says stop. */
+/* The watch: gpunvme_watch_tick every period until it says stop. */
 struct gpunvme_watch {
 	struct delayed_work work;
 	void *ctx;

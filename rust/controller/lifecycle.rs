@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The controller's life between probe and remove: PCI shutdown (reboot,
-//! kexec), AER error recovery, system sleep, the CSTS watch, and `poll()`
+//! kexec), AER error recovery, system sleep, the watch (CSTS, and memory
+//! importers let go of), and `poll()`
 //! on open files. The C side (`rust/controller/lifecycle.c`) only forwards the
 //! kernel's callbacks here; every decision is `Shared::fail` and
 //! `Shared::reinit`.
@@ -22,7 +23,7 @@ use kernel::{
 use crate::controller::shared::{Failure, Shared};
 use crate::uapi::file::OpenState;
 
-/// How often the watch reads CSTS.
+/// How often the watch reads CSTS (and looks for exports let go of).
 const WATCH_PERIOD_MS: u32 = 100;
 
 extern "C" {
@@ -165,7 +166,7 @@ extern "C" fn gpunvme_pci_event(ctx: *mut c_void, event: u32) -> i32 {
     }
 }
 
-/// One tick of the CSTS watch; false stops it.
+/// One tick of the watch (`Shared::watch`); false stops it.
 #[no_mangle]
 extern "C" fn gpunvme_watch_tick(ctx: *mut c_void) -> bool {
     // SAFETY: `ctx` is the `Arc<Shared>` reference `Hooks` holds until the

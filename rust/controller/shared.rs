@@ -416,26 +416,35 @@ impl Shared {
 
     /// Keep deleted queue `q`, whose file is closing, while an importer
     /// holds an export of it; `free_unreached` frees it once none does.
+    /// (`retire` said so when it was deleted.)
     pub(crate) fn lend(&self, q: QPair, held: Held) {
-        self.kept_for_importer(q.qid);
         self.dma.lock().quarantine(Quarantined::Lent(q, held));
     }
 
     /// Free the deleted queues that no mapping and no importer reaches
     /// any more. Called at every file's create, destroy, unmap and close,
-    /// and when a mapping goes, so what an importer released is freed at
-    /// the next of these at the latest.
+    /// when a mapping goes, and by the watch every tick while an importer
+    /// holds on (`free_let_go`): what an importer let go of is freed within
+    /// a tick, with no call of any file, so the module's references on the
+    /// dma-bufs never keep it loaded by themselves.
     pub(crate) fn free_unreached(&self) {
         // Some callers (create, the last munmap) hold no `Busy`: unbind must
         // wait for this free, or this must see unbind and leave it alone.
         let _busy = self.busy();
-        let (retired, lent) = {
+        let (retired, lent, unexported) = {
             let mut dma = self.dma.lock();
             if self.unbound() {
                 return;
             }
             dma.take_unreached()
         };
+        for qid in &unexported {
+            dev_info!(
+                self.dev,
+                "qid {}: its importers let go of its memory; kept until the controller is disabled, as it may still use it\n",
+                qid
+            );
+        }
         let delay = self.free_delay_ms.load(Relaxed);
         if delay != 0 && !(retired.is_empty() && lent.is_empty()) {
             // Test knob: hold this free between the registry and the free.
@@ -459,6 +468,15 @@ impl Shared {
             }
         }
         drop((retired, lent));
+    }
+
+    /// An importer that did not let go at a revoke may let go at any
+    /// moment, with no call of this module to notice: the watch asks here
+    /// every tick while one holds on.
+    fn free_let_go(&self) {
+        if self.dma.lock().waits_for_importers() {
+            self.free_unreached();
+        }
     }
 
     pub(crate) fn quarantine(&self, what: Quarantined) {
@@ -688,9 +706,14 @@ impl Shared {
                 all.quarantine(Quarantined::Queue(q));
             }
             let mut late = core::mem::take(&mut *self.dma.lock());
-            all.clear();
-            kept.clear();
-            late.clear();
+            let leaked = all.clear() + kept.clear() + late.clear();
+            if leaked != 0 {
+                dev_warn!(
+                    self.dev,
+                    "unbind: {} queue pair(s) an importer still holds are leaked, never freed; the dma-bufs go when it lets go\n",
+                    leaked
+                );
+            }
             return;
         }
         // Keep everything in the quarantine: freed by the next disable (the
@@ -802,14 +825,17 @@ impl Shared {
         Ok(())
     }
 
-    /// The CSTS watch: a fatal status fails the controller and
-    /// re-initialises it; all-ones is taken as a surprise removal. False
-    /// once unbound (the watch stops).
+    /// The watch, every tick: a fatal status fails the controller and
+    /// re-initialises it; all-ones is taken as a surprise removal; what
+    /// importers let go of is freed. False once unbound (the watch stops).
     pub(crate) fn watch(&self) -> bool {
         match self.state.load(Acquire) {
             GONE => return false,
             UP => {}
-            _ => return true,
+            _ => {
+                self.free_let_go();
+                return true;
+            }
         }
         let csts = match self.bar.try_access() {
             Some(bar) => self.csts(&bar),
@@ -821,6 +847,7 @@ impl Shared {
             self.fail(Failure::Fatal);
             let _ = self.reinit();
         }
+        self.free_let_go();
         true
     }
 

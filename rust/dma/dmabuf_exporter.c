@@ -18,7 +18,9 @@
  * unmap after invalidate_mappings and for their fences. An importer that
  * does not let go in time is reported, and the caller keeps the memory
  * (rust/dma/registry.rs: quarantine) instead of freeing it. The dma-buf
- * pins this module (owner).
+ * pins this module (owner). The module's own reference is dropped once no
+ * importer holds the export any more (the watch asks every tick), so it
+ * never keeps the module loaded by itself.
  */
 #include <linux/dma-buf.h>
 #include <linux/dma-buf-mapping.h>

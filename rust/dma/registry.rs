@@ -112,8 +112,12 @@ pub(crate) enum Quarantined {
     Queue(#[allow(dead_code)] QPair),
     Buffer(#[allow(dead_code)] Mapped),
     /// An importer did not let go of an export of it: freed once the
-    /// controller is stopped and no importer holds it any more; leaked if
-    /// one still does then.
+    /// controller is stopped and no importer holds it any more (`Lent`
+    /// after the disable while one still does; leaked if one still does at
+    /// unbind). Once the importers let go, the module's
+    /// references on the exports go at once (`take_unreached`), so they
+    /// never keep the module loaded by themselves; the memory stays until
+    /// the controller is stopped.
     Exported(QPair, Held),
     /// The controller confirmed the queue's deletion, but an importer did
     /// not let go of an export of it: freed as soon as no importer holds
@@ -204,12 +208,55 @@ impl DmaRegistry {
         }
     }
 
+    /// What it holds, by kind (debugfs `kept`).
+    pub(crate) fn describe(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
+        let live = self
+            .queues
+            .iter()
+            .filter(|e| e.state == QueueState::Live)
+            .count();
+        let mut kinds = [0usize; 4];
+        for w in self.quarantine.iter() {
+            kinds[match w {
+                Quarantined::Queue(_) => 0,
+                Quarantined::Buffer(_) => 1,
+                Quarantined::Exported(..) => 2,
+                Quarantined::Lent(..) => 3,
+            }] += 1;
+        }
+        writeln!(
+            f,
+            "queues live {} retired {}; buffers {}; quarantine: queues {} buffers {} exported {} lent {}; waits for importers: {}",
+            live,
+            self.queues.len() - live,
+            self.maps.len(),
+            kinds[0],
+            kinds[1],
+            kinds[2],
+            kinds[3],
+            if self.waits_for_importers() { "yes" } else { "no" }
+        )
+    }
+
+    /// Does anything wait for an importer to let go of an export (whose
+    /// memory, or at least the module's reference on the export, can go
+    /// once it does)? The watch then asks every tick.
+    pub(crate) fn waits_for_importers(&self) -> bool {
+        self.queues.iter().any(|e| !e.held.is_clean())
+            || self
+                .quarantine
+                .iter()
+                .any(|w| w.held().is_some_and(|(_, h)| !h.is_clean()))
+    }
+
     /// Take out what nothing reaches any more: retired pairs no mapping
     /// and no importer reaches, and deleted pairs whose importers all let
     /// go (`Lent`). For the caller to drop outside the registry's lock; on
-    /// allocation failure they stay for the next call.
+    /// allocation failure they stay for the next call. Kept pairs the
+    /// controller may still use (`Exported`) whose importers let go stay,
+    /// but lose their exports here: the qids of those are returned.
     #[must_use]
-    pub(crate) fn take_unreached(&mut self) -> (KVec<QueueEntry>, KVec<Quarantined>) {
+    pub(crate) fn take_unreached(&mut self) -> (KVec<QueueEntry>, KVec<Quarantined>, KVec<u16>) {
         let mapped = &self.mapped;
         let unreached = |e: &QueueEntry| {
             e.state == QueueState::Retired
@@ -221,32 +268,56 @@ impl DmaRegistry {
             room_for(&self.queues, unreached),
             room_for(&self.quarantine, lent),
         ) else {
-            return (KVec::new(), KVec::new());
+            return (KVec::new(), KVec::new(), KVec::new());
         };
         move_where(&mut self.queues, &mut retired, unreached);
         move_where(&mut self.quarantine, &mut let_go, lent);
-        (retired, let_go)
+        let mut unexported = KVec::new();
+        for w in self.quarantine.iter_mut() {
+            if let Quarantined::Exported(q, h) = w {
+                if !h.is_clean() && !h.still() {
+                    // The module's references on the dma-bufs: putting them
+                    // here, under the lock, is fine (the last put of a
+                    // dma-buf's file defers its release, as every fput does).
+                    drop(core::mem::take(h));
+                    let _ = unexported.push(q.qid, GFP_KERNEL);
+                }
+            }
+        }
+        (retired, let_go, unexported)
     }
 
     /// Free everything: only once the controller can no longer DMA.
-    /// What an importer still maps is leaked, never freed.
-    pub(crate) fn clear(&mut self) {
+    /// What an importer still maps is leaked, never freed; the module's
+    /// references on its exports still go, so once that importer lets go
+    /// the dma-bufs are released and nothing keeps the module loaded.
+    /// Returns how many queue pairs were leaked.
+    #[must_use]
+    pub(crate) fn clear(&mut self) -> usize {
         // Mappings first (imports included, kept after a revoke or not) and
         // the rest of the quarantine but exports: exports they held are let
         // go before anyone asks whether they still are.
         self.maps.clear();
         self.quarantine.retain(|w| w.held().is_some());
+        let mut leaked = 0;
         for e in self.queues.drain_all() {
             let (q, held, _) = e.let_go();
             if held.still() {
                 core::mem::forget(q);
+                leaked += 1;
             }
         }
         for what in self.quarantine.drain_all() {
-            if what.held().is_some_and(|(_, h)| h.still()) {
-                core::mem::forget(what);
+            match what {
+                Quarantined::Exported(q, h) | Quarantined::Lent(q, h) if h.still() => {
+                    core::mem::forget(q);
+                    drop(h);
+                    leaked += 1;
+                }
+                other => drop(other),
             }
         }
+        leaked
     }
 
     /// The controller was disabled (and will be re-enabled): what was kept
@@ -259,6 +330,12 @@ impl DmaRegistry {
         let mut freed = KVec::new();
         for what in self.quarantine.drain_all() {
             if what.held().is_some_and(|(_, h)| h.still()) {
+                // The controller forgot its queues at the disable: only the
+                // importer reaches it now, and it goes once that lets go.
+                let what = match what {
+                    Quarantined::Exported(q, h) => Quarantined::Lent(q, h),
+                    other => other,
+                };
                 // Kept while held: if there is no room to list it, leaked.
                 if kept.reserve(1, GFP_KERNEL).is_err() {
                     core::mem::forget(what);

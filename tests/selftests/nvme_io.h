@@ -15,6 +15,7 @@
 #ifndef GPUNVME_SELFTEST_NVME_IO_H
 #define GPUNVME_SELFTEST_NVME_IO_H
 
+#include <fcntl.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -336,6 +337,20 @@ static inline long long qpairs_allocated(void)
 	char path[160];
 	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/qpairs_allocated", gpunvme_bdf());
 	return read_number(path, -1);
+}
+
+/* Export `kind` of pair `qid` of `fd` as a dma-buf: its fd in *out; 0 or -errno. */
+static inline int export_fd(int fd, uint16_t qid, uint16_t kind, int *out)
+{
+	struct gpunvme_export e;
+	UAPI_INIT(e);
+	e.qid = qid;
+	e.kind = kind;
+	e.flags = O_CLOEXEC | O_RDWR;
+	if (ioctl(fd, GPUNVME_IOC_EXPORT, &e))
+		return -errno;
+	*out = e.fd;
+	return 0;
 }
 
 /*

@@ -162,6 +162,12 @@ static inline int bind_gpunvme(const char *bdf)
 	return strcmp(drv, "gpunvme") ? -ENODEV : 0;
 }
 
+/* References on the gpunvme module (open files, dma-bufs), or -1. */
+static inline long long gpunvme_refcnt(void)
+{
+	return read_number("/sys/module/gpunvme/refcnt", -1);
+}
+
 static inline int unbind_gpunvme(const char *bdf)
 {
 	return sysfs_write("/sys/bus/pci/drivers/gpunvme/unbind", bdf);

@@ -73,6 +73,12 @@ static inline void standin_restore(void)
 	sysfs_write(path, "\n");
 }
 
+/* The stand-in's test knob: ignore exporters' invalidate_mappings. */
+static inline int set_hold_mappings(int on)
+{
+	return sysfs_write("/sys/module/gpunvme_standin/parameters/hold_mappings", on ? "1" : "0");
+}
+
 static inline int standin_import(int fd, int dmabuf, struct standin_import *imp)
 {
 	memset(imp, 0, sizeof(*imp));
