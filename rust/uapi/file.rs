@@ -760,22 +760,23 @@ impl OpenState {
 
     /// Undo a mapping the file never got: the returned memory is for the
     /// caller to free outside the lock. Its pages were in `buffers`, so, as
-    /// UNMAP refuses for the same reason, while this file has live pairs a
-    /// command may already name them: then they are kept (quarantined, freed
-    /// once the controller is disabled) and `None` is returned.
+    /// UNMAP refuses for the same reason, while this file has pairs a
+    /// command may already name them: then the mapping stays the file's
+    /// (no new command may name it), freed with its others at close once
+    /// the pairs are deleted, and `None` is returned. (Not kept until the
+    /// controller is disabled: an import would keep its exporter's buffer,
+    /// and this module when it is its own export, pinned until unbind.)
     fn drop_map(&self, handle: u32) -> Option<Mapped> {
         self.buffers.remove(handle);
         let mut dma = self.shared.dma.lock();
+        if self.shared.qids_held(self.id) != 0 {
+            return None;
+        }
         let i = dma
             .maps
             .iter()
             .position(|m| m.file == self.id && m.handle == handle)?;
-        let map = dma.maps.remove(i).ok()?.map;
-        if self.shared.qids_held(self.id) != 0 {
-            dma.quarantine(Quarantined::Buffer(map));
-            return None;
-        }
-        Some(map)
+        Some(dma.maps.remove(i).ok()?.map)
     }
 
     pub(crate) fn unmap(&self, arg: usize) -> Result<isize> {

@@ -449,6 +449,51 @@ TEST_F_TIMEOUT(dmabuf, held_export_outlives_its_file_until_let_go, 60)
 }
 
 /*
+ * A MAP_DMABUF of another file's SQ export whose page addresses cannot be
+ * handed out (dma_addrs points at a read-only page) while the importing
+ * file has a pair: a command may already name the pages, so the import
+ * stays, but as the file's own mapping, released at its close like any
+ * other. Kept until the controller is disabled instead, it would hold the
+ * dma-buf, and with it gpunvme itself, loaded until unbind: the module's
+ * reference count shows the dma-buf going once both files are done.
+ */
+TEST_F(dmabuf, import_refused_late_goes_with_its_file)
+{
+	struct gpunvme_export e;
+	struct gpunvme_map_dmabuf m;
+	struct qp a, b;
+	int exporter = gpunvme_open_bound(), importer = gpunvme_open_bound();
+	ASSERT_LE(0, exporter);
+	ASSERT_LE(0, importer);
+	long long ref0 = gpunvme_refcnt();
+	ASSERT_LT(0, ref0);
+	ASSERT_EQ(0, qp_create_flags(exporter, 64, 0, &a));
+	ASSERT_EQ(0, qp_create_flags(importer, 8, 0, &b));
+	UAPI_INIT(e);
+	e.qid = a.c.qid;
+	e.kind = GPUNVME_EXPORT_SQ;
+	ASSERT_EQ(0, ioctl(exporter, GPUNVME_IOC_EXPORT, &e));
+	EXPECT_EQ(ref0 + 1, gpunvme_refcnt()) TH_LOG("a dma-buf is one reference");
+	void *ro = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, ro);
+	int kept0 = klog_count("keeping memory the controller may still use", NULL);
+	EXPECT_EQ(-EFAULT, map_dmabuf(importer, e.fd, ro, 16, &m));
+	EXPECT_EQ(kept0, klog_count("keeping memory the controller may still use", NULL))
+		TH_LOG("kept until the controller is disabled");
+	close(e.fd);
+
+	qp_unmap(&b);
+	close(importer);
+	EXPECT_EQ(0, qp_destroy(&a));
+	/* Nothing holds the dma-buf now: the importer's file released it. */
+	for (int i = 0; i < 100 && gpunvme_refcnt() != ref0 - 1; i++)
+		usleep(10000);
+	EXPECT_EQ(ref0 - 1, gpunvme_refcnt()) TH_LOG("the SQ's dma-buf outlived both the import's file and the pair");
+	close(exporter);
+	munmap(ro, 4096);
+}
+
+/*
  * GPUNVME_QPAIR_CQ_IN_MAP: an owner's raw pair whose CQ the controller
  * writes into a mapping of the file. A udmabuf stands in for GPU memory
  * exported as a dma-buf; the test polls the CQ through the udmabuf's memfd

@@ -305,6 +305,62 @@ TEST_F(io, bad_mmaps)
 	EXPECT_EQ(EINVAL, errno);
 }
 
+/* This process's memory charged to RLIMIT_MEMLOCK (VmLck), in KiB, or -1. */
+static long vm_locked_kb(void)
+{
+	char line[128];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmLck: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+/*
+ * A MAP_HOST whose page addresses cannot be handed out (dma_addrs points at
+ * a read-only page) while the file has a pair: a command may already name
+ * the pages, so they stay pinned, but as the file's own mapping, unpinned
+ * at its close like any other, not kept until the controller is disabled.
+ */
+TEST_F(io, host_buffer_refused_late_goes_with_its_file)
+{
+	struct gpunvme_map_host m;
+	struct qp q;
+	const size_t len = 64 * 1024;
+	int f = gpunvme_open_bound();
+	ASSERT_LE(0, f);
+	/* Shared: in owner mode the fixture's file is the owner already. */
+	ASSERT_EQ(0, qp_create_flags(f, 8, 0, &q));
+	uint8_t *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *ro = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, buf);
+	ASSERT_NE(MAP_FAILED, ro);
+	memset(buf, 0x5a, len);
+	long locked0 = vm_locked_kb();
+	ASSERT_LE(0, locked0);
+	int kept0 = klog_count("keeping memory the controller may still use", NULL);
+
+	UAPI_INIT(m);
+	m.addr = (uintptr_t)buf;
+	m.len = len;
+	m.dma_addrs = (uintptr_t)ro;
+	EXPECT_EQ(-1, ioctl(f, GPUNVME_IOC_MAP_HOST, &m));
+	EXPECT_EQ(EFAULT, errno);
+	EXPECT_EQ(locked0 + (long)(len / 1024), vm_locked_kb()) TH_LOG("unpinned while the pair may name it");
+	EXPECT_EQ(kept0, klog_count("keeping memory the controller may still use", NULL))
+		TH_LOG("kept until the controller is disabled");
+
+	qp_unmap(&q);
+	close(f);
+	EXPECT_EQ(locked0, vm_locked_kb()) TH_LOG("still pinned after its file closed");
+	munmap(buf, len);
+	munmap(ro, 4096);
+}
+
 TEST_F(io, bad_host_buffers)
 {
 	struct gpunvme_map_host m;
