@@ -55,15 +55,33 @@ patterns() {
 	wv 9101 0 256 && wv 9102 $((CAP - 64)) 64 && wv 9103 $((CAP / 2)) 7
 }
 
+# What still holds gpunvme: its reference count, what its DMA registry
+# keeps (debugfs kept), every dma-buf and who maps it, the processes with a
+# gpunvme node or a dma-buf open, and the log lines about kept memory.
+holders() {
+	echo "gpunvme refcnt $(cat /sys/module/gpunvme/refcnt 2>/dev/null)"
+	for k in /sys/kernel/debug/gpunvme-*/kept; do
+		[ -r "$k" ] && echo "$k: $(cat "$k")"
+	done
+	grep -v '^$' /sys/kernel/debug/dma_buf/bufinfo 2>/dev/null | head -n 40
+	for p in /proc/[0-9]*; do
+		for f in "$p"/fd/*; do
+			l=$(readlink "$f" 2>/dev/null) || continue
+			case $l in *gpunvme*|*dmabuf*) echo "$p ($(cat "$p/comm" 2>/dev/null)) fd $f: $l" ;; esac
+		done
+	done
+	dmesg | grep -E 'still held|kept|leaked|let go' | tail -n 12
+}
+
 unload() {
 	i=0
 	# The fuzzer's processes are gone; give deferred releases a moment.
 	while [ -d /sys/module/gpunvme_standin ] && ! rmmod gpunvme_standin 2>"$T/rmmod"; do
-		i=$((i + 1)); [ $i -lt 50 ] || { cat "$T/rmmod"; lsmod; return 1; }; sleep 0.1
+		i=$((i + 1)); [ $i -lt 50 ] || { cat "$T/rmmod"; lsmod; holders; return 1; }; sleep 0.1
 	done
 	i=0
 	while ! rmmod gpunvme 2>"$T/rmmod"; do
-		i=$((i + 1)); [ $i -lt 50 ] || { cat "$T/rmmod"; lsmod; return 1; }; sleep 0.1
+		i=$((i + 1)); [ $i -lt 50 ] || { cat "$T/rmmod"; lsmod; holders; return 1; }; sleep 0.1
 	done
 	[ ! -d /sys/module/gpunvme ]
 }
