@@ -336,8 +336,8 @@ __device__ inline uint32_t ballot_bench(uint32_t mask, bool p)
 }
 
 // The per-thread API (pqueue.h): lanes < qd of block b each run their own
-// loop on pair b, one command in flight per thread: poison the words to be
-// checked, submit (pq_submit for one LBA with PRP1 as bench_io builds it;
+// loop on pair b, one command in flight per thread: for xfer, poison the
+// words to be checked, submit (pq_submit for one LBA with PRP1 as bench_io builds it;
 // pq_submit_io through PRP1/PRP2/a PRP list the thread builds in its slot
 // of the pair's pool for xfer bytes), wait for that ticket alone, check
 // its status, that the completion came back under its own slot's command
@@ -382,7 +382,13 @@ __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 			break;
 		const uint64_t x = (uint64_t)b * 7919u + (uint64_t)r * a.qd + lane;
 		const uint64_t lba = xfer ? (x * nlb) % (a.ns_blocks - nlb) : x % a.ns_blocks;
-		for (int k = 0; k < nchk; k++)
+		// One-LBA reads are checked as bench_io checks them, without a
+		// poisoned word first: every round reads another LBA, whose word
+		// differs, so a read that did not land fails the check. (The
+		// poison was an uncached store to host memory per command that
+		// the group loop does not make.) xfer ranges wrap, so their words
+		// are poisoned.
+		for (int k = 0; xfer && k < nchk; k++)
 			*(volatile uint64_t *)(buf + (uint64_t)chk[k] * a.lba_bytes) =
 				~expect_word(a.seed, lba + chk[k]);
 		pq_ticket t;
@@ -416,7 +422,9 @@ __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 		nerr += rc > 0;
 		bst += rc != OK;
 		cidf += c.cid != t.slot || c.sqid != b + 1;
-		fence::acquire_system();
+		// No fence of the bench's own: pq_wait() orders the payload after
+		// the completion (the reap's system-scope acquire), as group_reap()
+		// does for bench_io, which has none either.
 		if (a.verify)
 			for (int k = 0; k < nchk; k++)
 				vfail += *(volatile uint64_t *)(buf + (uint64_t)chk[k] * a.lba_bytes) !=
