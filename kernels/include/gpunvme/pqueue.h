@@ -85,9 +85,10 @@
  * as their own completions arrive, so free-running lanes split into
  * groups that then claim, ring and reap apart: on the H200 bench (64
  * pairs x 32 threads against a CPU fixture) about 14 lanes per claim and
- * under 0.5x the group API's rate, against 32 lanes per claim and
- * 0.76-0.80x when the caller regroups the warp (__syncwarp() over the
- * lanes that submit) after each command (kernels/bench/results/h200-v8).
+ * 0.52-0.58x the group API's rate, against 32 lanes per claim and
+ * 0.83-0.94x when the caller regroups the warp (__syncwarp() over the
+ * lanes that submit) after each command (kernels/bench/results/h200-v8,
+ * h200-v9).
  *
  * Limits: a thread may hold several tickets; a claim waits for the slot's
  * previous round to be taken, and on a shared pair that can be the
