@@ -3,9 +3,9 @@
  * The controller's life outside probe and remove, where the 7.3 Rust crate
  * has no hook: PCI .shutdown (reboot, kexec), AER error handlers, system
  * sleep (dev_pm_ops), a periodic watch (CSTS, exports let go of), poll()
- * on the device nodes, and the fake_csts fault-injection knob. Every callback forwards to one
- * Rust function (rust/controller/lifecycle.rs) with the controller's context; the
- * decisions are all made there.
+ * on the device nodes, and the fake_csts fault-injection knob. Every
+ * callback forwards to one Rust function (rust/controller/lifecycle.rs)
+ * with the controller's context; the decisions are all made there.
  */
 #include <linux/delay.h>
 #include <linux/device.h>

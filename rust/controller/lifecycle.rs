@@ -2,10 +2,9 @@
 
 //! The controller's life between probe and remove: PCI shutdown (reboot,
 //! kexec), AER error recovery, system sleep, the watch (CSTS, and memory
-//! importers let go of), and `poll()`
-//! on open files. The C side (`rust/controller/lifecycle.c`) only forwards the
-//! kernel's callbacks here; every decision is `Shared::fail` and
-//! `Shared::reinit`.
+//! importers let go of), and `poll()` on open files. The C side
+//! (`rust/controller/lifecycle.c`) only forwards the kernel's callbacks
+//! here; every decision is `Shared::fail` and `Shared::reinit`.
 
 use core::ffi::c_void;
 use kernel::{

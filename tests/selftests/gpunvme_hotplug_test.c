@@ -155,34 +155,6 @@ static int hotplug(const char *op, int want_present, int ms, uint64_t *took)
 	return device_present() == want_present;
 }
 
-/* "VmLck:" of this process in kB (RLIMIT_MEMLOCK charge), or -1. */
-static long vm_locked_kb(void)
-{
-	char line[128];
-	long kb = -1;
-	FILE *f = fopen("/proc/self/status", "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmLck: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
-
-static int export_one(int fd, uint16_t qid, uint16_t kind, int *out)
-{
-	struct gpunvme_export e;
-	UAPI_INIT(e);
-	e.qid = qid;
-	e.kind = kind;
-	e.flags = O_CLOEXEC | O_RDWR;
-	if (ioctl(fd, GPUNVME_IOC_EXPORT, &e))
-		return -errno;
-	*out = e.fd;
-	return 0;
-}
-
 /* READ or WRITE of npages pages of `b` from page `page`, at `lba`. */
 static int rw(struct qp *q, uint8_t opc, uint32_t nsid, uint32_t lbs, uint64_t lba,
 	      struct hostbuf *b, uint32_t page, uint32_t npages)
@@ -535,7 +507,7 @@ static void scenario(void)
 	struct standin_import imp[4];
 	int imports_ok = 1;
 	for (int i = 0; i < 4; i++) {
-		REQUIRE(!export_one(a, q.c.qid, kinds[i], &bufs[i]), "EXPORT %s", kind_name[i]);
+		REQUIRE(!export_fd(a, q.c.qid, kinds[i], &bufs[i]), "EXPORT %s", kind_name[i]);
 		int r = standin_import(sd, bufs[i], &imp[i]);
 		REQUIRE(!r, "stand-in import of the %s: %s", kind_name[i], strerror(-r));
 		uint32_t w[4];

@@ -305,21 +305,6 @@ TEST_F(io, bad_mmaps)
 	EXPECT_EQ(EINVAL, errno);
 }
 
-/* This process's memory charged to RLIMIT_MEMLOCK (VmLck), in KiB, or -1. */
-static long vm_locked_kb(void)
-{
-	char line[128];
-	long kb = -1;
-	FILE *f = fopen("/proc/self/status", "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmLck: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
-
 /*
  * A MAP_HOST whose page addresses cannot be handed out (dma_addrs points at
  * a read-only page) while the file has a pair: a command may already name

@@ -162,6 +162,21 @@ static inline int bind_gpunvme(const char *bdf)
 	return strcmp(drv, "gpunvme") ? -ENODEV : 0;
 }
 
+/* "VmLck:" of this process in kB (RLIMIT_MEMLOCK charge), or -1. */
+static inline long vm_locked_kb(void)
+{
+	char line[128];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmLck: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
 /* References on the gpunvme module (open files, dma-bufs), or -1. */
 static inline long long gpunvme_refcnt(void)
 {

@@ -91,6 +91,40 @@ static int imported_pair(int nv, int sd, struct qp *q, struct standin_import *d)
 	return r;
 }
 
+/* DESTROY_QPAIR of `qid` while the controller gets no doorbell for the
+ * delete (it never answers): 0 or -errno. */
+static int destroy_unanswered(int nv, uint16_t qid)
+{
+	struct gpunvme_qpair_destroy x;
+	int r = drop_admin_doorbells(1);
+	if (r)
+		return r;
+	UAPI_INIT(x);
+	x.qid = qid;
+	return ioctl(nv, GPUNVME_IOC_DESTROY_QPAIR, &x) ? -errno : 0;
+}
+
+/* Unmap `q` and close its file *nv: with no queue left, the module
+ * re-initialises the controller. True when it said so within 15 s. */
+static int close_and_reinit(int *nv, struct qp *q)
+{
+	int re0 = klog_count("controller re-initialised", NULL);
+	qp_unmap(q);
+	close(*nv);
+	*nv = -1;
+	return re0 < klog_wait_more("controller re-initialised", NULL, re0, 15000);
+}
+
+/* The module's references and pairs come to `ref` and `alloc` within 3 s;
+ * if not, the log says what they are and what the module keeps. */
+#define EXPECT_SETTLES(ref, alloc, when) \
+	EXPECT_EQ(0, settles((ref), (alloc), 3000)) { \
+		char k_[256]; \
+		kept_text(k_, sizeof(k_)); \
+		TH_LOG("%s: refcnt %lld (want %lld), pairs %lld (want %lld); kept: %s", (when), \
+		       gpunvme_refcnt(), (long long)(ref), qpairs_allocated(), (long long)(alloc), k_); \
+	}
+
 FIXTURE_SETUP(held)
 {
 	self->nv = -1;
@@ -200,11 +234,7 @@ TEST_F_TIMEOUT(held, deleted_pair_goes_when_its_late_importer_lets_go, 60)
 
 	ASSERT_EQ(0, set_hold_mappings(0));
 	ASSERT_EQ(0, standin_release(self->sd, d.handle));
-	EXPECT_EQ(0, settles(self->ref0, self->alloc0, 3000)) {
-		kept_text(k, sizeof(k));
-		TH_LOG("3 s after edu let go: refcnt %lld (was %lld), pairs %lld (was %lld); kept: %s",
-		       gpunvme_refcnt(), self->ref0, qpairs_allocated(), self->alloc0, k);
-	}
+	EXPECT_SETTLES(self->ref0, self->alloc0, "3 s after edu let go");
 	EXPECT_EQ(freed0 + 1, klog_count("its importers let go of the deleted queue's memory: freed", NULL));
 }
 
@@ -217,18 +247,13 @@ TEST_F_TIMEOUT(held, deleted_pair_goes_when_its_late_importer_lets_go, 60)
  */
 TEST_F_TIMEOUT(held, pair_kept_for_the_controller_lets_its_exports_go, 90)
 {
-	struct gpunvme_qpair_destroy x;
 	struct qp q;
 	struct standin_import d;
 	char k[256];
 
 	ASSERT_EQ(0, imported_pair(self->nv, self->sd, &q, &d));
 	ASSERT_EQ(0, set_hold_mappings(1));
-	ASSERT_EQ(0, drop_admin_doorbells(1));
-	UAPI_INIT(x);
-	x.qid = q.c.qid;
-	EXPECT_EQ(-1, ioctl(self->nv, GPUNVME_IOC_DESTROY_QPAIR, &x));
-	EXPECT_EQ(ETIMEDOUT, errno);
+	EXPECT_EQ(-ETIMEDOUT, destroy_unanswered(self->nv, q.c.qid));
 	kept_text(k, sizeof(k));
 	TH_LOG("kept: %s", k);
 	EXPECT_TRUE(strstr(k, "exported 1") != NULL);
@@ -237,23 +262,11 @@ TEST_F_TIMEOUT(held, pair_kept_for_the_controller_lets_its_exports_go, 90)
 	int let0 = klog_count("its importers let go of its memory; kept until the controller is disabled", NULL);
 	ASSERT_EQ(0, set_hold_mappings(0));
 	ASSERT_EQ(0, standin_release(self->sd, d.handle));
-	EXPECT_EQ(0, settles(self->ref0 + 1, self->alloc0 + 1, 3000)) {
-		kept_text(k, sizeof(k));
-		TH_LOG("3 s after edu let go: refcnt %lld (want %lld), pairs %lld (want %lld); kept: %s",
-		       gpunvme_refcnt(), self->ref0 + 1, qpairs_allocated(), self->alloc0 + 1, k);
-	}
+	EXPECT_SETTLES(self->ref0 + 1, self->alloc0 + 1, "3 s after edu let go");
 	EXPECT_EQ(let0 + 1, klog_count("its importers let go of its memory; kept until the controller is disabled", NULL));
 
-	int re0 = klog_count("controller re-initialised", NULL);
-	qp_unmap(&q);
-	close(self->nv);
-	self->nv = -1;
-	EXPECT_LT(re0, klog_wait_more("controller re-initialised", NULL, re0, 15000));
-	EXPECT_EQ(0, settles(self->ref0, self->alloc0, 3000)) {
-		kept_text(k, sizeof(k));
-		TH_LOG("after the re-initialisation: refcnt %lld (was %lld), pairs %lld (was %lld); kept: %s",
-		       gpunvme_refcnt(), self->ref0, qpairs_allocated(), self->alloc0, k);
-	}
+	EXPECT_TRUE(close_and_reinit(&self->nv, &q));
+	EXPECT_SETTLES(self->ref0, self->alloc0, "after the re-initialisation");
 }
 
 /*
@@ -263,23 +276,14 @@ TEST_F_TIMEOUT(held, pair_kept_for_the_controller_lets_its_exports_go, 90)
  */
 TEST_F_TIMEOUT(held, pair_kept_across_a_reinit_goes_when_its_importer_lets_go, 90)
 {
-	struct gpunvme_qpair_destroy x;
 	struct qp q;
 	struct standin_import d;
 	char k[256];
 
 	ASSERT_EQ(0, imported_pair(self->nv, self->sd, &q, &d));
 	ASSERT_EQ(0, set_hold_mappings(1));
-	ASSERT_EQ(0, drop_admin_doorbells(1));
-	UAPI_INIT(x);
-	x.qid = q.c.qid;
-	EXPECT_EQ(-1, ioctl(self->nv, GPUNVME_IOC_DESTROY_QPAIR, &x));
-	EXPECT_EQ(ETIMEDOUT, errno);
-	int re0 = klog_count("controller re-initialised", NULL);
-	qp_unmap(&q);
-	close(self->nv);
-	self->nv = -1;
-	EXPECT_LT(re0, klog_wait_more("controller re-initialised", NULL, re0, 15000));
+	EXPECT_EQ(-ETIMEDOUT, destroy_unanswered(self->nv, q.c.qid));
+	EXPECT_TRUE(close_and_reinit(&self->nv, &q));
 	kept_text(k, sizeof(k));
 	TH_LOG("kept after the re-initialisation: %s", k);
 	EXPECT_TRUE(strstr(k, "lent 1") != NULL);
@@ -289,11 +293,7 @@ TEST_F_TIMEOUT(held, pair_kept_across_a_reinit_goes_when_its_importer_lets_go, 9
 	int freed0 = klog_count("its importers let go of the deleted queue's memory: freed", NULL);
 	ASSERT_EQ(0, set_hold_mappings(0));
 	ASSERT_EQ(0, standin_release(self->sd, d.handle));
-	EXPECT_EQ(0, settles(self->ref0, self->alloc0, 3000)) {
-		kept_text(k, sizeof(k));
-		TH_LOG("3 s after edu let go: refcnt %lld (was %lld), pairs %lld (was %lld); kept: %s",
-		       gpunvme_refcnt(), self->ref0, qpairs_allocated(), self->alloc0, k);
-	}
+	EXPECT_SETTLES(self->ref0, self->alloc0, "3 s after edu let go");
 	EXPECT_EQ(freed0 + 1, klog_count("its importers let go of the deleted queue's memory: freed", NULL));
 }
 
