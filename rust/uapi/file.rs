@@ -762,7 +762,8 @@ impl OpenState {
     /// caller to free outside the lock. Its pages were in `buffers`, so, as
     /// UNMAP refuses for the same reason, while this file has pairs a
     /// command may already name them: then the mapping stays the file's
-    /// (no new command may name it), freed with its others at close once
+    /// (out of `buffers`: no new command may name it, nor may a new raw
+    /// pair put its CQ there), freed with its others at close once
     /// the pairs are deleted, and `None` is returned. (Not kept until the
     /// controller is disabled: an import would keep its exporter's buffer,
     /// and this module when it is its own export, pinned until unbind.)

@@ -346,6 +346,56 @@ TEST_F(io, host_buffer_refused_late_goes_with_its_file)
 	munmap(ro, 4096);
 }
 
+/*
+ * The pages of a MAP_HOST refused that late leave the file's buffers at
+ * once: a command naming them is rejected by the relay, and the pages are
+ * not written, while a command naming a mapping the file does hold runs.
+ * The reply is refused by putting the request in a read-only page: the
+ * page addresses (a writable array) were handed out already, so the test
+ * knows what to name.
+ */
+TEST_F(io, host_buffer_refused_late_cannot_be_named)
+{
+	struct qp q;
+	struct hostbuf hb;
+	uint64_t addrs[2] = {0, 0};
+	const uint32_t nsid = self->info.ns[0].nsid, per = 4096 / self->lbs;
+	int f = gpunvme_open_bound();
+	ASSERT_LE(0, f);
+	/* Shared (the relay checks every command): in owner mode the fixture's
+	 * file is the owner already. */
+	ASSERT_EQ(0, qp_create_flags(f, 8, 0, &q));
+	ASSERT_EQ(0, hostbuf_map(f, 4096, &hb));
+	uint8_t *buf = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct gpunvme_map_host *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, buf);
+	ASSERT_NE(MAP_FAILED, (void *)m);
+	memset(buf, 0x5a, 2 * 4096);
+	UAPI_INIT(*m);
+	m->addr = (uintptr_t)buf;
+	m->len = 2 * 4096;
+	m->dma_addrs = (uintptr_t)addrs;
+	ASSERT_EQ(0, mprotect(m, 4096, PROT_READ));
+	EXPECT_EQ(-1, ioctl(f, GPUNVME_IOC_MAP_HOST, m));
+	EXPECT_EQ(EFAULT, errno);
+	ASSERT_NE(0, addrs[1]) TH_LOG("the page addresses were not handed out before the reply");
+
+	EXPECT_EQ(0, qp_sync(&q, rw_cmd(OPC_READ, nsid, 0, per, hb.dma[0], 0)));
+	int st = qp_sync(&q, rw_cmd(OPC_READ, nsid, 0, per, addrs[1], 0));
+	EXPECT_TRUE(st > 0 && NVME_SCT(st) == 0 && NVME_SC(st) == NVME_SC_INVALID_FIELD && (st & NVME_DNR))
+		TH_LOG("a READ into a refused mapping: status %#x, want Invalid Field with DNR", st);
+	long bad = -1;
+	for (long i = 0; i < 2 * 4096 && bad < 0; i++)
+		if (buf[i] != 0x5a)
+			bad = i;
+	EXPECT_EQ(-1, bad) TH_LOG("the refused pages were written at byte %ld", bad);
+
+	qp_unmap(&q);
+	close(f);
+	munmap(buf, 2 * 4096);
+	munmap(m, 4096);
+}
+
 TEST_F(io, bad_host_buffers)
 {
 	struct gpunvme_map_host m;
