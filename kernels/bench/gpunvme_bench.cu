@@ -346,7 +346,7 @@ __device__ inline uint32_t ballot_bench(uint32_t mask, bool p)
 // stopping on its own clock; with reconverge, the warp's lanes end each
 // round at a barrier and stop together.
 __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
-			 uint64_t npages, uint32_t xfer, uint32_t reconverge)
+			 uint64_t npages, uint32_t xfer, uint32_t reconverge, uint32_t linger)
 {
 	__shared__ uint64_t t_start_s;
 	__shared__ uint32_t rounds_s;
@@ -402,7 +402,7 @@ __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 		const long long cm = sm_clock64();
 		cqe c = {};
 		if (rc == OK)
-			rc = pq_wait(q, t, &c);
+			rc = pq_wait(q, t, &c, linger);
 		const long long c1 = sm_clock64();
 		cyc_s += (uint64_t)(cm - c0);
 		cyc_w += (uint64_t)(c1 - cm);
@@ -669,6 +669,7 @@ struct run_cfg {
 	uint32_t xfer = 0;              // per-thread: bytes per command (0: one LBA)
 	uint32_t backoff = 0;           // per-thread: nanosleep between empty polls
 	uint32_t reconverge = 0;        // per-thread: bar.warp.sync after each command
+	uint32_t linger = PQ_LINGER_POLLS; // per-thread: pq_wait()'s linger (0: leave at once)
 	bool old_poll = false;          // the library's cq_wait before the one-load poll
 	bool cq_vram = false;           // owner: the CQ in device memory (copy-engine writes)
 };
@@ -855,7 +856,8 @@ static run_out run_io(const run_cfg &c)
 	a.seed = W.seed;
 	if (c.api)
 		bench_pt<<<c.nq, std::max<uint32_t>(32, c.qd), 0, W.ks>>>(a, W.pqs_d, W.pages_d,
-									  W.npages, c.xfer, c.reconverge);
+									  W.npages, c.xfer, c.reconverge,
+									  c.linger);
 	else
 		bench_io<<<c.nq, std::max<uint32_t>(32, c.qd), 0, W.ks>>>(a);
 	CK(cudaGetLastError());
@@ -971,7 +973,7 @@ static std::string run_json(const run_cfg &c, const run_out &o)
 		 "\"relay\": {\"polls\": %llu, \"idle_steps\": %llu, \"sq_doorbell_writes\": %llu, \"cq_doorbell_writes\": %llu, "
 		 "\"cqes_mirrored\": %llu, \"bad_doorbell_values\": %llu, \"sqes_accepted\": %llu, \"sqes_rejected\": %llu, "
 		 "\"relay_ns\": %llu, \"relay_ns_per_cmd\": %.1f}, "
-		 "\"api\": \"%s\", \"backoff\": %u, \"reconverge\": %u, \"bytes_per_cmd\": %u, \"gb_per_s\": %.3f, "
+		 "\"api\": \"%s\", \"backoff\": %u, \"reconverge\": %u, \"linger_polls\": %u, \"bytes_per_cmd\": %u, \"gb_per_s\": %.3f, "
 		 "\"per_thread\": {\"sq_doorbell_writes\": %llu, \"cq_doorbell_writes\": %llu, \"cqes\": %llu, \"error\": %d}, "
 		 "\"submit_ns_per_cmd\": %.1f, \"wait_ns_per_cmd\": %.1f, \"fixture_cq_full_stalls\": %llu, "
 		 "\"ok\": %s}",
@@ -990,7 +992,7 @@ static std::string run_json(const run_cfg &c, const run_out &o)
 		 (unsigned long long)o.rc.sqes_accepted, (unsigned long long)o.rc.sqes_rejected,
 		 (unsigned long long)o.rc.relay_ns,
 		 o.cmds ? (double)o.rc.relay_ns / (double)o.cmds : 0.0,
-		 c.api ? "per_thread" : "group", c.backoff, c.reconverge, c.xfer ? c.xfer : W.lba_bytes, o.gbps,
+		 c.api ? "per_thread" : "group", c.backoff, c.reconverge, c.api ? c.linger : 0, c.xfer ? c.xfer : W.lba_bytes, o.gbps,
 		 (unsigned long long)o.pt_sq_doorbells, (unsigned long long)o.pt_cq_doorbells,
 		 (unsigned long long)o.pt_cqes, o.pt_error, o.submit_ns, o.wait_ns, (unsigned long long)o.cq_full_stalls, o.ok ? "true" : "false");
 	return b;
@@ -1458,10 +1460,24 @@ int main(int argc, char **argv)
 		k.backoff = 0;    // regrouped, no backoff
 		pt.push_back(k);
 		pt.push_back(run_cfg{"owner", "host", 64, 32, hs}); // the group API a third time
+		// Free-running again, with pq_wait()'s linger at 0 (a lane leaves
+		// as soon as its own completion is taken: the library before the
+		// linger), 8 and 128 polls; then the group API a fourth time.
+		run_cfg l{"owner", "host", 64, 32, hs};
+		l.api = 1;
+		for (uint32_t v : {0u, 8u, 128u}) {
+			l.linger = v;
+			pt.push_back(l);
+		}
+		pt.push_back(run_cfg{"owner", "host", 64, 32, hs});
 	}
+	double pt_linger[3] = {0, 0, 0}, group_fourth = 0;
 	for (size_t i = 0; i < pt.size(); i++) {
+		char tag[16];
+		snprintf(tag, sizeof(tag), "PTl%u", pt[i].linger);
 		run_out o = run_print(pt[i].xfer ? "PRP" : pt[i].reconverge ? (pt[i].backoff ? "PTrb" : "PTr") :
-				      pt[i].backoff ? "PTbo" : "PT", pt[i]);
+				      pt[i].backoff ? "PTbo" : !pt[i].api ? "PT" :
+				      pt[i].linger == PQ_LINGER_POLLS ? "PT" : tag, pt[i]);
 		if (pt[i].xfer)
 			printf("PRP   %s: %.2f GB/s in %u KiB reads, %llu SQ doorbell writes for %llu commands\n",
 			       pt[i].mode, o.gbps, pt[i].xfer / 1024,
@@ -1489,6 +1505,10 @@ int main(int argc, char **argv)
 			pt_regrouped = o.iops;
 		if (i == 8)
 			group_third = o.iops;
+		if (i >= 9 && i <= 11)
+			pt_linger[i - 9] = o.iops;
+		if (i == 12)
+			group_fourth = o.iops;
 		json += "  " + run_json(pt[i], o) + (i + 1 < pt.size() ? ",\n" : "\n");
 	}
 	json += "],\n";
@@ -1556,6 +1576,9 @@ int main(int argc, char **argv)
 		 "  \"per_thread_regrouped_64x32_cmds_per_s_owner\": %.0f, \"group_64x32_cmds_per_s_owner_third\": %.0f, "
 		 "\"per_thread_regrouped_over_group_again\": %.4f, \"per_thread_regrouped_over_group_third\": %.4f, "
 		 "\"per_thread_regrouped_target_met\": %s,\n"
+		 "  \"per_thread_linger_polls_default\": %u, \"per_thread_linger0_cmds_per_s\": %.0f, "
+		 "\"per_thread_linger8_cmds_per_s\": %.0f, \"per_thread_linger128_cmds_per_s\": %.0f, "
+		 "\"group_64x32_cmds_per_s_owner_fourth\": %.0f,\n"
 		 "  \"prp128k_gb_per_s_owner\": %.3f, \"prp128k_gb_per_s_shared\": %.3f, \"fixture_memcpy_gb_per_s\": %.3f, "
 		 "\"prp128k_owner_over_memcpy\": %.4f, \"prp128k_shared_over_memcpy\": %.4f,\n"
 		 "  \"pingpong_rtt_p50_us_clock64\": %.3f, \"qd1_p50_us_group_owner\": %.3f, \"qd1_p50_us_per_thread_owner\": %.3f, "
@@ -1577,6 +1600,7 @@ int main(int argc, char **argv)
 		 std::min(pt_ratio, pt_ratio2) >= 0.8 ? "true" : "false",
 		 pt_regrouped, group_third, ptr_ratio, ptr_ratio2,
 		 std::min(ptr_ratio, ptr_ratio2) >= 0.8 ? "true" : "false",
+		 PQ_LINGER_POLLS, pt_linger[0], pt_linger[1], pt_linger[2], group_fourth,
 		 big_owner, big_shared, memcpy_gbps, memcpy_gbps ? big_owner / memcpy_gbps : 0,
 		 memcpy_gbps ? big_shared / memcpy_gbps : 0,
 		 pp50, p50o, pt_qd1, g_pp, pt_pp, pp_met ? "true" : "false",
@@ -1603,6 +1627,15 @@ int main(int argc, char **argv)
 	       "group API before it %.2f M, after it %.2f M: %.3f / %.3f (>= 0.8 against both: %s)\n",
 	       pt_regrouped / 1e6, group_again / 1e6, group_third / 1e6, ptr_ratio, ptr_ratio2,
 	       std::min(ptr_ratio, ptr_ratio2) >= 0.8 ? "met" : "NOT met");
+	{
+		const double g = (group_third + group_fourth) / 2;
+		printf("LINGER per-thread API 64x32 owner, free-running, pq_wait() linger in polls: "
+		       "%u (default) %.2f M cmds/s; 0 %.2f M, 8 %.2f M, 128 %.2f M against the group API "
+		       "around them (%.2f M, %.2f M): %.3f / %.3f / %.3f of their mean\n",
+		       PQ_LINGER_POLLS, pt_owner / 1e6, pt_linger[0] / 1e6, pt_linger[1] / 1e6,
+		       pt_linger[2] / 1e6, group_third / 1e6, group_fourth / 1e6, g ? pt_linger[0] / g : 0,
+		       g ? pt_linger[1] / g : 0, g ? pt_linger[2] / g : 0);
+	}
 	printf("TARGET 128 KiB reads through PRP lists: owner %.2f GB/s, shared %.2f GB/s; fixture memcpy %.2f GB/s: %.3f / %.3f of it\n",
 	       big_owner, big_shared, memcpy_gbps, memcpy_gbps ? big_owner / memcpy_gbps : 0,
 	       memcpy_gbps ? big_shared / memcpy_gbps : 0);

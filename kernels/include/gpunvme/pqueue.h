@@ -124,6 +124,13 @@ constexpr int32_t ERR_AGAIN = -11; /* EAGAIN: pq_test(): not completed yet */
 /* The stop flag is read once every this many polls of a wait. */
 constexpr uint32_t PQ_STOP_EVERY = 64;
 
+/* pq_wait()'s default linger (NVIDIA): polls a done lane waits on for the
+ * other lanes of its warp that entered the wait with it. */
+#ifndef GPUNVME_PQ_LINGER_POLLS
+#define GPUNVME_PQ_LINGER_POLLS 32
+#endif
+constexpr uint32_t PQ_LINGER_POLLS = GPUNVME_PQ_LINGER_POLLS;
+
 /*
  * Device-scope atomics for the shared bookkeeping (all threads of one GPU).
  * What the controller must see is ordered by fence.h's system-scope
@@ -1215,21 +1222,23 @@ GPUNVME_HD int32_t pq_take(const pqueue &q, pq_ticket t, cqe *out)
 	return pq_result(dw0, dw2, v, out);
 }
 
-/*
- * Has ticket t completed? OK or its NVMe status (> 0) when it has (the
- * ticket is then spent), ERR_AGAIN when not yet, < 0 on failure.
- */
-GPUNVME_HD int32_t pq_test(const pqueue &q, pq_ticket t, cqe *out)
-{
-	if (t.slot >= q.depth - 1)
-		return ERR_INVAL;
 #if defined(GPUNVME_DEV_NVIDIA)
+/*
+ * One poll of ticket t (live), or, not live, a lane that already has its
+ * result lending itself to the warp's reap: every lane of a waiting group
+ * calls this together, so the reap polls with all of them.
+ */
+GPUNVME_DEV int32_t pq_test_warp(const pqueue &q, pq_ticket t, cqe *out, bool live)
+{
 	/* The slot's seq is loaded relaxed and first used after the reap's
 	 * peek went out (one round trip for both); the reap hands this lane
 	 * its own entry when it polls it while the ticket is live. */
-	const uint32_t seq = atom::ld32(&q.slots[t.slot].seq);
+	const uint32_t seq = live ? atom::ld32(&q.slots[t.slot].seq) : 0;
 	pq_direct d = {false, 0, 0, 0};
-	int32_t r = pq_reap_warp(q, pq_owner{t.slot, t.seq, seq}, &d);
+	const int32_t r = pq_reap_warp(q, live ? pq_owner{t.slot, t.seq, seq} : pq_owner{~0u, 0, 1},
+				       &d);
+	if (!live)
+		return ERR_AGAIN;
 	if (d.got) {
 		/* Free for its next round (after the reap's warp barrier,
 		 * which ordered the poller's acquire before this). */
@@ -1242,6 +1251,24 @@ GPUNVME_HD int32_t pq_test(const pqueue &q, pq_ticket t, cqe *out)
 	}
 	if (seq != t.seq)
 		return ERR_INVAL; /* not a live ticket */
+	if (r < 0)
+		return r;
+	if (r > 0 && atom::ld32_acquire(&q.slots[t.slot].seq) == t.seq + 1)
+		return pq_take(q, t, out);
+	return ERR_AGAIN;
+}
+#endif
+
+/*
+ * Has ticket t completed? OK or its NVMe status (> 0) when it has (the
+ * ticket is then spent), ERR_AGAIN when not yet, < 0 on failure.
+ */
+GPUNVME_HD int32_t pq_test(const pqueue &q, pq_ticket t, cqe *out)
+{
+	if (t.slot >= q.depth - 1)
+		return ERR_INVAL;
+#if defined(GPUNVME_DEV_NVIDIA)
+	return pq_test_warp(q, t, out, true);
 #else
 	uint32_t seq = atom::ld32_acquire(&q.slots[t.slot].seq);
 
@@ -1253,40 +1280,91 @@ GPUNVME_HD int32_t pq_test(const pqueue &q, pq_ticket t, cqe *out)
 	 * reaper's routing is seen on the next call); the reap's peek read
 	 * the pair's error word (ERR_IO when poisoned). */
 	int32_t r = pq_reap(q);
-#endif
 	if (r < 0)
 		return r;
 	if (r > 0 && atom::ld32_acquire(&q.slots[t.slot].seq) == t.seq + 1)
 		return pq_take(q, t, out);
 	return ERR_AGAIN;
+#endif
 }
 
-/* Wait for ticket t, bounded (clock.h) and abortable (stop flag). */
-GPUNVME_HD int32_t pq_wait(const pqueue &q, pq_ticket t, cqe *out)
+/* After poll i of a wait found nothing: ERR_AGAIN to poll again, or the
+ * failure (the stop flag, the deadline), which poisons the pair. */
+GPUNVME_HD int32_t pq_wait_go_on(const pqueue &q, deadline &d, uint32_t i)
+{
+	int32_t err = ERR_AGAIN;
+	if (i % PQ_STOP_EVERY == 0 && pq_stop(q))
+		err = ERR_STOPPED;
+	int st = d.step(wall_ticks());
+	if (st == DEADLINE_EXPIRED)
+		err = ERR_TIMEOUT;
+	else if (st == DEADLINE_CLOCK_STUCK)
+		err = ERR_CLOCK;
+	if (err != ERR_AGAIN)
+		pq_fail(q, err);
+	return err;
+}
+
+/*
+ * Wait for ticket t, bounded (clock.h) and abortable (stop flag).
+ *
+ * linger (NVIDIA): the lanes of a warp that enter pq_wait() together leave
+ * it together once all of them are done, or, when some are still waiting
+ * linger polls after the first of them was done, the done ones leave
+ * then. A done lane keeps polling for the others meanwhile. So a warp's
+ * lanes stay one group for their next claim, ring and reap instead of
+ * splitting as their completions arrive; the price is that a lane may
+ * return up to linger polls after its own completion. Bounded, so a lane
+ * whose own progress after the wait is what another lane waits for (it
+ * takes another ticket of its own, say) holds it up for at most linger
+ * polls, never into its deadline. 0: leave as soon as the own completion
+ * is taken. Elsewhere it does nothing (an AMD wavefront's lanes leave a
+ * loop together anyway; the host's lanes are threads).
+ */
+GPUNVME_HD int32_t pq_wait(const pqueue &q, pq_ticket t, cqe *out,
+			   uint32_t linger = PQ_LINGER_POLLS)
 {
 	if (q.tick_hz == 0)
 		return ERR_INVAL;
 	deadline d = deadline_start(wall_ticks(), q.timeout_ticks, q.tick_hz);
+#if defined(GPUNVME_DEV_NVIDIA)
+	if (t.slot >= q.depth - 1)
+		return ERR_INVAL;
+	uint32_t mask = warp::active(), lingered = 0;
+	int32_t rc = ERR_AGAIN;
 
 	for (uint32_t i = 1;; i++) {
-		int32_t rc = pq_test(q, t, out);
-		if (rc != ERR_AGAIN)
+		const bool live = rc == ERR_AGAIN;
+		const int32_t r = pq_test_warp(q, t, out, live);
+		if (live)
+			rc = r != ERR_AGAIN ? r : pq_wait_go_on(q, d, i);
+		/* Every lane of mask computes the same pending set, so they
+		 * agree on who leaves: all, the done ones, or none. */
+		const uint32_t pending = warp::ballot(mask, rc == ERR_AGAIN);
+		if (pending == 0)
 			return rc;
-		int32_t err = OK;
-		if (i % PQ_STOP_EVERY == 0 && pq_stop(q))
-			err = ERR_STOPPED;
-		int st = d.step(wall_ticks());
-		if (st == DEADLINE_EXPIRED)
-			err = ERR_TIMEOUT;
-		else if (st == DEADLINE_CLOCK_STUCK)
-			err = ERR_CLOCK;
-		if (err != OK) {
-			pq_fail(q, err);
-			return err;
+		if (pending != mask && ++lingered > linger) {
+			if (rc != ERR_AGAIN)
+				return rc;
+			mask = pending;
+			lingered = 0;
 		}
 		if (q.backoff)
 			pq_pause();
 	}
+#else
+	(void)linger;
+	for (uint32_t i = 1;; i++) {
+		int32_t rc = pq_test(q, t, out);
+		if (rc != ERR_AGAIN)
+			return rc;
+		rc = pq_wait_go_on(q, d, i);
+		if (rc != ERR_AGAIN)
+			return rc;
+		if (q.backoff)
+			pq_pause();
+	}
+#endif
 }
 
 /*
