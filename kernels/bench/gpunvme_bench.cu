@@ -343,8 +343,10 @@ __device__ inline uint32_t ballot_bench(uint32_t mask, bool p)
 // its status, that the completion came back under its own slot's command
 // ID and queue ID, and the data (one LBA: its word; xfer: the first,
 // middle and last LBA's words). No barrier inside the loop, each thread
-// stopping on its own clock; with reconverge, the warp's lanes end each
-// round at a barrier and stop together.
+// stopping on its own clock (pq_wait()'s linger, the library's default
+// unless the run sets one, is what keeps the lanes that wait together one
+// group); with reconverge, the warp's lanes end each round at a barrier
+// and stop together.
 __global__ void bench_pt(bench_args a, const pqueue *pqs, const uint64_t *pages,
 			 uint64_t npages, uint32_t xfer, uint32_t reconverge, uint32_t linger)
 {
@@ -1470,8 +1472,15 @@ int main(int argc, char **argv)
 			pt.push_back(l);
 		}
 		pt.push_back(run_cfg{"owner", "host", 64, 32, hs});
+		// Shared (1 relay thread), the default linger and 0, side by side.
+		l.mode = "shared";
+		l.rthreads = 1;
+		for (uint32_t v : {PQ_LINGER_POLLS, 0u}) {
+			l.linger = v;
+			pt.push_back(l);
+		}
 	}
-	double pt_linger[3] = {0, 0, 0}, group_fourth = 0;
+	double pt_linger[3] = {0, 0, 0}, group_fourth = 0, shared_linger[2] = {0, 0};
 	for (size_t i = 0; i < pt.size(); i++) {
 		char tag[16];
 		snprintf(tag, sizeof(tag), "PTl%u", pt[i].linger);
@@ -1509,6 +1518,8 @@ int main(int argc, char **argv)
 			pt_linger[i - 9] = o.iops;
 		if (i == 12)
 			group_fourth = o.iops;
+		if (i >= 13 && i <= 14)
+			shared_linger[i - 13] = o.iops;
 		json += "  " + run_json(pt[i], o) + (i + 1 < pt.size() ? ",\n" : "\n");
 	}
 	json += "],\n";
@@ -1578,7 +1589,9 @@ int main(int argc, char **argv)
 		 "\"per_thread_regrouped_target_met\": %s,\n"
 		 "  \"per_thread_linger_polls_default\": %u, \"per_thread_linger0_cmds_per_s\": %.0f, "
 		 "\"per_thread_linger8_cmds_per_s\": %.0f, \"per_thread_linger128_cmds_per_s\": %.0f, "
-		 "\"group_64x32_cmds_per_s_owner_fourth\": %.0f,\n"
+		 "\"group_64x32_cmds_per_s_owner_fourth\": %.0f, "
+		 "\"per_thread_shared_1_relay_thread_linger_default_cmds_per_s\": %.0f, "
+		 "\"per_thread_shared_1_relay_thread_linger0_cmds_per_s\": %.0f,\n"
 		 "  \"prp128k_gb_per_s_owner\": %.3f, \"prp128k_gb_per_s_shared\": %.3f, \"fixture_memcpy_gb_per_s\": %.3f, "
 		 "\"prp128k_owner_over_memcpy\": %.4f, \"prp128k_shared_over_memcpy\": %.4f,\n"
 		 "  \"pingpong_rtt_p50_us_clock64\": %.3f, \"qd1_p50_us_group_owner\": %.3f, \"qd1_p50_us_per_thread_owner\": %.3f, "
@@ -1601,6 +1614,7 @@ int main(int argc, char **argv)
 		 pt_regrouped, group_third, ptr_ratio, ptr_ratio2,
 		 std::min(ptr_ratio, ptr_ratio2) >= 0.8 ? "true" : "false",
 		 PQ_LINGER_POLLS, pt_linger[0], pt_linger[1], pt_linger[2], group_fourth,
+		 shared_linger[0], shared_linger[1],
 		 big_owner, big_shared, memcpy_gbps, memcpy_gbps ? big_owner / memcpy_gbps : 0,
 		 memcpy_gbps ? big_shared / memcpy_gbps : 0,
 		 pp50, p50o, pt_qd1, g_pp, pt_pp, pp_met ? "true" : "false",
@@ -1635,6 +1649,9 @@ int main(int argc, char **argv)
 		       PQ_LINGER_POLLS, pt_owner / 1e6, pt_linger[0] / 1e6, pt_linger[1] / 1e6,
 		       pt_linger[2] / 1e6, group_third / 1e6, group_fourth / 1e6, g ? pt_linger[0] / g : 0,
 		       g ? pt_linger[1] / g : 0, g ? pt_linger[2] / g : 0);
+		printf("LINGER per-thread API 64x32 shared, 1 relay thread, free-running: linger %u %.2f M cmds/s, "
+		       "0 %.2f M (%.3f)\n", PQ_LINGER_POLLS, shared_linger[0] / 1e6, shared_linger[1] / 1e6,
+		       shared_linger[1] ? shared_linger[0] / shared_linger[1] : 0);
 	}
 	printf("TARGET 128 KiB reads through PRP lists: owner %.2f GB/s, shared %.2f GB/s; fixture memcpy %.2f GB/s: %.3f / %.3f of it\n",
 	       big_owner, big_shared, memcpy_gbps, memcpy_gbps ? big_owner / memcpy_gbps : 0,
