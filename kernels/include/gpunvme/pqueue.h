@@ -63,7 +63,10 @@
  *  wait     poll your own slot; reap when nobody else is; bounded on the
  *           fixed-rate clock (clock.h) and by the host's stop flag (read
  *           every PQ_STOP_EVERY polls); optional backoff between polls.
- *           A ticket is waited for by one thread.
+ *           A ticket is waited for by one thread. On NVIDIA the lanes
+ *           of a warp that enter a wait together leave it together, a
+ *           done lane lingering (and reaping) for at most
+ *           PQ_LINGER_POLLS polls for the others (pq_wait()).
  *
  * Flow control: at most depth-1 commands hold a slot, so at most depth-1
  * SQ entries are unconsumed and the SQ and CQ never overflow. A slot is
@@ -81,14 +84,13 @@
  * and rung once it posts) but never anything it waits for.
  *
  * Performance: the lanes of a warp that claim, post and reap together
- * share one ticket add, one ring and one reap round. Lanes leave a wait
- * as their own completions arrive, so free-running lanes split into
- * groups that then claim, ring and reap apart: on the H200 bench (64
- * pairs x 32 threads against a CPU fixture) about 14 lanes per claim and
- * 0.52-0.58x the group API's rate, against 32 lanes per claim and
- * 0.83-0.94x when the caller regroups the warp (__syncwarp() over the
- * lanes that submit) after each command (kernels/bench/results/h200-v8,
- * h200-v9).
+ * share one ticket add, one ring and one reap round. Left to leave a wait
+ * as their own completions arrive (linger 0), free-running lanes split
+ * into groups of about 14 that claim, ring and reap apart: 0.49-0.58x the
+ * group API's rate on the H200 bench (64 pairs x 32 threads against a CPU
+ * fixture). With the default linger they stay one group: 0.83-0.92x, and
+ * 0.91-0.97x when the caller also regroups the warp (__syncwarp()) after
+ * each command (kernels/bench/results/h200-v8, h200-v9, h200-v10).
  *
  * Limits: a thread may hold several tickets; a claim waits for the slot's
  * previous round to be taken, and on a shared pair that can be the
