@@ -58,6 +58,12 @@ Environment:
   KERNEL_NVME_OPTS   the same for the controller left to the kernel driver
   GPUNVME_VM_KEEP_WORK  non-empty: keep the temp dir (initramfs tree, cpio,
                      results.txt = the second UART's raw output)
+  GPUNVME_VM_FIRST_BOOT_APPEND  kernel arguments for the first boot only
+                     (the runner's self-test makes it die before /init)
+
+A kernel that dies before it starts /init (a report in the console, no
+code of ours run yet) is booted once more; the first boot counts as a
+skip and its console is kept beside the log (LOG.boot1).
 
 Inside the VM: GPUNVME_BDF, KERNEL_NVME_BDF, EDU_BDF, GPUNVME_DIR=/opt/gpunvme,
 GPUNVME_TEST_TIMEOUT and GPUNVME_HOTPLUG (1 with --hotplug, else 0) are exported; PATH includes /opt/gpunvme; nvme.ko and
@@ -336,48 +342,74 @@ echo "# run.sh: GPUNVME_BDF=$GPUNVME_BDF KERNEL_NVME_BDF=$KERNEL_NVME_BDF EDU_BD
 [ -z "$keep_images" ] || echo "# run.sh: disk images $imgdir/gpunvme0.img $imgdir/kernel0.img"
 echo "# run.sh: $QEMU $(printf '%q ' "${qemu_args[@]}")"
 
-start=$SECONDS
-# The console goes to our stdout and, without the UART's \r, to the log.
-exec {console_fd}> >(sed -u 's/\r$//' | tee -a "$log")
-console_pid=$!
-# stdin from /dev/null: QEMU leaves the terminal alone.
-"$QEMU" "${qemu_args[@]}" </dev/null >&"$console_fd" 2>&1 &
-qemu_pid=$!
-if [ "$hotplug" = 1 ]; then
-    python3 "$HERE/qmp.py" "$work/qmp.sock" "$results" gpunvme0 "$gpunvme_dev" &
-    qmp_pid=$!
-fi
+# One boot: QEMU until it exits, the overall deadline, or no /init within
+# the boot deadline. Sets deadline_hit, boot_hit, qemu_rc, elapsed.
+# $1: kernel arguments for this boot only (the runner's self-test).
+boot_once() {
+    local args=("${qemu_args[@]}") i
+    if [ -n "${1:-}" ]; then
+        for i in "${!args[@]}"; do
+            [ "${args[$i]}" != -append ] || args[i + 1]+=" $1"
+        done
+    fi
+    start=$SECONDS
+    # The console goes to our stdout and, without the UART's \r, to the log.
+    exec {console_fd}> >(sed -u 's/\r$//' | tee -a "$log")
+    console_pid=$!
+    # stdin from /dev/null: QEMU leaves the terminal alone.
+    "$QEMU" "${args[@]}" </dev/null >&"$console_fd" 2>&1 &
+    qemu_pid=$!
+    if [ "$hotplug" = 1 ]; then
+        python3 "$HERE/qmp.py" "$work/qmp.sock" "$results" gpunvme0 "$gpunvme_dev" &
+        qmp_pid=$!
+    fi
 
-deadline_hit= boot_hit= booted=
-while kill -0 "$qemu_pid" 2>/dev/null; do
-    sleep 1
+    deadline_hit= boot_hit= booted=
+    while kill -0 "$qemu_pid" 2>/dev/null; do
+        sleep 1
+        elapsed=$((SECONDS - start))
+        if [ "$elapsed" -ge "$timeout" ]; then
+            deadline_hit=1; break
+        fi
+        if [ -z "$booted" ] && grep -q '^@@gpunvme INIT' "$log"; then
+            booted=1
+        elif [ -z "$booted" ] && [ "$elapsed" -ge "$boot_timeout" ]; then
+            boot_hit=1; break
+        fi
+    done
+    if [ -n "$deadline_hit$boot_hit" ]; then
+        kill -KILL "$qemu_pid" 2>/dev/null || true
+    fi
+    qemu_rc=0
+    wait "$qemu_pid" || qemu_rc=$?
+    qemu_pid=
+    exec {console_fd}>&-
+    wait "$console_pid" 2>/dev/null || true   # the log is complete after this
+    if [ -n "$qmp_pid" ]; then
+        # It exits when QEMU closes the socket; a stuck one is stopped.
+        for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$qmp_pid" 2>/dev/null || break; sleep 0.5; done
+        kill "$qmp_pid" 2>/dev/null || true
+        wait "$qmp_pid" 2>/dev/null || true
+        qmp_pid=
+    fi
     elapsed=$((SECONDS - start))
-    if [ "$elapsed" -ge "$timeout" ]; then
-        deadline_hit=1; break
-    fi
-    if [ -z "$booted" ] && grep -q '^@@gpunvme INIT' "$log"; then
-        booted=1
-    elif [ -z "$booted" ] && [ "$elapsed" -ge "$boot_timeout" ]; then
-        boot_hit=1; break
-    fi
-done
-if [ -n "$deadline_hit$boot_hit" ]; then
-    kill -KILL "$qemu_pid" 2>/dev/null || true
-fi
-qemu_rc=0
-wait "$qemu_pid" || qemu_rc=$?
-qemu_pid=
-exec {console_fd}>&-
-wait "$console_pid" 2>/dev/null || true   # the log is complete after this
-if [ -n "$qmp_pid" ]; then
-    # It exits when QEMU closes the socket; a stuck one is stopped.
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$qmp_pid" 2>/dev/null || break; sleep 0.5; done
-    kill "$qmp_pid" 2>/dev/null || true
-    wait "$qmp_pid" 2>/dev/null || true
-    qmp_pid=
-fi
-elapsed=$((SECONDS - start))
+}
 
+# A kernel that dies before /init has run no code of ours (gpunvme is never
+# built in, and /init loads everything); under TCG a stock kernel has been
+# seen to oops that early (int3 in a jmp being patched, TCG's cross-
+# modifying code). Such a boot is shown, kept, counted as a skip, and
+# booted once more; a second early death fails the run as before.
+early_crash=
+boot_once "${GPUNVME_VM_FIRST_BOOT_APPEND:-}"
+if ! grep -q '^@@gpunvme INIT\|Run /init as init process' "$log" && grep -Eq "$KLOG_BAD" "$log" &&
+    [ -z "$deadline_hit" ]; then
+    early_crash=$(grep -E "$KLOG_BAD" "$log" | head -n 12)
+    mv "$log" "$log.boot1"
+    : >"$results"
+    echo "# run.sh: the kernel crashed before /init (no gpunvme code had run); console kept in $log.boot1; booting once more"
+    boot_once
+fi
 echo
 if [ -n "$boot_hit" ]; then
     echo "# run.sh: the VM did not reach /init within ${boot_timeout}s; last 60 console lines:"
@@ -514,6 +546,11 @@ if [ "$hotplug" = 1 ]; then
         END { if (inblk) flush(); print "@@known " known + 0 }' <<<"$run_part")
     known_pciehp=$(tail -n1 <<<"$run_part" | awk '{ print $2 }')
     run_part=$(sed '$d' <<<"$run_part")
+fi
+if [ -n "$early_crash" ]; then
+    skipped=$((skipped + 1))
+    notes+=$'\n'"SKIP a first boot crashed before /init (before any gpunvme code; console in $log.boot1), booted again:"
+    notes+=$'\n'"$(sed 's/^/    /' <<<"$early_crash")"
 fi
 boot_bad=$(grep -E "$KLOG_BAD" <<<"$boot_part" || true)
 bad=$(grep -E "$KLOG_BAD" <<<"$run_part" || true)

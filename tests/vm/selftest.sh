@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/vm/selftest.sh: test the VM runner itself (four VM boots, ~1.5 min).
+# tests/vm/selftest.sh: test the VM runner itself (eight VM boots, ~2 min).
 # Runs known-good and known-bad fixtures from tests/vm/selftest/ and checks
 # run.sh's exit status, its last line and a few of its messages.
 # Extra arguments (e.g. --kdir DIR) are passed to every run.sh call.
@@ -41,7 +41,7 @@ expect() {
 
 common=("$@")
 echo "TAP version 13"
-echo "1..4"
+echo "1..6"
 
 # pass.sh: 2 ok (its indented "not ok" is a subtest); skip.sh: 1 skipped;
 # plus "kernel log clean".
@@ -70,6 +70,22 @@ expect hotplug 1 "4 passed, 1 failed, 1 skipped" \
     'hotplug: gpunvme0 deleted' 'hotplug: device_add gpunvme0 done' \
     'SKIP kernel log: 1 lockdep report' 'FAIL kernel log clean' 'WARNING: possible circular locking' \
     -- --hotplug "$FX/hotplug.sh" --script "$FX/pciehp-lockdep.sh"
+
+# A kernel that dies before /init (no root fs: rdinit names nothing) on
+# the first boot only: shown, counted as a skip, booted again, and the
+# second boot's results count. pass.sh 2/0 plus "kernel log clean".
+GPUNVME_VM_FIRST_BOOT_APPEND=rdinit=/nonexistent \
+expect early-crash-once 0 "3 passed, 0 failed, 1 skipped" \
+    'crashed before /init (no gpunvme code had run)' \
+    'SKIP a first boot crashed before /init' 'Kernel panic - not syncing: VFS' \
+    -- --file /usr/bin/basename:hostbasename "$FX/pass.sh"
+
+# The same on every boot: booted twice, never more, and the run fails:
+# pass.sh never started, no /init, the console's panic.
+expect early-crash-always 1 "0 passed, 3 failed, 1 skipped" \
+    'SKIP a first boot crashed before /init' 'FAIL boot: the VM never reached /init' \
+    'FAIL kernel log clean' \
+    -- --append rdinit=/nonexistent "$FX/pass.sh"
 
 echo "# $((n - failed)) passed, $failed failed"
 [ "$failed" -eq 0 ]
