@@ -81,7 +81,9 @@
  * only for earlier tickets (its slot's previous round; the ring for
  * earlier positions), so no wait is circular: a ticket still waiting for
  * its slot holds back the doorbell for later positions (they are marked,
- * and rung once it posts) but never anything it waits for.
+ * and rung once it posts) but never anything it waits for. pq_wait()'s
+ * linger makes a done lane wait for others, bounded by a count of polls,
+ * so it can delay but never close a cycle.
  *
  * Performance: the lanes of a warp that claim, post and reap together
  * share one ticket add, one ring and one reap round. Left to leave a wait
