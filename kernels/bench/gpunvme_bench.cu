@@ -1485,8 +1485,8 @@ int main(int argc, char **argv)
 		char tag[16];
 		snprintf(tag, sizeof(tag), "PTl%u", pt[i].linger);
 		run_out o = run_print(pt[i].xfer ? "PRP" : pt[i].reconverge ? (pt[i].backoff ? "PTrb" : "PTr") :
-				      pt[i].backoff ? "PTbo" : !pt[i].api ? "PT" :
-				      pt[i].linger == PQ_LINGER_POLLS ? "PT" : tag, pt[i]);
+				      pt[i].backoff ? "PTbo" :
+				      !pt[i].api || pt[i].linger == PQ_LINGER_POLLS ? "PT" : tag, pt[i]);
 		if (pt[i].xfer)
 			printf("PRP   %s: %.2f GB/s in %u KiB reads, %llu SQ doorbell writes for %llu commands\n",
 			       pt[i].mode, o.gbps, pt[i].xfer / 1024,

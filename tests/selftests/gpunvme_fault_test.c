@@ -16,15 +16,6 @@
 #include "kselftest_harness.h"
 #include "nvme_io.h"
 
-static int drop_admin_doorbells(unsigned int n)
-{
-	char path[128], v[16];
-
-	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/drop_admin_doorbells", gpunvme_bdf());
-	snprintf(v, sizeof(v), "%u", n);
-	return sysfs_write(path, v);
-}
-
 /* Write `pages` pages at `lba` through `q` (a PRP list when > 2), read them
  * back into the second half of `b`, and check every byte. */
 static int write_verify(struct qp *q, struct hostbuf *b, uint32_t nsid, uint32_t lbs,

@@ -737,17 +737,9 @@ TEST_F(iso, mmap_of_other_objects_refused)
 /* dma-buf size from /proc/self/fdinfo, or -1. */
 static long long dmabuf_size(int fd)
 {
-	char path[64], line[128];
-	long long size = -1;
+	char path[64];
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "size: %lld", &size) == 1)
-			break;
-	fclose(f);
-	return size;
+	return read_field(path, "size:");
 }
 
 /*

@@ -162,19 +162,39 @@ static inline int bind_gpunvme(const char *bdf)
 	return strcmp(drv, "gpunvme") ? -ENODEV : 0;
 }
 
-/* "VmLck:" of this process in kB (RLIMIT_MEMLOCK charge), or -1. */
-static inline long vm_locked_kb(void)
+/* The number after `key` on the first line of `path` that starts with it
+ * (a procfs "Key: value" file: status, fdinfo), or -1. */
+static inline long long read_field(const char *path, const char *key)
 {
-	char line[128];
-	long kb = -1;
-	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long long v = -1;
+	size_t n = strlen(key);
+	FILE *f = fopen(path, "r");
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmLck: %ld kB", &kb) == 1)
+		if (!strncmp(line, key, n)) {
+			v = strtoll(line + n, NULL, 10);
 			break;
+		}
 	fclose(f);
-	return kb;
+	return v;
+}
+
+/* "VmLck:" of this process in kB (RLIMIT_MEMLOCK charge), or -1. */
+static inline long vm_locked_kb(void)
+{
+	return (long)read_field("/proc/self/status", "VmLck:");
+}
+
+/* The debugfs knob that swallows the next `n` admin doorbells. */
+static inline int drop_admin_doorbells(unsigned int n)
+{
+	char path[128], v[16];
+
+	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/drop_admin_doorbells", gpunvme_bdf());
+	snprintf(v, sizeof(v), "%u", n);
+	return sysfs_write(path, v);
 }
 
 /* References on the gpunvme module (open files, dma-bufs), or -1. */

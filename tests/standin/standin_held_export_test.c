@@ -69,14 +69,6 @@ static int settles(long long ref, long long alloc, int ms)
 	}
 }
 
-static int drop_admin_doorbells(unsigned int n)
-{
-	char path[128], v[16];
-	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/drop_admin_doorbells", gpunvme_bdf());
-	snprintf(v, sizeof(v), "%u", n);
-	return sysfs_write(path, v);
-}
-
 /* A shared pair whose SQ edu imported; the export's fd is closed (the
  * import holds the dma-buf). */
 static int imported_pair(int nv, int sd, struct qp *q, struct standin_import *d)
@@ -89,6 +81,13 @@ static int imported_pair(int nv, int sd, struct qp *q, struct standin_import *d)
 	r = standin_import(sd, fd, d);
 	close(fd);
 	return r;
+}
+
+/* edu stops ignoring revokes and lets go of its import: 0 or -errno. */
+static int let_go(int sd, uint32_t handle)
+{
+	int r = set_hold_mappings(0);
+	return r ? r : standin_release(sd, handle);
 }
 
 /* DESTROY_QPAIR of `qid` while the controller gets no doorbell for the
@@ -232,8 +231,7 @@ TEST_F_TIMEOUT(held, deleted_pair_goes_when_its_late_importer_lets_go, 60)
 	EXPECT_EQ(self->ref0 + 1, gpunvme_refcnt()) TH_LOG("the kept SQ's dma-buf holds the module");
 	EXPECT_EQ(self->alloc0 + 1, qpairs_allocated()) TH_LOG("the pair edu maps was freed");
 
-	ASSERT_EQ(0, set_hold_mappings(0));
-	ASSERT_EQ(0, standin_release(self->sd, d.handle));
+	ASSERT_EQ(0, let_go(self->sd, d.handle));
 	EXPECT_SETTLES(self->ref0, self->alloc0, "3 s after edu let go");
 	EXPECT_EQ(freed0 + 1, klog_count("its importers let go of the deleted queue's memory: freed", NULL));
 }
@@ -260,8 +258,7 @@ TEST_F_TIMEOUT(held, pair_kept_for_the_controller_lets_its_exports_go, 90)
 	EXPECT_EQ(self->ref0 + 2, gpunvme_refcnt()) TH_LOG("the file and the kept SQ's dma-buf");
 
 	int let0 = klog_count("its importers let go of its memory; kept until the controller is disabled", NULL);
-	ASSERT_EQ(0, set_hold_mappings(0));
-	ASSERT_EQ(0, standin_release(self->sd, d.handle));
+	ASSERT_EQ(0, let_go(self->sd, d.handle));
 	EXPECT_SETTLES(self->ref0 + 1, self->alloc0 + 1, "3 s after edu let go");
 	EXPECT_EQ(let0 + 1, klog_count("its importers let go of its memory; kept until the controller is disabled", NULL));
 
@@ -291,8 +288,7 @@ TEST_F_TIMEOUT(held, pair_kept_across_a_reinit_goes_when_its_importer_lets_go, 9
 	EXPECT_EQ(self->alloc0 + 1, qpairs_allocated());
 
 	int freed0 = klog_count("its importers let go of the deleted queue's memory: freed", NULL);
-	ASSERT_EQ(0, set_hold_mappings(0));
-	ASSERT_EQ(0, standin_release(self->sd, d.handle));
+	ASSERT_EQ(0, let_go(self->sd, d.handle));
 	EXPECT_SETTLES(self->ref0, self->alloc0, "3 s after edu let go");
 	EXPECT_EQ(freed0 + 1, klog_count("its importers let go of the deleted queue's memory: freed", NULL));
 }
@@ -321,8 +317,7 @@ TEST_F_TIMEOUT(held, unbind_leaves_no_reference_once_the_importer_lets_go, 90)
 	EXPECT_EQ(leaked0 + 1, klog_count("an importer still holds are leaked", NULL));
 	EXPECT_EQ(self->ref0 + 1, gpunvme_refcnt()) TH_LOG("the dma-buf edu holds keeps the module");
 
-	ASSERT_EQ(0, set_hold_mappings(0));
-	ASSERT_EQ(0, standin_release(self->sd, d.handle));
+	ASSERT_EQ(0, let_go(self->sd, d.handle));
 	EXPECT_EQ(0, settles(self->ref0, -1, 3000))
 		TH_LOG("3 s after edu let go: refcnt %lld (was %lld)", gpunvme_refcnt(), self->ref0);
 

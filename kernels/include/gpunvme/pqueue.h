@@ -1026,6 +1026,23 @@ struct pq_held {
 
 GPUNVME_HD int32_t pq_take(const pqueue &q, pq_ticket t, cqe *out);
 
+/* After poll i of a wait or spin found nothing: ERR_AGAIN to poll again, or the
+ * failure (the stop flag, the deadline), which poisons the pair. */
+GPUNVME_HD int32_t pq_wait_go_on(const pqueue &q, deadline &d, uint32_t i)
+{
+	int32_t err = ERR_AGAIN;
+	if (i % PQ_STOP_EVERY == 0 && pq_stop(q))
+		err = ERR_STOPPED;
+	int st = d.step(wall_ticks());
+	if (st == DEADLINE_EXPIRED)
+		err = ERR_TIMEOUT;
+	else if (st == DEADLINE_CLOCK_STUCK)
+		err = ERR_CLOCK;
+	if (err != ERR_AGAIN)
+		pq_fail(q, err);
+	return err;
+}
+
 /*
  * Spin until *p == want, reaping meanwhile; bounded by the deadline and the
  * stop flag (read every PQ_STOP_EVERY polls). A failure poisons the pair.
@@ -1049,18 +1066,9 @@ GPUNVME_HD int32_t pq_spin(const pqueue &q, const uint32_t *p, uint32_t want,
 			return r;
 		if (r > 0 && atom::ld32_acquire(p) == want)
 			return OK;
-		int32_t err = OK;
-		if (i % PQ_STOP_EVERY == 0 && pq_stop(q))
-			err = ERR_STOPPED;
-		int st = d.step(wall_ticks());
-		if (st == DEADLINE_EXPIRED)
-			err = ERR_TIMEOUT;
-		else if (st == DEADLINE_CLOCK_STUCK)
-			err = ERR_CLOCK;
-		if (err != OK) {
-			pq_fail(q, err);
+		const int32_t err = pq_wait_go_on(q, d, i);
+		if (err != ERR_AGAIN)
 			return err;
-		}
 		if (r == 0 && q.backoff)
 			pq_pause();
 	}
@@ -1290,23 +1298,6 @@ GPUNVME_HD int32_t pq_test(const pqueue &q, pq_ticket t, cqe *out)
 		return pq_take(q, t, out);
 	return ERR_AGAIN;
 #endif
-}
-
-/* After poll i of a wait found nothing: ERR_AGAIN to poll again, or the
- * failure (the stop flag, the deadline), which poisons the pair. */
-GPUNVME_HD int32_t pq_wait_go_on(const pqueue &q, deadline &d, uint32_t i)
-{
-	int32_t err = ERR_AGAIN;
-	if (i % PQ_STOP_EVERY == 0 && pq_stop(q))
-		err = ERR_STOPPED;
-	int st = d.step(wall_ticks());
-	if (st == DEADLINE_EXPIRED)
-		err = ERR_TIMEOUT;
-	else if (st == DEADLINE_CLOCK_STUCK)
-		err = ERR_CLOCK;
-	if (err != ERR_AGAIN)
-		pq_fail(q, err);
-	return err;
 }
 
 /*
