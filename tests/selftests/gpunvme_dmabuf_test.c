@@ -610,6 +610,60 @@ TEST_F(dmabuf, cq_in_a_mapping)
 }
 
 /*
+ * A mapping refused at its reply (its DMA addresses cannot be written
+ * back) while the file has a pair stays the file's until close, but leaves
+ * its buffers at once: a raw pair's CQ may not be put there
+ * (GPUNVME_QPAIR_CQ_IN_MAP naming it is a handle of no mapping), while a
+ * mapping made right after it takes the CQ. Its handle is known: handles
+ * come from one counter per file, so it lies between the mappings made
+ * just before and after it.
+ */
+TEST_F(dmabuf, cq_not_in_a_mapping_refused_late)
+{
+	struct gpunvme_qpair_create c;
+	struct gpunvme_map_dmabuf before, late, after;
+	uint64_t addrs[1];
+	uint8_t *mem[3];
+	int buf[3];
+
+	if (!gpunvme_test_owner_mode())
+		SKIP(return, "GPUNVME_QPAIR_CQ_IN_MAP needs a raw pair (owner mode)");
+	for (int i = 0; i < 3; i++) {
+		buf[i] = make_udmabuf(4096, &mem[i]);
+		ASSERT_LE(0, buf[i]);
+	}
+	int r = claim_owner(self->fd, NULL);
+	ASSERT_TRUE(r == 0 || r == -EALREADY);
+	struct qp g;
+	ASSERT_EQ(0, qp_create_flags(self->fd, 8, GPUNVME_QPAIR_RAW, &g));
+	void *ro = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, ro);
+	ASSERT_EQ(0, map_dmabuf(self->fd, buf[0], addrs, 1, &before));
+	EXPECT_EQ(-EFAULT, map_dmabuf(self->fd, buf[1], ro, 1, &late));
+	ASSERT_EQ(0, map_dmabuf(self->fd, buf[2], addrs, 1, &after));
+	ASSERT_EQ(before.handle + 2, after.handle) TH_LOG("the refused mapping took no handle between them");
+
+	int none0 = klog_count("no such mapping on this file", NULL);
+	UAPI_INIT(c);
+	c.depth = 16;
+	c.flags = GPUNVME_QPAIR_RAW | GPUNVME_QPAIR_CQ_IN_MAP;
+	c.cq_handle = before.handle + 1;
+	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(none0 + 1, klog_count("no such mapping on this file", NULL));
+	c.cq_handle = after.handle;
+	EXPECT_EQ(0, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+	EXPECT_EQ(0, qpair_destroy(self->fd, c.qid));
+
+	EXPECT_EQ(0, qp_destroy(&g));
+	EXPECT_EQ(0, unmap_handle(self->fd, before.handle));
+	EXPECT_EQ(0, unmap_handle(self->fd, after.handle));
+	for (int i = 0; i < 3; i++)
+		close(buf[i]);
+	munmap(ro, 4096);
+}
+
+/*
  * The CQ's mapping revoked by its exporter while the raw pair lives: the
  * CQ is in an import of another pair's SQ memory (the module's own export,
  * which it revokes when that pair is destroyed). The importer must keep
