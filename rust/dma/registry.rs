@@ -263,7 +263,13 @@ impl DmaRegistry {
                 && !e.held.still()
                 && !mapped.iter().any(|m| m.0 == e.q.gen)
         };
-        let lent = |w: &Quarantined| matches!(w, Quarantined::Lent(_, h) if !h.still());
+        // A lent pair has no user mapping (lent at its file's release, or
+        // kept through a disable, which needs every file's mappings zapped
+        // or its file released); checked all the same, as for retired.
+        let lent = |w: &Quarantined| match w {
+            Quarantined::Lent(q, h) => !h.still() && !mapped.iter().any(|m| m.0 == q.gen),
+            _ => false,
+        };
         let (Ok(mut retired), Ok(mut let_go)) = (
             room_for(&self.queues, unreached),
             room_for(&self.quarantine, lent),

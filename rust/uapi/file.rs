@@ -762,9 +762,11 @@ impl OpenState {
     /// caller to free outside the lock. Its pages were in `buffers`, so, as
     /// UNMAP refuses for the same reason, while this file has pairs a
     /// command may already name them: then the mapping stays the file's
-    /// (out of `buffers`: no new command may name it, nor may a new raw
-    /// pair put its CQ there), freed with its others at close once
-    /// the pairs are deleted, and `None` is returned. (Not kept until the
+    /// (out of `buffers`: no new command the relay checks may name it, nor
+    /// may a new raw pair put its CQ there; a raw pair's own SQEs are not
+    /// checked, and may reach it as they may reach any of the file's
+    /// memory), freed with its others at close once the pairs are deleted,
+    /// and `None` is returned. (Not kept until the
     /// controller is disabled: an import would keep its exporter's buffer,
     /// and this module when it is its own export, pinned until unbind.)
     fn drop_map(&self, handle: u32) -> Option<Mapped> {
