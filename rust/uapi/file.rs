@@ -997,8 +997,9 @@ extern "C" fn gpunvme_mmap_fault(
 }
 
 /// Close: delete this file's queues on the controller (SQ before CQ), then
-/// free their memory and unpin its buffers. If a delete fails, all of the
-/// file's memory is kept until the controller is disabled at unbind.
+/// free their memory and unpin its buffers. If a delete fails, now or at an
+/// earlier DESTROY_QPAIR, all of the file's memory is kept until the
+/// controller is disabled (re-initialised once idle, or unbound).
 impl Drop for OpenState {
     fn drop(&mut self) {
         let sh = &self.shared;
@@ -1043,6 +1044,11 @@ impl Drop for OpenState {
                 }
             }
         }
+        // A queue ID the file still holds names a queue whose delete the
+        // controller never confirmed, now or at an earlier DESTROY_QPAIR
+        // that timed out: its commands may still run, into any of the
+        // file's buffers. They are kept until the controller is disabled.
+        stuck |= sh.qids_held(self.id) != 0;
         for m in maps {
             if stuck {
                 sh.quarantine(Quarantined::Buffer(m.map));

@@ -455,6 +455,61 @@ TEST(unmap_refused_while_a_delete_is_unconfirmed)
 	new_file_works(_metadata, seed);
 }
 
+/* H1: a destroy that timed out before close (not during it). Another file
+ * keeps a live pair, so the controller is not re-initialised at the close:
+ * the closing file's buffers must stay pinned and mapped (the quarantine
+ * holds them, VmLck keeps their charge) while the unconfirmed pair's
+ * commands may still run, and go only once the controller is disabled
+ * (re-initialised when the other file leaves). Close used to count only
+ * the deletes that failed during the close itself, and unpinned them. */
+TEST(close_keeps_buffers_while_an_earlier_delete_is_unconfirmed)
+{
+	struct hostbuf hb, other_hb;
+	struct qp q, other;
+	struct gpunvme_info info;
+	uint32_t seed = 56 + (getpid() & 7);
+	const size_t len = 64 * 4096;
+
+	int b = gpunvme_open_bound();
+	ASSERT_LE(0, b);
+	ASSERT_EQ(0, qp_create(b, 8, &other));
+	ASSERT_EQ(0, hostbuf_map(b, 8 * 4096, &other_hb));
+	int a = gpunvme_open_bound();
+	ASSERT_LE(0, a);
+	ASSERT_EQ(0, get_info(a, &info));
+	uint32_t pages = pages_within_limit(&info, 16);
+	long long bufs0 = kept_quarantined("buffers");
+	ASSERT_LE(0, bufs0);
+	long lck0 = vm_locked_kb();
+	ASSERT_LE(0, lck0);
+	ASSERT_EQ(0, hostbuf_map(a, len, &hb));
+	long lck1 = vm_locked_kb();
+	ASSERT_LE(lck0 + (long)(len / 1024), lck1) TH_LOG("MAP_HOST is not charged to VmLck");
+	ASSERT_EQ(0, qp_create(a, 16, &q));
+	ASSERT_EQ(0, write_verify(&q, &hb, info.ns[0].nsid, info.ns[0].lba_size, 6000, pages, seed));
+	qp_unmap(&q);
+	ASSERT_EQ(0, drop_admin_doorbells(1));
+	EXPECT_EQ(-ETIMEDOUT, qpair_destroy(a, q.c.qid));
+	drop_admin_doorbells(0);
+	int reinit = klog_count("controller re-initialised", NULL);
+	close(a);
+	EXPECT_EQ(bufs0 + 1, kept_quarantined("buffers"))
+		TH_LOG("close freed a buffer the unconfirmed pair may still DMA into");
+	EXPECT_LE(lck1, vm_locked_kb()) TH_LOG("the kept buffer was unpinned (VmLck dropped)");
+	/* The other file is untouched and its I/O works meanwhile. */
+	EXPECT_EQ(0, read_check(&other, &other_hb, info.ns[0].nsid, info.ns[0].lba_size, 6000, 1, seed));
+	EXPECT_EQ(reinit, klog_count("controller re-initialised", NULL));
+	/* Once nobody holds a queue, the controller is re-initialised: the
+	 * disable ends every command, and the kept buffer goes. */
+	EXPECT_EQ(0, qp_destroy(&other));
+	close(b);
+	EXPECT_LT(reinit, klog_wait_more("controller re-initialised", NULL, reinit, 10000));
+	EXPECT_EQ(bufs0, kept_quarantined("buffers"));
+	/* Both buffers' charges are gone (b's went at its close). */
+	EXPECT_GE(lck0, vm_locked_kb()) TH_LOG("the kept buffer was never unpinned");
+	new_file_works(_metadata, seed);
+}
+
 /* Open the controller node by its number: the fd, or -errno. */
 static int open_node(int idx)
 {

@@ -197,6 +197,35 @@ static inline int drop_admin_doorbells(unsigned int n)
 	return sysfs_write(path, v);
 }
 
+/* The first line of debugfs gpunvme-<bdf>/kept (what the registry holds:
+ * "queues live L retired R; buffers B; quarantine: queues Q buffers QB
+ * exported E lent N; waits for importers: yes|no"), or "". */
+static inline void kept_text(char *out, size_t len)
+{
+	char path[160];
+	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/kept", gpunvme_bdf());
+	FILE *f = fopen(path, "r");
+	out[0] = 0;
+	if (f) {
+		if (!fgets(out, len, f))
+			out[0] = 0;
+		fclose(f);
+	}
+	out[strcspn(out, "\n")] = 0;
+}
+
+/* How many of `kind` ("queues", "buffers", "exported", "lent") the
+ * quarantine holds (memory the controller may still use), or -1. */
+static inline long long kept_quarantined(const char *kind)
+{
+	char k[256], key[32];
+	kept_text(k, sizeof(k));
+	const char *q = strstr(k, "quarantine:");
+	snprintf(key, sizeof(key), " %s ", kind);
+	const char *at = q ? strstr(q, key) : NULL;
+	return at ? strtoll(at + strlen(key), NULL, 10) : -1;
+}
+
 /* References on the gpunvme module (open files, dma-bufs), or -1. */
 static inline long long gpunvme_refcnt(void)
 {

@@ -28,20 +28,6 @@ FIXTURE(held) {
 	long long ref0, alloc0;	/* module references, pairs allocated */
 };
 
-static void kept_text(char *out, size_t len)
-{
-	char path[160];
-	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/kept", gpunvme_bdf());
-	FILE *f = fopen(path, "r");
-	out[0] = 0;
-	if (f) {
-		if (!fgets(out, len, f))
-			out[0] = 0;
-		fclose(f);
-	}
-	out[strcspn(out, "\n")] = 0;
-}
-
 /* Nothing of an earlier test still waits for an importer (up to `ms`). */
 static int waits_for_no_importer(int ms)
 {
