@@ -50,4 +50,8 @@ struct gpunvme_watch *gpunvme_shim_watch_start(void *ctx, u32 period_ms);
 void gpunvme_shim_watch_stop(struct gpunvme_watch *wt);
 int gpunvme_shim_add_poll(struct miscdevice *misc);
 int gpunvme_shim_pci_event(struct device *dev, u32 ev, const char *name);
+/* rust/uapi/quota.c */
+u32 gpunvme_quota_qpairs(void);
+u32 gpunvme_quota_maps(void);
+u32 gpunvme_quota_exports(void);
 #endif

@@ -8,6 +8,7 @@
 pub(crate) mod chardev;
 pub(crate) mod file;
 pub(crate) mod owner;
+pub(crate) mod quota;
 
 use kernel::{
     ioctl::{_IOW, _IOWR},
@@ -56,7 +57,9 @@ pub(crate) struct Info {
     pub(crate) modes: u32,
     pub(crate) shared_max_transfer: u32,
     pub(crate) node_nsid: u32,
-    pub(crate) reserved: [u64; 6],
+    pub(crate) quota_qpairs: u32,
+    pub(crate) quota_maps: u32,
+    pub(crate) reserved: [u64; 5],
 }
 
 impl Default for Info {
@@ -267,7 +270,7 @@ mod tests {
     use core::mem::{offset_of, size_of};
 
     extern "C" {
-        static gpunvme_uapi_layout_info: [usize; 27];
+        static gpunvme_uapi_layout_info: [usize; 29];
         static gpunvme_uapi_ioc_get_info: u32;
         static gpunvme_uapi_version: u32;
         static gpunvme_uapi_layout_others: [usize; 44];
@@ -387,6 +390,8 @@ mod tests {
             offset_of!(Info, modes),
             offset_of!(Info, shared_max_transfer),
             offset_of!(Info, node_nsid),
+            offset_of!(Info, quota_qpairs),
+            offset_of!(Info, quota_maps),
             offset_of!(Info, reserved),
             size_of::<NsInfo>(),
             offset_of!(NsInfo, lba_size),

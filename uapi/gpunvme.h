@@ -129,6 +129,12 @@ struct gpunvme_ns_info {
  *               covers it).
  * @node_nsid:   out: the namespace this file is limited to (a namespace
  *               node), or 0 (the controller node: every active namespace).
+ * @quota_qpairs: out: queue pairs this file may hold at once (module
+ *               parameter max_qpairs_per_file); CREATE_QPAIR fails with
+ *               EDQUOT beyond it. 0: no limit (the owner is exempt).
+ * @quota_maps:  out: buffers (MAP_HOST and MAP_DMABUF together) this file
+ *               may have mapped at once (max_maps_per_file); EDQUOT beyond.
+ *               0: no limit.
  * @reserved:    in: zero; out: zero.
  */
 struct gpunvme_info {
@@ -155,7 +161,9 @@ struct gpunvme_info {
 	__u32 modes;
 	__u32 shared_max_transfer;
 	__u32 node_nsid;
-	__u64 reserved[6];
+	__u32 quota_qpairs;
+	__u32 quota_maps;
+	__u64 reserved[5];
 };
 
 /* gpunvme_info.iommu_mode */
@@ -264,11 +272,13 @@ struct gpunvme_info {
  * The queue pair belongs to the file: closing it (or process exit) deletes
  * both queues on the controller (SQ first) before their memory is freed.
  * Errors: EINVAL, EPERM (GPUNVME_QPAIR_RAW without owning the controller),
- * EBUSY (another file owns the controller), ENOSPC (no I/O queue left: info.io_queues in use),
- * ENOMEM, EIO (the controller failed the command; the log has its status),
+ * EBUSY (another file owns the controller, or it is not yet reset after its
+ * owner left), ENOSPC (no I/O queue left: info.io_queues in use), EDQUOT
+ * (this file holds info.quota_qpairs pairs already), ENOMEM, EIO (the controller failed the command; the log has its status),
  * ETIMEDOUT (the controller did not answer the admin command in time),
  * EOPNOTSUPP (a doorbell stride of 4 KiB or more puts this queue's SQ and
- * CQ doorbells on two pages, which one doorbell page cannot export),
+ * CQ doorbells on two pages, which one doorbell page cannot export, or
+ * beyond the end of BAR0),
  * ENODEV (unbound).
  */
 struct gpunvme_qpair_create {
@@ -330,7 +340,8 @@ struct gpunvme_qpair_destroy {
  * userfaultfd) holds up only this call.
  * Errors: EINVAL (alignment, size), EFAULT (not mapped, or dma_addrs bad),
  * ENOMEM (also: RLIMIT_MEMLOCK would be exceeded), EIO (DMA mapping
- * failed), EBUSY (another file owns the controller), ENODEV.
+ * failed), EBUSY (another file owns the controller), EDQUOT (this file has
+ * info.quota_maps buffers mapped already), ENODEV.
  */
 struct gpunvme_map_host {
 	__u32 size;
@@ -372,7 +383,8 @@ struct gpunvme_map_host {
  * Errors: EBADF, EINVAL (size not 4 KiB multiple, more pages than
  * max_pages, max_pages out of range, unaligned segments), EOPNOTSUPP,
  * ETIMEDOUT (exporter fences), EINTR/ERESTARTSYS (a signal during that
- * wait), EBUSY (another file owns the controller), ENODEV.
+ * wait), EBUSY (another file owns the controller), EDQUOT (this file has
+ * info.quota_maps buffers mapped already), ENODEV.
  */
 struct gpunvme_map_dmabuf {
 	__u32 size;
@@ -439,7 +451,8 @@ struct gpunvme_unmap {
  * of the controller (or the next disable or unbind); memory an importer
  * holds at unbind is never freed. Errors: ENOENT (no such live queue pair), EINVAL,
  * ENODEV (unbound), EOPNOTSUPP (no p2pdma provider for the doorbell),
- * ENOMEM, EMFILE (no free descriptor).
+ * EDQUOT (the pair has max_exports_per_qpair exports already; owners are
+ * exempt), ENOMEM, EMFILE (no free descriptor).
  */
 struct gpunvme_export {
 	__u32 size;

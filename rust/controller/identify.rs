@@ -92,9 +92,87 @@ pub(crate) fn active_nsids(b: &[u8]) -> impl Iterator<Item = u32> + '_ {
         .take_while(|&id| id != 0)
 }
 
+/// Why a controller identified again (`now`) is not the one files were
+/// told about at bind (`then`): a namespace gone, added, reformatted or
+/// resized, a smaller transfer limit, or fewer I/O queues. `None` if the
+/// same. The validator's geometry comes from `then`, so any change to it
+/// must keep the controller from serving files.
+pub(crate) fn changed_since_bind(
+    then: &crate::uapi::Info,
+    now: &crate::uapi::Info,
+) -> Option<&'static str> {
+    let a = &then.ns[..then.num_namespaces as usize];
+    let b = &now.ns[..now.num_namespaces as usize];
+    if a.len() != b.len() || a.iter().zip(b).any(|(x, y)| x.nsid != y.nsid) {
+        return Some("its usable namespaces changed");
+    }
+    if a.iter().zip(b).any(|(x, y)| x.lba_size != y.lba_size) {
+        return Some("a namespace was formatted to another LBA size");
+    }
+    if a.iter()
+        .zip(b)
+        .any(|(x, y)| x.capacity_lbas != y.capacity_lbas)
+    {
+        return Some("a namespace changed size");
+    }
+    if now.mdts_bytes < then.mdts_bytes {
+        return Some("its maximum transfer size shrank");
+    }
+    if now.io_queues < then.io_queues {
+        return Some("fewer I/O queues were granted");
+    }
+    None
+}
+
 #[kernel::prelude::kunit_tests(gpunvme_identify)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn changes_since_bind() {
+        let mut ns = [crate::uapi::NsInfo::default(); crate::uapi::MAX_NS];
+        ns[0] = crate::uapi::NsInfo {
+            nsid: 1,
+            lba_size: 512,
+            capacity_lbas: 1000,
+        };
+        ns[1] = crate::uapi::NsInfo {
+            nsid: 2,
+            lba_size: 4096,
+            capacity_lbas: 50,
+        };
+        let then = crate::uapi::Info {
+            num_namespaces: 2,
+            ns,
+            mdts_bytes: 1 << 20,
+            io_queues: 8,
+            ..Default::default()
+        };
+        let mut now = then;
+        assert_eq!(changed_since_bind(&then, &now), None);
+        now.ns[1].lba_size = 512;
+        assert!(changed_since_bind(&then, &now).is_some());
+        now = then;
+        now.ns[0].capacity_lbas = 999;
+        assert!(changed_since_bind(&then, &now).is_some());
+        now = then;
+        now.num_namespaces = 1;
+        assert!(changed_since_bind(&then, &now).is_some());
+        now = then;
+        now.ns[1].nsid = 3;
+        assert!(changed_since_bind(&then, &now).is_some());
+        now = then;
+        now.io_queues = 4;
+        assert!(changed_since_bind(&then, &now).is_some());
+        now = then;
+        now.mdts_bytes = 1 << 19;
+        assert!(changed_since_bind(&then, &now).is_some());
+        // More is not a change the validator must fear.
+        now = then;
+        now.io_queues = 16;
+        now.mdts_bytes = 1 << 21;
+        assert_eq!(changed_since_bind(&then, &now), None);
+    }
 
     #[test]
     fn ascii_trimmed_and_terminated() {

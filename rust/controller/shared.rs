@@ -10,6 +10,7 @@
 use kernel::{
     bindings,
     device::{Bound, Device},
+    dma::Coherent,
     io::poll::read_poll_timeout,
     io::Io,
     new_mutex, new_poll_condvar,
@@ -31,6 +32,7 @@ use crate::dma::registry::{DmaRegistry, FileId, Held, Mapped, Quarantined};
 use crate::queues::qpair::QPair;
 use crate::shim;
 use crate::uapi;
+use crate::uapi::quota;
 
 /// I/O queue IDs the module hands out (bounded by the controller's grant).
 const MAX_QUEUES: usize = 64;
@@ -39,6 +41,13 @@ const MAX_QUEUES: usize = 64;
 /// still exist on the controller, so the ID is not handed out again until
 /// the controller is re-initialised.
 const ORPHAN: FileId = FileId::MAX;
+
+/// `Tenancy::owner` once the owner's file is released: raw access ended,
+/// but what the owner (or GPU code it gave its raw queues to) may have set
+/// on the controller through the admin queue (queues, a Host Memory
+/// Buffer, a format) is still there. No file is admitted until the
+/// controller is reset and identified again (`recover_if_idle`).
+const OWNER_LEFT: FileId = FileId::MAX - 1;
 
 /// `Shared::state`: the controller serves files.
 const UP: u32 = 0;
@@ -317,12 +326,10 @@ impl Shared {
     /// controller (owner and shared tenants never coexist).
     pub(crate) fn claim_qid(&self, file: FileId) -> Result<u16> {
         let mut t = self.tenancy.lock();
-        if t.owner != 0 && t.owner != file {
-            dev_warn!(
-                self.dev,
-                "CREATE_QPAIR: another file owns the controller (raw access)\n"
-            );
-            return Err(EBUSY);
+        self.admits(&t, file, "CREATE_QPAIR")?;
+        if t.owner != file {
+            let held = t.qids.iter().filter(|&&f| f == file).count();
+            quota::check(&self.dev, "CREATE_QPAIR", quota::Kind::Qpairs, held)?;
         }
         let limit = (self.info.io_queues as usize).min(MAX_QUEUES);
         let Some(free) = t.qids[..limit].iter().position(|&f| f == 0) else {
@@ -335,6 +342,35 @@ impl Shared {
         };
         t.qids[free] = file;
         Ok(free as u16 + 1)
+    }
+
+    /// EBUSY, with a log line naming `what`, unless `file` may use the
+    /// controller: nobody else owns it, and it is not waiting for the
+    /// reset that follows an owner.
+    fn admits(&self, t: &Tenancy, file: FileId, what: &str) -> Result {
+        if t.owner == OWNER_LEFT {
+            dev_warn!(
+                self.dev,
+                "{}: the controller is reset after its owner left before any file is admitted, and that reset has not run yet (an importer still holds one of the owner's exports, or it failed: see the log)\n",
+                what
+            );
+            return Err(EBUSY);
+        }
+        if t.owner != 0 && t.owner != file {
+            dev_warn!(
+                self.dev,
+                "{}: another file owns the controller (raw access)\n",
+                what
+            );
+            return Err(EBUSY);
+        }
+        Ok(())
+    }
+
+    /// EBUSY (and a log line naming `what`) while another file owns the
+    /// controller or it waits for its reset after an owner.
+    pub(crate) fn not_owned_by_another(&self, file: FileId, what: &str) -> Result {
+        self.admits(&self.tenancy.lock(), file, what)
     }
 
     /// `file` gives back `qid` (if it still holds it: a failure may have
@@ -354,10 +390,7 @@ impl Shared {
         if t.owner == file {
             return Err(EALREADY);
         }
-        if t.owner != 0 {
-            dev_warn!(self.dev, "CLAIM_OWNER: another file owns the controller\n");
-            return Err(EBUSY);
-        }
+        self.admits(&t, file, "CLAIM_OWNER")?;
         if let Some(q) = t
             .qids
             .iter()
@@ -398,11 +431,18 @@ impl Shared {
         self.tenancy.lock().owner
     }
 
+    /// The owner's file is released: no file is admitted until the
+    /// controller is reset (`recover_if_idle`, which the caller runs next).
     pub(crate) fn release_owner(&self, file: FileId) {
         let mut t = self.tenancy.lock();
         if t.owner == file {
-            t.owner = 0;
+            t.owner = OWNER_LEFT;
         }
+    }
+
+    /// Still waiting for the reset after an owner (after `recover_if_idle`).
+    pub(crate) fn owner_left(&self) -> bool {
+        self.tenancy.lock().owner == OWNER_LEFT
     }
 
     /// Say that deleted queue `qid` is kept for an importer.
@@ -488,9 +528,13 @@ impl Shared {
     }
 
     /// When the admin queue lost a completion (its state on the controller
-    /// is unknown) and no file holds a queue or ownership, disable the
-    /// controller, free what was kept for it, and bring it up again with a
-    /// fresh admin queue: the next file gets a controller in a known state.
+    /// is unknown) or an owner left, and no file holds a queue or
+    /// ownership, disable the controller, free what was kept for it, bring
+    /// it up again with a fresh admin queue and identify it again: the next
+    /// file gets a controller in a known state. After an owner, only once
+    /// no importer holds one of its exports (a doorbell page still mapped
+    /// by a peer could ring the next tenant's queues); the watch asks
+    /// again every tick meanwhile.
     pub(crate) fn recover_if_idle(&self) {
         let mut guard = self.admin.lock();
         if self.state.load(Acquire) != UP {
@@ -499,14 +543,20 @@ impl Shared {
         let Some(admin) = Option::as_mut(&mut *guard) else {
             return;
         };
-        if !admin.unsure() {
-            return;
-        }
-        {
+        let owner_left = {
             let t = self.tenancy.lock();
-            if t.owner != 0 || t.qids.iter().any(|&f| f != 0 && f != ORPHAN) {
+            if (t.owner != 0 && t.owner != OWNER_LEFT)
+                || t.qids.iter().any(|&f| f != 0 && f != ORPHAN)
+            {
                 return;
             }
+            t.owner == OWNER_LEFT
+        };
+        if !admin.unsure() && !owner_left {
+            return;
+        }
+        if owner_left && self.dma.lock().held_by_importer() {
+            return;
         }
         // SAFETY: as in `with_admin`: unbind sets GONE, then takes the
         // admin lock before the device can become unbound; we hold the lock
@@ -517,8 +567,19 @@ impl Shared {
         let Ok(bar) = self.bar.access(dev) else {
             return;
         };
-        dev_warn!(self.dev, "admin queue lost a completion and no queue is in use: re-initialising the controller\n");
-        if self.restart(bar, admin).is_err() {
+        if owner_left {
+            dev_info!(
+                self.dev,
+                "its owner left: resetting the controller before any file is admitted\n"
+            );
+        } else {
+            dev_warn!(self.dev, "admin queue lost a completion and no queue is in use: re-initialising the controller\n");
+        }
+        if self.restart(dev, bar, admin).is_ok() {
+            if owner_left {
+                self.tenancy.lock().owner = 0;
+            }
+        } else {
             // Not serving files any more: cut off the open ones (they hold
             // no queue) and tell their pollers.
             self.set_down(Failure::Fatal);
@@ -527,14 +588,16 @@ impl Shared {
     }
 
     /// Disable the controller, free what was kept for its sake, forget
-    /// queue IDs that might still have existed on it, and enable it again
-    /// with a fresh admin queue. Called with the admin lock held. No user
+    /// queue IDs that might still have existed on it, enable it again
+    /// with a fresh admin queue and identify it again: a namespace whose
+    /// format or size is not what the files were told at bind keeps it
+    /// unusable until rebind. Called with the admin lock held. No user
     /// mapping reaches what is freed: a quarantined queue whose delete
     /// failed keeps its queue ID on its open file (which blocks a restart
     /// while the controller serves files) until the file is released, and
     /// a file is released only once its mappings are gone; after a failure
     /// every file's mappings were zapped and fault with SIGBUS.
-    fn restart(&self, bar: &Bar0<'_>, admin: &mut AdminQueue) -> Result {
+    fn restart(&self, dev: &Device<Bound>, bar: &Bar0<'_>, admin: &mut AdminQueue) -> Result {
         if crate::controller::disable(&self.dev, bar, self.cap, &self.fake_csts).is_err() {
             dev_err!(
                 self.dev,
@@ -554,20 +617,8 @@ impl Shared {
             *f = 0;
         }
         admin.reset()?;
-        let ring = |offset: usize, value: u32| bar.try_write32(value, offset);
-        let up = crate::controller::enable(&self.dev, bar, self.cap, admin).and_then(|()| {
-            let cqe = admin.submit(
-                &self.dev,
-                self.cap,
-                crate::queues::command::set_num_queues(self.info.io_queues as u16),
-                &ring,
-            )?;
-            if crate::queues::command::granted_queues(cqe.result) < self.info.io_queues {
-                dev_err!(self.dev, "fewer I/O queues granted after re-initialising\n");
-                return Err(EIO);
-            }
-            Ok(())
-        });
+        let up = crate::controller::enable(&self.dev, bar, self.cap, admin)
+            .and_then(|()| self.identify_again(dev, bar, admin));
         match up {
             Ok(()) => dev_info!(self.dev, "controller re-initialised\n"),
             Err(e) => dev_err!(
@@ -577,6 +628,39 @@ impl Shared {
             ),
         }
         up
+    }
+
+    /// After an enable: the controller and namespaces are what the files
+    /// were told at bind (the validator and GET_INFO use that geometry),
+    /// and as many I/O queues are granted.
+    fn identify_again(
+        &self,
+        dev: &Device<Bound>,
+        bar: &Bar0<'_>,
+        admin: &mut AdminQueue,
+    ) -> Result {
+        let buf: Coherent<[u8]> =
+            Coherent::zeroed_slice(dev, crate::controller::identify::IDENTIFY_LEN, GFP_KERNEL)?;
+        let ring = |offset: usize, value: u32| bar.try_write32(value, offset);
+        let mut now = uapi::Info::default();
+        let res = crate::controller::identify(dev, admin, self.cap, &ring, &buf, &mut now);
+        if res.is_err() {
+            // A command that got no completion may still write `buf`: it
+            // goes only once the controller is stopped.
+            if crate::controller::disable(&self.dev, bar, self.cap, &self.fake_csts).is_err() {
+                core::mem::forget(buf);
+            }
+            return res;
+        }
+        if let Some(why) = crate::controller::identify::changed_since_bind(&self.info, &now) {
+            dev_err!(
+                self.dev,
+                "identified again, the controller is not what it was at bind ({}): it stays unusable until rebind\n",
+                why
+            );
+            return Err(EIO);
+        }
+        Ok(())
     }
 
     /// Stop serving the files of the current epoch (their calls fail with
@@ -819,7 +903,7 @@ impl Shared {
         // SAFETY: as in `with_admin`: the state is not GONE under the lock.
         let dev = unsafe { self.dev.as_bound() };
         let bar = self.bar.access(dev)?;
-        self.restart(bar, admin)?;
+        self.restart(dev, bar, admin)?;
         let _dma = self.dma.lock();
         self.state.store(UP, Release);
         Ok(())
@@ -848,6 +932,10 @@ impl Shared {
             let _ = self.reinit();
         }
         self.free_let_go();
+        if self.owner_left() {
+            // Its exports' importers may have let go this tick.
+            self.recover_if_idle();
+        }
         true
     }
 

@@ -249,6 +249,15 @@ impl DmaRegistry {
                 .any(|w| w.held().is_some_and(|(_, h)| !h.is_clean()))
     }
 
+    /// Does an importer still map (or fence) an export of a queue pair?
+    pub(crate) fn held_by_importer(&self) -> bool {
+        self.queues.iter().any(|e| e.held.still())
+            || self
+                .quarantine
+                .iter()
+                .any(|w| w.held().is_some_and(|(_, h)| h.still()))
+    }
+
     /// Take out what nothing reaches any more: retired pairs no mapping
     /// and no importer reaches, and deleted pairs whose importers all let
     /// go (`Lent`). For the caller to drop outside the registry's lock; on

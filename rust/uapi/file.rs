@@ -29,8 +29,8 @@ use crate::dma::registry::{FileId, Held, MapEntry, Mapped, Quarantined, QueueEnt
 use crate::queues::command;
 use crate::queues::qpair::{self, MapKind, QPair};
 use crate::shim::{self, Export, HostMap, Import};
-use crate::uapi::owner;
 use crate::uapi::{self, check_header};
+use crate::uapi::{owner, quota};
 
 pub(crate) struct OpenState {
     pub(crate) shared: Arc<Shared>,
@@ -134,6 +134,10 @@ impl OpenState {
         }
         out.shared_max_transfer = validate::shared_max_transfer(sh.info.mdts_bytes);
         out.node_nsid = self.node_nsid;
+        if owner != self.id {
+            out.quota_qpairs = quota::Kind::Qpairs.limit();
+            out.quota_maps = quota::Kind::Maps.limit();
+        }
         writer.write(&out)?;
         Ok(0)
     }
@@ -174,18 +178,28 @@ impl OpenState {
         Ok(0)
     }
 
-    /// EBUSY (and a log line) while another file owns the controller.
+    /// EBUSY (and a log line) while another file owns the controller, or
+    /// it waits for its reset after an owner.
     fn not_owned_by_another(&self, what: &str) -> Result {
-        let owner = self.shared.owner();
-        if owner != 0 && owner != self.id {
-            dev_warn!(
-                self.shared.dev,
-                "{}: another file owns the controller (raw access)\n",
-                what
-            );
-            return Err(EBUSY);
+        self.shared.not_owned_by_another(self.id, what)
+    }
+
+    /// EDQUOT unless this file (an owner is exempt) may map one more
+    /// buffer. Called under the admin lock, which every MAP_* holds until
+    /// its mapping is recorded, so two maps cannot both pass the last slot.
+    fn maps_within_quota(&self, call: &str) -> Result {
+        let sh = &self.shared;
+        if sh.owner() == self.id {
+            return Ok(());
         }
-        Ok(())
+        let held = sh
+            .dma
+            .lock()
+            .maps
+            .iter()
+            .filter(|m| m.file == self.id)
+            .count();
+        quota::check(&sh.dev, call, quota::Kind::Maps, held)
     }
 
     /// The namespaces this file's shared pairs may address.
@@ -545,6 +559,13 @@ impl OpenState {
             );
             return Err(EINVAL);
         }
+        if !matches!(
+            req.kind,
+            uapi::EXPORT_DOORBELL | uapi::EXPORT_SQ | uapi::EXPORT_CQ | uapi::EXPORT_PRP_POOL
+        ) {
+            dev_warn!(sh.dev, "EXPORT: unknown kind {}\n", req.kind);
+            return Err(EINVAL);
+        }
         // The device must stay bound while the export is made: hold the admin lock.
         let (length, fd) = sh.with_admin(self.epoch, |_, _, _| {
             let mut dma = sh.dma.lock();
@@ -556,6 +577,9 @@ impl OpenState {
                 );
                 return Err(ENOENT);
             };
+            if sh.owner() != self.id {
+                quota::check(&sh.dev, "EXPORT", quota::Kind::Exports, e.exports.len())?;
+            }
             e.exports.reserve(1, GFP_KERNEL)?;
             // Queue memory: a coherent allocation of the pair.
             let memory = |c: &Coherent<[u8]>| -> Result<(Export, i32, u64)> {
@@ -649,6 +673,7 @@ impl OpenState {
         })?;
         sh.with_admin(self.epoch, |dev, _, _| {
             self.not_owned_by_another("MAP_HOST")?;
+            self.maps_within_quota("MAP_HOST")?;
             map.map(dev, &mut addrs)?;
             sh.dma.lock().maps.push(
                 MapEntry {
@@ -694,6 +719,7 @@ impl OpenState {
         let handle = self.next_handle.fetch_add(1, Relaxed);
         let len = sh.with_admin(self.epoch, |_, _, _| {
             self.not_owned_by_another("MAP_DMABUF")?;
+            self.maps_within_quota("MAP_DMABUF")?;
             let (import, len) = Import::new(&sh.dev, req.fd, &mut addrs, &self.buffers, handle)?;
             self.buffers.add(handle, &addrs[..(len / 4096) as usize])?;
             // A revoke that came before the pages were added removed nothing.
@@ -1059,5 +1085,11 @@ impl Drop for OpenState {
         sh.unregister_file(self.file);
         sh.free_unreached();
         sh.recover_if_idle();
+        if sh.owner_left() {
+            dev_warn!(
+                sh.dev,
+                "its owner left while an importer holds one of its exports: no file is admitted (EBUSY) until that importer lets go and the controller is reset\n"
+            );
+        }
     }
 }

@@ -33,6 +33,8 @@ const size_t gpunvme_uapi_layout_info[] = {
 	offsetof(struct gpunvme_info, modes),
 	offsetof(struct gpunvme_info, shared_max_transfer),
 	offsetof(struct gpunvme_info, node_nsid),
+	offsetof(struct gpunvme_info, quota_qpairs),
+	offsetof(struct gpunvme_info, quota_maps),
 	offsetof(struct gpunvme_info, reserved),
 	sizeof(struct gpunvme_ns_info),
 	offsetof(struct gpunvme_ns_info, lba_size),

@@ -435,18 +435,33 @@ TEST_F(io, bad_host_buffers)
 	EXPECT_EQ(ENOENT, errno);
 }
 
+/* Every I/O queue pair of the controller can be taken: by the owner's one
+ * file, or in shared mode by several files, none past its quota. */
 TEST_F(io, more_queues_than_available)
 {
 	uint32_t n = self->info.io_queues;
+	uint32_t per = self->info.quota_qpairs ? self->info.quota_qpairs : n;
+	uint32_t nfiles = (n + per - 1) / per;
 	struct qp *q = calloc(n, sizeof(*q));
+	int *fds = calloc(nfiles, sizeof(int));
 	ASSERT_NE(NULL, q);
+	ASSERT_NE(NULL, fds);
+	if (gpunvme_test_owner_mode())
+		ASSERT_EQ(1, nfiles) TH_LOG("an owner has no queue-pair quota");
 	for (uint32_t i = 0; i < n; i++) {
-		ASSERT_EQ(0, qp_create(self->fd, 2, &q[i])) TH_LOG("queue %u of %u", i + 1, n);
+		uint32_t f = i / per;
+		if (i % per == 0)
+			fds[f] = f ? gpunvme_open_bound() : self->fd;
+		ASSERT_LE(0, fds[f]);
+		ASSERT_EQ(0, qp_create(fds[f], 2, &q[i])) TH_LOG("queue %u of %u (file %u)", i + 1, n, f);
 	}
 	struct gpunvme_qpair_create c;
 	UAPI_INIT(c);
 	c.depth = 2;
-	EXPECT_EQ(-1, ioctl(self->fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+	int fresh = gpunvme_open_bound();
+	ASSERT_LE(0, fresh);
+	/* Full: the owner's file, or in shared mode a file holding none. */
+	EXPECT_EQ(-1, ioctl(gpunvme_test_owner_mode() ? self->fd : fresh, GPUNVME_IOC_CREATE_QPAIR, &c));
 	EXPECT_EQ(ENOSPC, errno);
 	for (uint32_t i = 0; i < n; i++)
 		EXPECT_EQ(0, qp_destroy(&q[i]));
@@ -454,6 +469,88 @@ TEST_F(io, more_queues_than_available)
 	struct qp again;
 	EXPECT_EQ(0, qp_create(self->fd, 2, &again));
 	EXPECT_EQ(0, qp_destroy(&again));
+	close(fresh);
+	for (uint32_t f = 1; f < nfiles; f++)
+		close(fds[f]);
+	free(fds);
+	free(q);
+}
+
+/* A module parameter's value (/sys/module/gpunvme/parameters/NAME), or -1. */
+static long long param(const char *name)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "/sys/module/gpunvme/parameters/%s", name);
+	return read_number(path, -1);
+}
+
+/* M4: one shared-mode file that takes every queue pair, buffer and export
+ * its quotas allow gets EDQUOT past each, and still leaves a second file
+ * able to create a pair, map memory and do I/O. Without the quotas the
+ * first file took every I/O queue pair (the second got ENOSPC). */
+TEST_F(io, file_quotas_leave_room_for_others)
+{
+	if (gpunvme_test_owner_mode())
+		SKIP(return, "an owner is exempt from the quotas (it has the controller alone)");
+	uint32_t nq = self->info.quota_qpairs, nm = self->info.quota_maps;
+	ASSERT_LT(0, nq) TH_LOG("GET_INFO reports no queue-pair quota");
+	ASSERT_LT(0, nm) TH_LOG("GET_INFO reports no mapping quota");
+	EXPECT_EQ(nq, param("max_qpairs_per_file"));
+	EXPECT_EQ(nm, param("max_maps_per_file"));
+	ASSERT_LT(nq, self->info.io_queues) TH_LOG("the default quota must leave pairs for others");
+	long long nx = param("max_exports_per_qpair");
+	ASSERT_LT(0, nx);
+
+	struct qp *q = calloc(nq, sizeof(*q));
+	struct hostbuf *b = calloc(nm, sizeof(*b));
+	ASSERT_NE(NULL, q);
+	ASSERT_NE(NULL, b);
+	for (uint32_t i = 0; i < nq; i++) {
+		ASSERT_EQ(0, qp_create(self->fd, 2, &q[i])) TH_LOG("pair %u of %u", i + 1, nq);
+	}
+	struct qp extra;
+	EXPECT_EQ(-EDQUOT, qp_create(self->fd, 2, &extra));
+	/* The fixture's buffer is one of the file's maps. */
+	for (uint32_t i = 1; i < nm; i++) {
+		ASSERT_EQ(0, hostbuf_map(self->fd, 4096, &b[i])) TH_LOG("buffer %u of %u", i + 1, nm);
+	}
+	struct hostbuf over;
+	EXPECT_EQ(-EDQUOT, hostbuf_map(self->fd, 4096, &over));
+	int xfd[16];
+	ASSERT_GE(16, nx);
+	for (long long i = 0; i < nx; i++) {
+		ASSERT_EQ(0, export_fd(self->fd, q[0].c.qid, GPUNVME_EXPORT_SQ, &xfd[i])) TH_LOG("export %lld", i + 1);
+	}
+	int x = -1;
+	EXPECT_EQ(-EDQUOT, export_fd(self->fd, q[0].c.qid, GPUNVME_EXPORT_CQ, &x));
+	/* Another export of another pair still works. */
+	EXPECT_EQ(0, export_fd(self->fd, q[1].c.qid, GPUNVME_EXPORT_CQ, &x));
+	close(x);
+
+	/* The second tenant: a pair, a buffer and I/O, every byte checked. */
+	int other = gpunvme_open_bound();
+	ASSERT_LE(0, other);
+	struct qp oq;
+	struct hostbuf ob;
+	ASSERT_EQ(0, hostbuf_map(other, 8 * 4096, &ob));
+	ASSERT_EQ(0, qp_create(other, 8, &oq));
+	EXPECT_EQ(0, roundtrip(&oq, &ob, 1, 4000, 2, 0, self->lbs, 77));
+	EXPECT_EQ(0, qp_destroy(&oq));
+	EXPECT_EQ(0, hostbuf_unmap(other, &ob));
+	close(other);
+
+	/* Giving one back makes room again. */
+	for (long long i = 0; i < nx; i++)
+		close(xfd[i]);
+	EXPECT_EQ(0, qp_destroy(&q[nq - 1]));
+	EXPECT_EQ(0, qp_create(self->fd, 2, &q[nq - 1]));
+	for (uint32_t i = 0; i < nq; i++)
+		EXPECT_EQ(0, qp_destroy(&q[i]));
+	for (uint32_t i = 1; i < nm; i++)
+		EXPECT_EQ(0, hostbuf_unmap(self->fd, &b[i]));
+	EXPECT_EQ(0, hostbuf_map(self->fd, 4096, &over));
+	EXPECT_EQ(0, hostbuf_unmap(self->fd, &over));
+	free(b);
 	free(q);
 }
 

@@ -315,4 +315,60 @@ TEST_F_TIMEOUT(held, unbind_leaves_no_reference_once_the_importer_lets_go, 90)
 	EXPECT_EQ(0, qp_destroy(&q2));
 }
 
+/*
+ * H2: the controller's owner leaves while edu still maps an export of its
+ * raw pair (a peer that could go on using the owner's raw access). No
+ * file is admitted (EBUSY, and the log says why) until edu lets go; then
+ * the module's watch resets the controller, with no gpunvme call to prompt
+ * it, and a shared file creates a pair and does I/O. The module used to
+ * admit shared files as soon as the owner's file was released.
+ */
+TEST_F_TIMEOUT(held, owner_export_held_keeps_files_out_until_reset, 60)
+{
+	struct qp q, s;
+	struct standin_import d;
+	struct hostbuf hb;
+	int fd = -1;
+
+	int r = claim_owner(self->nv, NULL);
+	if (r == -EPERM)
+		SKIP(return, "owner mode is refused here (IOMMU, lockdown or capability)");
+	ASSERT_EQ(0, r);
+	ASSERT_EQ(0, qp_create_flags(self->nv, 64, GPUNVME_QPAIR_RAW, &q));
+	ASSERT_EQ(0, export_fd(self->nv, q.c.qid, GPUNVME_EXPORT_SQ, &fd));
+	ASSERT_EQ(0, standin_import(self->sd, fd, &d));
+	close(fd);
+	ASSERT_EQ(0, set_hold_mappings(1));
+	int refused0 = klog_count("reset after its owner left before any file is admitted", NULL);
+	int resets0 = klog_count("its owner left: resetting the controller", NULL);
+	qp_unmap(&q);
+	close(self->nv);
+	self->nv = -1;
+	EXPECT_EQ(resets0, klog_count("its owner left: resetting the controller", NULL))
+		TH_LOG("reset while a peer still maps the owner's export");
+
+	int sh = gpunvme_open_bound();
+	ASSERT_LE(0, sh);
+	EXPECT_EQ(-EBUSY, qp_create_flags(sh, 8, 0, &s)) TH_LOG("a shared file was admitted before the reset");
+	EXPECT_LT(refused0, klog_count("reset after its owner left before any file is admitted", NULL));
+	EXPECT_EQ(-EBUSY, hostbuf_map(sh, 8 * 4096, &hb));
+
+	ASSERT_EQ(0, let_go(self->sd, d.handle));
+	EXPECT_LT(resets0, klog_wait_more("its owner left: resetting the controller", NULL, resets0, 5000))
+		TH_LOG("edu let go, but the watch never reset the controller");
+	struct gpunvme_info info;
+	ASSERT_EQ(0, get_info(sh, &info));
+	uint32_t lbs = info.ns[0].lba_size, nsid = info.ns[0].nsid;
+	ASSERT_EQ(0, hostbuf_map(sh, 8 * 4096, &hb));
+	ASSERT_EQ(0, qp_create_flags(sh, 8, 0, &s));
+	pattern_fill(hb.p, 4096, 31, 900, lbs);
+	EXPECT_EQ(0, qp_sync(&s, rw_cmd(OPC_WRITE, nsid, 900, 4096 / lbs, hb.dma[0], 0)));
+	memset(hb.p + 4096, 0, 4096);
+	EXPECT_EQ(0, qp_sync(&s, rw_cmd(OPC_READ, nsid, 900, 4096 / lbs, hb.dma[1], 0)));
+	EXPECT_EQ(-1, pattern_check(hb.p + 4096, 4096, 31, 900, lbs));
+	EXPECT_EQ(0, qp_destroy(&s));
+	EXPECT_EQ(0, hostbuf_unmap(sh, &hb));
+	close(sh);
+}
+
 TEST_HARNESS_MAIN

@@ -422,6 +422,8 @@ fn info_json(ctrl: &Controller, i: &Info) -> serde_json::Value {
         "modes": i.modes,
         "shared_max_transfer_bytes": i.shared_max_transfer_bytes,
         "node_nsid": i.node_nsid,
+        "quota_qpairs": i.quota_qpairs,
+        "quota_maps": i.quota_maps,
     })
 }
 
@@ -498,6 +500,12 @@ fn print_info(ctrl: &Controller, i: &Info) {
     if let Some(n) = i.node_nsid {
         println!("  this node           namespace {n} only");
     }
+    let limit = |q: Option<u32>| q.map_or("no limit".to_string(), |n| n.to_string());
+    println!(
+        "  per-file quotas     {} queue pairs, {} mapped buffers",
+        limit(i.quota_qpairs),
+        limit(i.quota_maps)
+    );
     for n in &i.namespaces {
         println!(
             "  namespace {:<9} {} blocks of {} bytes ({})",

@@ -193,6 +193,13 @@ pub struct Info {
     /// The namespace this file is limited to (opened through a namespace
     /// node, `/dev/gpunvme<N>n<NSID>`); `None` on the controller node.
     pub node_nsid: Option<u32>,
+    /// Queue pairs this file may hold at once (module parameter
+    /// `max_qpairs_per_file`; creating more fails with `EDQUOT`); `None`:
+    /// no limit (the owner is exempt).
+    pub quota_qpairs: Option<u32>,
+    /// Buffers (host and dma-buf) this file may have mapped at once
+    /// (`max_maps_per_file`); `None`: no limit.
+    pub quota_maps: Option<u32>,
 }
 
 impl Info {
@@ -267,6 +274,8 @@ impl Info {
             shared_max_transfer_bytes: (raw.shared_max_transfer != 0)
                 .then_some(raw.shared_max_transfer),
             node_nsid: (raw.node_nsid != 0).then_some(raw.node_nsid),
+            quota_qpairs: (raw.quota_qpairs != 0).then_some(raw.quota_qpairs),
+            quota_maps: (raw.quota_maps != 0).then_some(raw.quota_maps),
         })
     }
 

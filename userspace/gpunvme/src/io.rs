@@ -524,6 +524,8 @@ mod tests {
             },
             shared_max_transfer_bytes: Some(max_transfer),
             node_nsid: None,
+            quota_qpairs: None,
+            quota_maps: None,
         }
     }
 
