@@ -86,10 +86,17 @@ pub(crate) trait Port {
     fn mirror_cqe(&self, slot: u32, cqe: &Cqe);
 }
 
+/// Shadow SQEs one pass takes at most: a relay thread serves all its pairs
+/// in turn, so one file's full queue (each SQE up to 512 PRP-list entries
+/// to check) cannot hold the others' commands back for a whole queue.
+pub(crate) const BATCH: u32 = 32;
+
 /// Relay state for one queue pair, for its whole lifetime.
 pub(crate) struct Relay {
     qid: u16,
     depth: u32,
+    /// Shadow SQEs one `step` takes at most (`BATCH`).
+    batch: u32,
     /// Next shadow SQ slot to take.
     sq_head: u32,
     /// Last in-range shadow tail the file wrote.
@@ -119,6 +126,7 @@ impl Relay {
         Ok(Self {
             qid,
             depth,
+            batch: BATCH,
             sq_head: 0,
             tail: 0,
             real_tail: 0,
@@ -248,10 +256,12 @@ impl Relay {
             dma_mb(Read);
         }
         let mut submitted = false;
+        let mut taken = 0;
         // The mirror must hold a completion for this command and for every
         // one in flight; as it holds at most depth - 1, so many are in
         // flight at most, and a free command ID always exists.
-        while self.tail != self.sq_head && self.in_flight < self.cq_room() {
+        while self.tail != self.sq_head && self.in_flight < self.cq_room() && taken < self.batch {
+            taken += 1;
             let Some(cid) = self.alloc_cid() else { break };
             let sqe = port.shadow_sqe(self.sq_head);
             self.sq_head = self.next(self.sq_head);
@@ -328,7 +338,11 @@ impl validate::Memory for Reach<'_> {
     fn pool_entry(&self, addr: u64) -> Option<u64> {
         let m = &self.0.mem;
         let off = addr.checked_sub(m.pool_dma)?;
-        if off % 8 != 0 || off + 8 > m.pool_bytes as u64 {
+        if off % 8 != 0
+            || off
+                .checked_add(8)
+                .is_none_or(|end| end > m.pool_bytes as u64)
+        {
             return None;
         }
         // SAFETY: `off + 8 <= pool_bytes` and 8-byte aligned inside the
@@ -714,6 +728,27 @@ mod tests {
         assert_eq!(sh[1].cid, 0x1234);
         assert_eq!(&m.cq_rings.borrow()[..], &[2]);
         assert_eq!(r.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_pass_takes_at_most_a_batch() {
+        let (m, mut r, mut c) = (
+            model(),
+            Relay::new(1, D as u32).unwrap(),
+            Counters::default(),
+        );
+        r.batch = 2;
+        for s in 0..3 {
+            submit(&m, s, 0x02, s as u16);
+        }
+        m.tail.set(3);
+        assert!(r.step(&m, &mut c));
+        assert_eq!((c.sqes_accepted, &m.sq_rings.borrow()[..]), (2, &[2][..]));
+        assert!(r.step(&m, &mut c));
+        assert_eq!(
+            (c.sqes_accepted, &m.sq_rings.borrow()[..]),
+            (3, &[2, 3][..])
+        );
     }
 
     #[test]

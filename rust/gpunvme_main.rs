@@ -169,7 +169,9 @@ impl pci::Driver for GpunvmeDriver {
                     _ => "refused (shared mode only)",
                 }
             );
-            let shared = shared::Shared::new(ARef::from(dev), info, cap, devres_bar, admin)?;
+            let bar_len = usize::try_from(pdev.resource_len(0)?).map_err(|_| EINVAL)?;
+            let shared =
+                shared::Shared::new(ARef::from(dev), info, cap, devres_bar, bar_len, admin)?;
             dev_info!(
                 pdev,
                 "NVMe {}.{}.{}, MQES {}, doorbell stride {}, CAP.TO {} ms -> /dev/{}\n",

@@ -141,6 +141,8 @@ pub(crate) struct Shared {
     pub(crate) cap: Cap,
     /// BAR0, revoked by the driver core at unbind.
     pub(crate) bar: DevresBar<BAR0_MIN>,
+    /// BAR0's length: a queue whose doorbells lie beyond it is refused.
+    pub(crate) bar_len: usize,
     /// `None` once unbind has disabled the controller and freed the queue.
     #[pin]
     admin: Mutex<Option<AdminQueue>>,
@@ -198,6 +200,7 @@ impl Shared {
         info: uapi::Info,
         cap: Cap,
         bar: DevresBar<BAR0_MIN>,
+        bar_len: usize,
         admin: AdminQueue,
     ) -> Result<Arc<Self>> {
         Arc::pin_init(
@@ -206,6 +209,7 @@ impl Shared {
                 info,
                 cap,
                 bar,
+                bar_len,
                 admin <- new_mutex!(Some(admin)),
                 dma <- new_mutex!(DmaRegistry::default()),
                 tenancy <- new_mutex!(Tenancy::default()),

@@ -232,7 +232,7 @@ impl Pages<'_> {
             .iter()
             .rev()
             .take_while(|r| r.start + g.longest > page)
-            .any(|r| page + PAGE <= r.end)
+            .any(|r| page.checked_add(PAGE).is_some_and(|end| end <= r.end))
     }
 }
 

@@ -276,7 +276,7 @@ impl OpenState {
         sh.free_unreached();
         sh.recover_if_idle();
         let qid = sh.claim_qid(self.id)?;
-        let Some((_, mut sq_db, mut cq_db)) = qpair::doorbell_page(sh.cap, qid) else {
+        let Some((page, mut sq_db, mut cq_db)) = qpair::doorbell_page(sh.cap, qid) else {
             sh.release_qid(qid, self.id);
             dev_warn!(
                 sh.dev,
@@ -286,7 +286,25 @@ impl OpenState {
             );
             return Err(EOPNOTSUPP);
         };
+        if page + crate::controller::regs::PAGE_SIZE > sh.bar_len {
+            // The relay could not ring them, nor the owner map them.
+            sh.release_qid(qid, self.id);
+            dev_warn!(
+                sh.dev,
+                "CREATE_QPAIR: doorbell stride {} puts qid {}'s doorbells at {:#x}, beyond BAR0 ({:#x} bytes)\n",
+                sh.cap.doorbell_stride(),
+                qid,
+                page,
+                sh.bar_len
+            );
+            return Err(EOPNOTSUPP);
+        }
 
+        // Set when the queue may exist on the controller after all (a
+        // Create or Delete that got no answer): its qid stays held, so the
+        // file's buffers stay mapped (UNMAP, close) until it is confirmed
+        // gone or the controller is disabled.
+        let mut maybe_created = false;
         let created = sh.with_admin(self.epoch, |dev, admin, ring| {
             let max_transfer = limits.as_ref().map(|l| l.max_transfer);
             let mut dma = sh.dma.lock();
@@ -320,6 +338,7 @@ impl OpenState {
                 if definitely_failed(e) {
                     return Err(not_created(e));
                 }
+                maybe_created = true;
                 dma.quarantine(Quarantined::Queue(q));
                 return Err(e);
             }
@@ -331,6 +350,7 @@ impl OpenState {
                 if undone && definitely_failed(e) {
                     return Err(not_created(e));
                 }
+                maybe_created = true;
                 dma.quarantine(Quarantined::Queue(q));
                 return Err(e);
             }
@@ -361,6 +381,7 @@ impl OpenState {
                                 .into_iter()
                                 .all(|c| admin.submit(&sh.dev, sh.cap, c, ring).is_ok());
                             if !deleted {
+                                maybe_created = true;
                                 dma.quarantine(Quarantined::Queue(q));
                             }
                             return Err(e);
@@ -385,8 +406,11 @@ impl OpenState {
             let _ = dma.queues.push_within_capacity(entry);
             Ok((sizes, pool))
         });
-        let ((sq_size, cq_size), (prp_size, prp_dma)) =
-            created.inspect_err(|_| sh.release_qid(qid, self.id))?;
+        let ((sq_size, cq_size), (prp_size, prp_dma)) = created.inspect_err(|_| {
+            if !maybe_created {
+                sh.release_qid(qid, self.id);
+            }
+        })?;
         if !raw {
             // The file rings shadow cells in the shadow page instead.
             sq_db = crate::bridge::SHADOW_SQ_TAIL;
