@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The controller's debugfs directory, `gpunvme-<bdf>/`: test knobs and
-//! fault injection, all off by default (README, "Races and faults").
+//! fault injection, all off by default (tests/README.md, "Races and faults").
 //! Built with the kernel crate's `debugfs::Scope`, so the files go before
 //! the data they reach; removed at unbind, when the driver data drops.
 

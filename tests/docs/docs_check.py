@@ -405,8 +405,10 @@ def doc_files(root):
         files = []
     files = [f for f in files if os.path.exists(os.path.join(root, f))]
     if not files:
-        files = [f for f in ("README.md", "uapi/gpunvme.md", "uapi/architecture.svg", "rust/bridge/bridge.md",
-                             "tests/hardware/README.md") if os.path.exists(os.path.join(root, f))]
+        files = [f for f in ("README.md", "rust/README.md", "userspace/README.md", "tests/README.md",
+                             "uapi/gpunvme.md", "uapi/architecture.svg", "rust/bridge/bridge.md",
+                             "tests/hardware/README.md", "kernels/README.md")
+                 if os.path.exists(os.path.join(root, f))]
     return files
 
 

@@ -216,7 +216,7 @@ check "no namespace mounted or swapped on" "unmount its file systems and swapoff
 
 # ---- 2. build (the exact kernel toolchain), and prove the binaries are fresh --
 if [ -z "$SKIP_BUILD" ]; then
-    step "kernel tree can build gpunvme" "the kernel build tree $KDIR is missing, has no Rust support, or wants another rustc/clang: the lines above name both versions (README: Hardware and kernel requirements)" \
+    step "kernel tree can build gpunvme" "the kernel build tree $KDIR is missing, has no Rust support, or wants another rustc/clang: the lines above name both versions (rust/README.md: Requirements)" \
         bash "$ROOT/tests/dkms/check-toolchain.sh" "$KDIR"
     read -r -a MAKEVARS < <(bash "$ROOT/tests/dkms/check-toolchain.sh" --make-vars "$KDIR")
     step "build gpunvme.ko" "the module did not build against $KDIR: see the log" \
@@ -313,7 +313,7 @@ R=("$BDF" --namespace-id "$NSID" --start-block "$LBA" --block-count "$COUNT")
 used_pair() { # KIND LOG: the summary in LOG names a KIND (shared or raw) pair
     grep -q " on $1 qid [0-9]" "$2" || { echo "no 'on $1 qid N' in $2" >&2; return 1; }
 }
-step "write pattern (shared pair)" "a write through a shared queue pair failed: the NVMe status is in the log (with DNR: the module's checks refused it; see README 'A command completes with Invalid Field ...'); a timeout: the relay did not hand it on (rust/bridge/bridge.md)" \
+step "write pattern (shared pair)" "a write through a shared queue pair failed: the NVMe status is in the log (with DNR: the module's checks refused it; see rust/README.md 'A command completes with Invalid Field ...'); a timeout: the relay did not hand it on (rust/bridge/bridge.md)" \
     "$GPUNVME" write "${R[@]}" --pattern "$SEED"
 check "the default queue pair is a shared one" "the write's summary does not say 'on shared qid N': this CLI is not UAPI version 2's" used_pair shared "$LAST_LOG"
 step "verify pattern (shared pair)" "the data read back differs from what was written (first mismatch in the log), or the read failed" "$GPUNVME" verify "${R[@]}" --pattern "$SEED"
@@ -461,7 +461,7 @@ if [ -z "$SKIP_GPU" ]; then
     G=("$BDF" --namespace-id "$NSID" --qpairs "$QUEUES" --qd $((DEPTH - 1)) --cmds "$CMDS" --cmd-blocks "$BLOCKS" --start-block "$LBA" --code-objects "$CODE_OBJECTS")
     rm -f "$RESULTS/.stop-sampling"
     sample_counters & SAMPLER=$!
-    step "gpu-run write (shared pairs)" "the GPU could not write: the log says which import route failed and why, and the status (< 0: errno, e.g. -110 no completion before the deadline; > 0: NVMe status, with DNR from shared mode's checks); see README Troubleshooting and $RESULTS/relay-counters.txt" \
+    step "gpu-run write (shared pairs)" "the GPU could not write: the log says which import route failed and why, and the status (< 0: errno, e.g. -110 no completion before the deadline; > 0: NVMe status, with DNR from shared mode's checks); see Troubleshooting in kernels/README.md and rust/README.md, and $RESULTS/relay-counters.txt" \
         gpu_run "${G[@]}" --kernel write --pattern "$SEED"
     check "the GPU drove shared pairs" "gpu-run's 'route qN ...' lines do not all say shared: this CLI is not UAPI version 2's" routes_are shared
     # One pattern for the CPU and the GPU: what the GPU wrote, the CLI verifies.

@@ -3,7 +3,7 @@
 //! `Examples:` section is parsed by the real clap definition
 //! (`gpunvme_cli::command()`), must be an example of that command, and may
 //! name only options the command has; every long option its help lists is
-//! one the parser accepts; and every `gpunvme ...` line of the README's
+//! one the parser accepts; and every `gpunvme ...` line of the READMEs'
 //! code blocks parses too. Plus the vocabulary: one name per concept.
 
 use clap::Command;
@@ -228,7 +228,7 @@ fn every_option_listed_in_help_is_accepted() {
     }
 }
 
-/// The README's command lines: every line of a code block that starts with
+/// The READMEs' command lines: every line of a code block that starts with
 /// `gpunvme ` (the text after a `#` comment ignored).
 #[test]
 fn readme_command_lines_parse() {
@@ -236,7 +236,14 @@ fn readme_command_lines_parse() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let mut checked = 0;
     let mut errors = Vec::new();
-    for doc in ["README.md", "tests/hardware/README.md", "kernels/README.md"] {
+    for doc in [
+        "README.md",
+        "rust/README.md",
+        "userspace/README.md",
+        "tests/README.md",
+        "tests/hardware/README.md",
+        "kernels/README.md",
+    ] {
         let text = std::fs::read_to_string(format!("{root}/{doc}")).unwrap();
         let mut in_code = false;
         for (n, l) in text.lines().enumerate() {
