@@ -471,10 +471,14 @@ impl HostMapped<'_> {
         false
     }
 
-    /// Pointer to a `T` at byte `offset`, checked to fit and be aligned.
+    /// Pointer to a `T` at byte `offset`, checked to fit and be aligned;
+    /// panics otherwise (an offset near `usize::MAX` included: the end is
+    /// computed with `checked_add`, so it cannot wrap past the check).
     pub fn at<T>(&self, offset: usize) -> *mut T {
         assert!(
-            offset + std::mem::size_of::<T>() <= self.len
+            offset
+                .checked_add(std::mem::size_of::<T>())
+                .is_some_and(|end| end <= self.len)
                 && offset % std::mem::align_of::<T>() == 0,
             "offset {offset} does not hold a {}",
             std::any::type_name::<T>()
@@ -738,6 +742,34 @@ mod tests {
         );
     }
 
+    #[test]
+    fn host_mapped_at_hands_out_every_slot_that_fits() {
+        let (gpu, _) = gpu(false);
+        let hm = gpu.alloc_host_mapped(4096).unwrap();
+        assert_eq!(hm.at::<u64>(0), hm.cpu().cast());
+        assert_eq!(hm.at::<u64>(4088) as usize, hm.cpu() as usize + 4088);
+    }
+
+    /// S3: `offset + size_of::<T>()` near `usize::MAX` wrapped to a small
+    /// end that passed the check (release builds), and `cpu.add(offset)`
+    /// then went out of bounds: the check must refuse it, with its own
+    /// message (not an arithmetic-overflow panic).
+    #[test]
+    #[should_panic(expected = "does not hold a u64")]
+    fn host_mapped_at_refuses_an_offset_whose_end_wraps() {
+        let (gpu, _) = gpu(false);
+        let hm = gpu.alloc_host_mapped(4096).unwrap();
+        let _ = hm.at::<u64>(usize::MAX - 7);
+    }
+
+    #[test]
+    #[should_panic(expected = "does not hold a u64")]
+    fn host_mapped_at_refuses_a_slot_past_the_end() {
+        let (gpu, _) = gpu(false);
+        let hm = gpu.alloc_host_mapped(4096).unwrap();
+        let _ = hm.at::<u64>(4096);
+    }
+
     /// A runtime whose one "kernel" runs until its stop flag is raised
     /// (or forever, if it ignores the flag); every call is logged.
     #[derive(Default)]
@@ -771,8 +803,10 @@ mod tests {
         fn export_dmabuf(&self, _: u64, _: usize) -> Result<OwnedFd> {
             Err(GpuError("no".into()))
         }
-        fn alloc_host_mapped(&self, _: usize) -> Result<(*mut u8, u64)> {
-            Err(GpuError("no".into()))
+        fn alloc_host_mapped(&self, bytes: usize) -> Result<(*mut u8, u64)> {
+            // Host memory the fake "GPU" sees at 0x9000_0000; leaked (a test).
+            let mem: &'static mut [u64] = Vec::leak(vec![0u64; bytes.div_ceil(8)]);
+            Ok((mem.as_mut_ptr().cast(), 0x9000_0000))
         }
         fn free_host_mapped(&self, _: *mut u8) {}
         fn copy_to_device(&self, _: u64, _: &[u8]) -> Result<()> {

@@ -421,7 +421,7 @@ impl Io {
         let lba_size = self.ns.lba_size as u64;
         count
             .checked_mul(lba_size)
-            .filter(|&b| offset as u64 + b <= buf.len() as u64)
+            .filter(|&b| (offset as u64).checked_add(b).is_some_and(|e| e <= buf.len() as u64))
             .ok_or_else(|| {
                 Error::Invalid(format!(
                     "{count} blocks of {lba_size} bytes at offset {offset} do not fit a {}-byte buffer",
@@ -617,6 +617,18 @@ mod tests {
         assert!(matches!(e.error, Error::Invalid(_)), "{e}");
         let buf = io.read(0, 8, e.buffer.unwrap(), 0).unwrap();
         assert_eq!(buf.len(), 4096);
+    }
+
+    /// An offset whose end wraps `u64` is refused as not fitting (it
+    /// overflowed before the check, a panic in debug builds).
+    #[test]
+    fn an_offset_near_the_top_of_the_address_space_does_not_fit() {
+        let (ctrl, _model, mut io) = io(4, Mode::Shared, 64 << 10);
+        let buf = DmaBuffer::new(&ctrl, 1).unwrap();
+        let e = io.read(0, 1, buf, usize::MAX - 3).unwrap_err();
+        assert!(e.to_string().contains("do not fit"), "{e}");
+        assert!(e.buffer.is_some(), "refused before any command");
+        assert_eq!(io.commands(), 0);
     }
 
     #[test]
