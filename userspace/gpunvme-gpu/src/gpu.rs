@@ -80,24 +80,30 @@ pub const DROP_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A GPU opened for use: allocation, export, import, launch.
 ///
-/// If a kernel was still running when its [`Launch`] was dropped, the
-/// runtime is never unloaded (dropping the `Gpu` leaves it loaded), so the
-/// kernel's context, code and memory stay.
+/// If a kernel may still be running when the `Gpu` is dropped (its
+/// [`Launch`] was dropped before the kernel finished, or was leaked with
+/// [`std::mem::forget`]), the runtime is never unloaded (dropping the
+/// `Gpu` leaves it loaded), so the kernel's context, code and memory stay.
 pub struct Gpu {
     backend: ManuallyDrop<Box<dyn Backend>>,
     device: GpuDevice,
     runtime: RuntimeInfo,
-    /// Launches dropped while their kernel may still run.
-    leaked: AtomicUsize,
+    /// Kernels launched and not yet seen finished: counted at launch, and
+    /// uncounted only when [`Launch::finish`] or the launch's drop sees
+    /// the kernel done. A launch leaked with `mem::forget` (safe) or one
+    /// whose kernel would not stop stays counted, so the runtime is never
+    /// unloaded under it.
+    live: AtomicUsize,
     /// [`DROP_DEADLINE`] (shorter in the unit tests).
     drop_deadline: Duration,
 }
 
 impl Drop for Gpu {
     fn drop(&mut self) {
-        if *self.leaked.get_mut() == 0 {
-            // SAFETY: dropped once, here; no Launch is left (they borrow
-            // self) and none leaked a running kernel.
+        if *self.live.get_mut() == 0 {
+            // SAFETY: dropped once, here; every kernel launched on this Gpu
+            // was seen finished (a Launch dropped unfinished or forgotten
+            // is still counted in `live`), so none runs on this runtime.
             unsafe { ManuallyDrop::drop(&mut self.backend) };
         }
     }
@@ -160,7 +166,7 @@ impl Gpu {
             backend: ManuallyDrop::new(backend),
             device,
             runtime,
-            leaked: AtomicUsize::new(0),
+            live: AtomicUsize::new(0),
             drop_deadline: DROP_DEADLINE,
         })
     }
@@ -282,6 +288,13 @@ impl Gpu {
     ///   kernel reaches through them names memory that stays allocated and
     ///   mapped while it may run: memory owned by `keep`, or memory that
     ///   outlives the `Gpu`;
+    /// - `keep` **owns** that memory and does not borrow it (no `&` or
+    ///   `&mut` to a buffer, vector or mapping inside `K`): a `Launch` can
+    ///   be leaked with the safe [`std::mem::forget`], which ends every
+    ///   borrow in `keep` while the kernel runs on, so a borrowed buffer
+    ///   could then be read, written or freed by Rust under the kernel
+    ///   (the runtime itself stays loaded: a forgotten launch is still
+    ///   counted as running);
     /// - no Rust reference covers memory the kernel writes (or memory it
     ///   reads that Rust writes) while it may run: such memory is reached
     ///   from Rust only through raw pointers, with volatile or atomic
@@ -305,6 +318,8 @@ impl Gpu {
         let stream = self
             .backend
             .launch(func, cfg.grid, cfg.block, &mut params)?;
+        // Counted before the Launch exists: forgetting it keeps the count.
+        self.live.fetch_add(1, Ordering::AcqRel);
         Ok(Launch {
             gpu: self,
             stream,
@@ -532,7 +547,10 @@ pub struct LaunchConfig<'a> {
 /// [`finish`](Self::finish)). It cannot go away while the kernel may run:
 /// dropping it unfinished raises the stop flag and waits up to
 /// [`DROP_DEADLINE`]; a kernel still running then keeps its stream, its
-/// module and everything in `K` forever (leaked, never freed).
+/// module and everything in `K` forever (leaked, never freed). Leaking the
+/// `Launch` itself (`mem::forget`) leaks all of that too, and the [`Gpu`]
+/// then never unloads its runtime: the kernel counts as running until a
+/// `finish` or a drop has seen it done.
 ///
 /// A launch names raw device addresses, so it is `unsafe`:
 ///
@@ -636,12 +654,20 @@ impl<K> Launch<'_, K> {
         }
     }
 
+    /// The kernel was seen finished: its stream goes, and it no longer
+    /// keeps the runtime loaded. Called once (by `finish`, or by the drop).
+    fn retire(&mut self) {
+        debug_assert!(self.finished);
+        self.gpu.backend.destroy_stream(self.stream);
+        self.gpu.live.fetch_sub(1, Ordering::AcqRel);
+    }
+
     /// What the kernel used, once it has finished (its stream is destroyed
     /// then); the launch itself while it still runs.
     pub fn finish(mut self) -> std::result::Result<K, Self> {
         match self.is_done() {
             Ok(true) => {
-                self.gpu.backend.destroy_stream(self.stream);
+                self.retire();
                 // `keep` taken: Drop has nothing left to do.
                 self.module = None;
                 Ok(self.keep.take().expect("kept until finished"))
@@ -664,15 +690,14 @@ impl<K> Drop for Launch<'_, K> {
             }
         }
         if self.finished {
-            self.gpu.backend.destroy_stream(self.stream);
+            self.retire();
             drop(keep);
             return;
         }
         // Still running (or faulted, so unknown): nothing it can reach is
-        // freed, and the runtime stays loaded.
+        // freed, and it stays counted in `live`, so the runtime stays loaded.
         std::mem::forget(keep);
         std::mem::forget(self.module.take());
-        self.gpu.leaked.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -874,7 +899,7 @@ mod tests {
                 library: "fake".into(),
                 version: None,
             },
-            leaked: AtomicUsize::new(0),
+            live: AtomicUsize::new(0),
             drop_deadline: Duration::from_millis(50),
         };
         (gpu, log)
@@ -946,7 +971,7 @@ mod tests {
         let dropped = Arc::new(AtomicUsize::new(0));
         drop(launch(&gpu, &m, &dropped));
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
-        assert_eq!(gpu.leaked.load(Ordering::SeqCst), 0);
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 0);
         drop(m);
         drop(gpu);
         assert_eq!(
@@ -978,7 +1003,7 @@ mod tests {
             0,
             "buffers leaked, not freed"
         );
-        assert_eq!(gpu.leaked.load(Ordering::SeqCst), 1);
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 1);
         drop(m);
         drop(gpu);
         assert_eq!(
@@ -986,5 +1011,45 @@ mod tests {
             ["launch"],
             "no stream, module or runtime freed"
         );
+    }
+
+    /// S1: `mem::forget` of a running launch is safe and skips its drop.
+    /// The runtime must stay loaded all the same (the old code counted
+    /// only launches whose drop gave up, so it unloaded the runtime, its
+    /// context and the code under the running kernel).
+    #[test]
+    fn a_forgotten_launch_keeps_the_runtime_loaded() {
+        let (gpu, log) = gpu(true);
+        let m = gpu.load_module(b"").unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        std::mem::forget(launch(&gpu, &m, &dropped));
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 1);
+        drop(m);
+        drop(gpu);
+        assert_eq!(dropped.load(Ordering::SeqCst), 0, "what it used is leaked");
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["launch"],
+            "no stream, module or runtime freed under the kernel"
+        );
+    }
+
+    /// A launch seen finished stops counting, whether by `finish` or by
+    /// its drop: the runtime is unloaded once the `Gpu` goes.
+    #[test]
+    fn finished_launches_stop_counting() {
+        let (gpu, _log) = gpu(false);
+        let m = gpu.load_module(b"").unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let a = launch(&gpu, &m, &dropped);
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 1);
+        a.stop();
+        let keep = a.finish().map_err(|_| ()).expect("stopped: finished");
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 0);
+        let b = launch(&gpu, &m, &dropped);
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 1);
+        drop(b);
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 0);
+        drop(keep);
     }
 }
