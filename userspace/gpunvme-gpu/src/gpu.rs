@@ -5,7 +5,7 @@ use std::mem::ManuallyDrop;
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::driver::Driver;
@@ -32,8 +32,23 @@ pub(crate) trait Backend: Send + Sync {
     /// Zeroed host memory mapped for the GPU: (CPU pointer, GPU address).
     fn alloc_host_mapped(&self, bytes: usize) -> Result<(*mut u8, u64)>;
     fn free_host_mapped(&self, cpu: *mut u8);
-    fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()>;
-    fn copy_from_device(&self, dst: &mut [u8], src: u64) -> Result<()>;
+    /// Copies `src` to device address `dst`. After an error that may still
+    /// run, the copy engine may go on reading `src` (never writing it).
+    fn copy_to_device(&self, dst: u64, src: &[u8]) -> std::result::Result<(), CopyError>;
+    /// Copies `len` device bytes at `src` to host memory at `dst`.
+    ///
+    /// # Safety
+    ///
+    /// `dst .. dst + len` is host memory that no Rust reference covers and
+    /// that stays allocated until this returns `Ok`; after an `Err` with
+    /// `may_still_run` the copy engine may still write it, so it must stay
+    /// allocated and unread for good.
+    unsafe fn copy_from_device(
+        &self,
+        dst: *mut u8,
+        len: usize,
+        src: u64,
+    ) -> std::result::Result<(), CopyError>;
     fn load_module(&self, image: &[u8]) -> Result<usize>;
     fn unload_module(&self, module: usize);
     fn function(&self, module: usize, name: &str) -> Result<usize>;
@@ -51,6 +66,15 @@ pub(crate) trait Backend: Send + Sync {
     /// The import routes for `region`, in the order to try them.
     fn import_routes<'a>(&'a self, region: &Region<'a>) -> Vec<Route<'a>>;
     fn release_import(&self, undo: Undo);
+}
+
+/// A copy that failed; `may_still_run` when it was queued and not seen
+/// done (its deadline passed, or its stream failed), so the copy engine may
+/// still read its source and write its destination.
+#[derive(Debug)]
+pub(crate) struct CopyError {
+    pub(crate) error: GpuError,
+    pub(crate) may_still_run: bool,
 }
 
 /// Polls `done` until it is true, failing once `deadline` has passed;
@@ -96,6 +120,11 @@ pub struct Gpu {
     live: AtomicUsize,
     /// [`DROP_DEADLINE`] (shorter in the unit tests).
     drop_deadline: Duration,
+    /// The bounce buffers of device-to-host copies that failed while they
+    /// may still run: the copy engine may still write them, so they are
+    /// never freed (leaked when the `Gpu` goes). Each such copy also stays
+    /// counted in `live`, so the runtime is not unloaded under it.
+    quarantine: Mutex<Vec<Vec<u8>>>,
 }
 
 impl Drop for Gpu {
@@ -106,6 +135,9 @@ impl Drop for Gpu {
             // is still counted in `live`), so none runs on this runtime.
             unsafe { ManuallyDrop::drop(&mut self.backend) };
         }
+        // Copies that may still run write these: never freed.
+        let q = std::mem::take(self.quarantine.get_mut().unwrap_or_else(|p| p.into_inner()));
+        std::mem::forget(q);
     }
 }
 
@@ -168,6 +200,7 @@ impl Gpu {
             runtime,
             live: AtomicUsize::new(0),
             drop_deadline: DROP_DEADLINE,
+            quarantine: Mutex::new(Vec::new()),
         })
     }
 
@@ -248,6 +281,11 @@ impl Gpu {
     /// for a running kernel, and each has a 10 s deadline. For memory of
     /// [`alloc`](Self::alloc), [`DeviceMemory::write_at`] is the safe way.
     ///
+    /// A copy that times out may still run (nothing stops a queued copy):
+    /// it may go on reading `src` after the error, and on writing `dst`
+    /// (so the device memory's contents are unknown then); it keeps the
+    /// runtime loaded, as a running kernel does.
+    ///
     /// # Safety
     ///
     /// `dst .. dst + src.len()` names memory of this GPU's address space
@@ -255,12 +293,60 @@ impl Gpu {
     /// covers meanwhile (the CPU side of [`HostMapped`] memory, or a host
     /// range an [`import`](Self::import) registered, is the same memory).
     pub unsafe fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
-        self.backend.copy_to_device(dst, src)
+        self.backend
+            .copy_to_device(dst, src)
+            .map_err(|e| self.copy_failed(e))
     }
 
-    /// Copies device bytes to the host (as [`copy_to_device`](Self::copy_to_device)).
+    /// Copies device bytes to the host (as [`copy_to_device`](Self::copy_to_device)),
+    /// through a bounce buffer of the `Gpu`'s: the device writes only that,
+    /// and `dst` is written by the CPU once the copy is done. A copy that
+    /// times out (or whose stream fails) may still write its bounce buffer
+    /// after the error returns: that buffer is then quarantined (kept by
+    /// this `Gpu`, never freed or read, leaked when it goes), while `dst`,
+    /// which the caller may read or free as soon as this returns, is never
+    /// in the device's reach.
     pub fn copy_from_device(&self, dst: &mut [u8], src: u64) -> Result<()> {
-        self.backend.copy_from_device(dst, src)
+        // Zeroed by calloc's fresh pages: no touch before the device's.
+        let mut bounce = vec![0u8; dst.len()];
+        // SAFETY: `bounce` is this function's: no reference to it while the
+        // copy runs, and after an error that may still run it is moved into
+        // the quarantine, where nothing frees or reads it.
+        let r = unsafe {
+            self.backend
+                .copy_from_device(bounce.as_mut_ptr(), bounce.len(), src)
+        };
+        match r {
+            Ok(()) => {
+                dst.copy_from_slice(&bounce);
+                Ok(())
+            }
+            Err(e) => {
+                if e.may_still_run {
+                    self.quarantine
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(bounce);
+                }
+                Err(self.copy_failed(e))
+            }
+        }
+    }
+
+    /// A copy that may still run keeps the runtime loaded (as a kernel).
+    fn copy_failed(&self, e: CopyError) -> GpuError {
+        if e.may_still_run {
+            self.live.fetch_add(1, Ordering::AcqRel);
+        }
+        e.error
+    }
+
+    /// Bounce buffers of failed device-to-host copies kept because the
+    /// copy may still write them (see [`copy_from_device`](Self::copy_from_device)),
+    /// and their bytes.
+    pub fn quarantined_copies(&self) -> (usize, usize) {
+        let q = self.quarantine.lock().unwrap_or_else(|p| p.into_inner());
+        (q.len(), q.iter().map(Vec::len).sum())
     }
 
     /// Loads a code object (AMD ELF, or NUL-terminated PTX for CUDA).
@@ -414,7 +500,9 @@ impl DeviceMemory<'_> {
     }
 
     /// Copies bytes at `offset` of this memory into `dst`; fails if they do
-    /// not fit.
+    /// not fit. The device never writes `dst` itself: see
+    /// [`Gpu::copy_from_device`] (a timed-out copy leaves its bounce
+    /// buffer quarantined, not `dst`, in the device's reach).
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check(offset, dst.len())?;
         self.gpu.copy_from_device(dst, self.ptr + offset as u64)
@@ -803,6 +891,10 @@ mod tests {
         stop_flag: Mutex<Option<usize>>,
         ignores_stop: bool,
         finished: AtomicBool,
+        /// Device-to-host copies time out (queued, never seen done).
+        stuck_copies: bool,
+        /// Where the last device-to-host copy was told to write.
+        copy_dst: Arc<Mutex<Option<(usize, usize)>>>,
     }
 
     impl Fake {
@@ -834,10 +926,25 @@ mod tests {
             Ok((mem.as_mut_ptr().cast(), 0x9000_0000))
         }
         fn free_host_mapped(&self, _: *mut u8) {}
-        fn copy_to_device(&self, _: u64, _: &[u8]) -> Result<()> {
+        fn copy_to_device(&self, _: u64, _: &[u8]) -> std::result::Result<(), CopyError> {
             Ok(())
         }
-        fn copy_from_device(&self, _: &mut [u8], _: u64) -> Result<()> {
+        unsafe fn copy_from_device(
+            &self,
+            dst: *mut u8,
+            len: usize,
+            _: u64,
+        ) -> std::result::Result<(), CopyError> {
+            *self.copy_dst.lock().unwrap() = Some((dst as usize, len));
+            if self.stuck_copies {
+                // Queued, not done: the "copy engine" writes later (the test).
+                return Err(CopyError {
+                    error: GpuError("device-to-host copy still running after 10s".into()),
+                    may_still_run: true,
+                });
+            }
+            // SAFETY: the caller hands over dst..dst+len for the copy.
+            unsafe { std::ptr::write_bytes(dst, 0x5a, len) };
             Ok(())
         }
         fn load_module(&self, _: &[u8]) -> Result<usize> {
@@ -881,6 +988,10 @@ mod tests {
     fn gpu(ignores_stop: bool) -> (Gpu, Arc<Mutex<Vec<String>>>) {
         let mut fake = Fake::default();
         fake.ignores_stop = ignores_stop;
+        gpu_over(fake)
+    }
+
+    fn gpu_over(fake: Fake) -> (Gpu, Arc<Mutex<Vec<String>>>) {
         let log = fake.log.clone();
         let gpu = Gpu {
             backend: ManuallyDrop::new(Box::new(fake)),
@@ -901,6 +1012,7 @@ mod tests {
             },
             live: AtomicUsize::new(0),
             drop_deadline: Duration::from_millis(50),
+            quarantine: Mutex::new(Vec::new()),
         };
         (gpu, log)
     }
@@ -1051,5 +1163,50 @@ mod tests {
         drop(b);
         assert_eq!(gpu.live.load(Ordering::SeqCst), 0);
         drop(keep);
+    }
+
+    #[test]
+    fn a_device_to_host_copy_lands_in_the_callers_slice() {
+        let (gpu, _) = gpu(false);
+        let mem = gpu.alloc(4096).unwrap();
+        let mut dst = vec![0u8; 100];
+        mem.read_at(0, &mut dst).unwrap();
+        assert!(dst.iter().all(|&b| b == 0x5a));
+        assert_eq!(gpu.quarantined_copies(), (0, 0));
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 0);
+    }
+
+    /// S2: a copy that times out may still be written by the copy engine
+    /// after `read_at` returned, while the caller frees or reads its slice.
+    /// The device must never have been given the caller's slice (the old
+    /// code passed it straight to the runtime), and what it was given must
+    /// stay allocated: quarantined, and the runtime kept loaded.
+    #[test]
+    fn a_timed_out_copy_never_leaves_the_device_writing_the_callers_slice() {
+        let mut fake = Fake::default();
+        fake.stuck_copies = true;
+        let seen = fake.copy_dst.clone();
+        let (gpu, log) = gpu_over(fake);
+        let mem = gpu.alloc(4096).unwrap();
+        let mut dst = vec![0u8; 256];
+        let e = mem.read_at(0, &mut dst).unwrap_err();
+        assert!(e.0.contains("still running"), "{e}");
+        let (at, len) = seen.lock().unwrap().expect("a copy was queued");
+        let caller = dst.as_ptr() as usize..dst.as_ptr() as usize + dst.len();
+        assert!(
+            at + len <= caller.start || at >= caller.end,
+            "the device was given the caller's slice {caller:x?}"
+        );
+        assert_eq!(gpu.quarantined_copies(), (1, 256), "its buffer is kept");
+        // The copy engine lands late, into the quarantined buffer only.
+        // SAFETY: quarantined: allocated, and nothing reads it.
+        unsafe { std::ptr::write_bytes(at as *mut u8, 0xee, len) };
+        drop(dst); // the caller frees its slice at once: nothing reaches it
+        drop(mem);
+        drop(gpu);
+        assert!(
+            !log.lock().unwrap().iter().any(|l| l == "runtime unloaded"),
+            "a copy that may still run keeps the runtime loaded"
+        );
     }
 }
