@@ -112,11 +112,12 @@ pub struct Gpu {
     backend: ManuallyDrop<Box<dyn Backend>>,
     device: GpuDevice,
     runtime: RuntimeInfo,
-    /// Kernels launched and not yet seen finished: counted at launch, and
-    /// uncounted only when [`Launch::finish`] or the launch's drop sees
-    /// the kernel done. A launch leaked with `mem::forget` (safe) or one
-    /// whose kernel would not stop stays counted, so the runtime is never
-    /// unloaded under it.
+    /// Work that may still run on this runtime: kernels launched and not
+    /// yet seen finished (counted at launch, uncounted only when
+    /// [`Launch::finish`] or the launch's drop sees the kernel done; a
+    /// launch leaked with `mem::forget` (safe) or one whose kernel would
+    /// not stop stays counted), and copies that failed while they may
+    /// still run. The runtime is never unloaded under any of it.
     live: AtomicUsize,
     /// [`DROP_DEADLINE`] (shorter in the unit tests).
     drop_deadline: Duration,
@@ -370,10 +371,10 @@ impl Gpu {
     /// The kernel reads and writes whatever its arguments point to, as raw
     /// device addresses. The caller guarantees that:
     ///
-    /// - `cfg.args` match the kernel's parameters, and every address the
-    ///   kernel reaches through them names memory that stays allocated and
-    ///   mapped while it may run: memory owned by `keep`, or memory that
-    ///   outlives the `Gpu`;
+    /// - `cfg.args` match the kernel's parameters (each passed as 8 bytes),
+    ///   and every address the kernel reaches through them names memory
+    ///   that stays allocated and mapped while it may run: memory owned by
+    ///   `keep`, or memory that outlives the `Gpu`;
     /// - `keep` **owns** that memory and does not borrow it (no `&` or
     ///   `&mut` to a buffer, vector or mapping inside `K`): a `Launch` can
     ///   be leaked with the safe [`std::mem::forget`], which ends every
@@ -381,6 +382,16 @@ impl Gpu {
     ///   could then be read, written or freed by Rust under the kernel
     ///   (the runtime itself stays loaded: a forgotten launch is still
     ///   counted as running);
+    /// - the DMA the kernel's *commands* cause is covered too: a kernel
+    ///   given a queue pair of a `gpunvme::Controller`
+    ///   (one open file) can aim the SSD at every buffer that file mapped
+    ///   (the module checks PRPs against the file's mappings, not against
+    ///   the kernel's arguments). So every `DmaBuffer` and `DmabufMapping`
+    ///   of a controller whose pairs are in `keep` is in `keep` too, or is
+    ///   not reached from Rust (no `as_slice`, no drop) while the kernel
+    ///   runs. Simplest: give GPU-driven pairs a `Controller` of their own
+    ///   (its own `Controller::open`), holding only the buffers the kernel
+    ///   uses, so the module's per-file check confines the SSD to them;
     /// - no Rust reference covers memory the kernel writes (or memory it
     ///   reads that Rust writes) while it may run: such memory is reached
     ///   from Rust only through raw pointers, with volatile or atomic

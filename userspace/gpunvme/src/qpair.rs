@@ -676,6 +676,17 @@ impl QueuePair {
     /// SQ, CQ mirror) and its PRP pool; a raw pair the real doorbell page
     /// and queues (and no pool). The module revokes every export when the
     /// pair is destroyed or the file closed.
+    ///
+    /// Whoever can write an exported SQ (and ring its doorbell) can aim
+    /// the SSD at **every** buffer this pair's [`Controller`] (open file)
+    /// mapped: a shared pair's module checks each PRP against the file's
+    /// mappings, not against any one buffer, and a raw pair checks nothing.
+    /// So while a GPU kernel drives an exported pair, no Rust code may
+    /// read, write or drop any [`DmaBuffer`] of the same file that the
+    /// kernel's commands could reach (the `gpunvme_gpu::Gpu::launch`
+    /// contract). The simple way: open a `Controller` of its own for the
+    /// GPU job (one [`Controller::open`] per job), holding only the pairs
+    /// and buffers the kernel uses, and keep all of them in the launch.
     pub fn export(&self, kind: ExportKind) -> Result<OwnedFd> {
         let mut e = sys::gpunvme_export {
             size: std::mem::size_of::<sys::gpunvme_export>() as u32,
