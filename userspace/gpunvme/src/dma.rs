@@ -336,6 +336,12 @@ impl DmaBuffer {
 
 impl Drop for DmaBuffer {
     fn drop(&mut self) {
+        if !self.ctrl.is_usable_here() {
+            // A forked child: UNMAP would unmap the parent's handle. Its
+            // copy of the memory is leaked (never touched by the device).
+            std::mem::forget(self.map.take());
+            return;
+        }
         if let Some(map) = self.map.take() {
             release(&self.ctrl, self.handle, Some(map));
         }

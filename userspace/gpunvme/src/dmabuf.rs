@@ -133,7 +133,8 @@ impl DmabufMapping {
 
 impl Drop for DmabufMapping {
     fn drop(&mut self) {
-        if !self.kept {
+        // In a forked child, UNMAP would unmap the parent's handle: leak.
+        if !self.kept && self.ctrl.is_usable_here() {
             release(&self.ctrl, self.handle, None);
         }
     }

@@ -397,6 +397,9 @@ impl Io {
         offset: usize,
         check: RangeCheck,
     ) -> Result<()> {
+        // Before the PRP pool or the SQ is touched: neither is mapped in a
+        // forked child.
+        self.qp.controller().check_unforked()?;
         if let Some(why) = self.qp.poison_reason() {
             // Earlier commands may be in flight: nothing new goes in, and
             // (below) every outstanding command is this transfer's.
@@ -484,7 +487,7 @@ impl Io {
 /// ring wrap, error statuses, timeouts, poisoning and when buffers come
 /// back or are released.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::Ordering;
     use std::time::{Duration, Instant};
 
@@ -493,7 +496,7 @@ mod tests {
     use crate::regs::Cap;
     use crate::{pattern, IommuMode, Modes, Prp};
 
-    const LBA: usize = 512;
+    pub(crate) const LBA: usize = 512;
     const BLOCKS: usize = 4096; // 2 MiB namespace
 
     fn info(max_transfer: u32) -> Info {
@@ -527,7 +530,11 @@ mod tests {
         }
     }
 
-    fn io(depth: u32, mode: Mode, max_transfer: u32) -> (Arc<Controller>, Arc<Model>, Io) {
+    pub(crate) fn io(
+        depth: u32,
+        mode: Mode,
+        max_transfer: u32,
+    ) -> (Arc<Controller>, Arc<Model>, Io) {
         let (ctrl, model) = Model::controller(BLOCKS, LBA);
         let qp = model.qpair(&ctrl, depth, mode);
         let io = Io::with_qpair(qp, &info(max_transfer), 1).unwrap();

@@ -39,6 +39,10 @@
 //! their contract written down. Memory is unmapped from this process only
 //! after the module said it no longer maps it (see [`DmaBuffer`]).
 //!
+//! A child of `fork()` (PyTorch's DataLoader workers) never touches its
+//! parent's queues: everything fails there with [`Error::Forked`], and
+//! drops leak (see [`Controller`]'s "Fork" section).
+//!
 //! Building a command needs no device:
 //!
 //! ```
@@ -61,6 +65,7 @@ mod controller;
 mod dma;
 mod dmabuf;
 mod error;
+mod fork;
 mod io;
 mod map;
 #[cfg(test)]
