@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # make check: every suite, each result counted once, one closing line.
 #   host   cargo test of the userspace crates (--locked)
 #   lint   userspace hygiene: rustfmt, clippy -D warnings, bindings regenerate

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # make deps: install every build and test dependency on Debian bookworm (root).
 # Idempotent: each step checks before it acts, so a second run takes seconds.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # The userspace suite of `make check` (tests/check.sh: suite lint): crate
 # hygiene of userspace/, every cargo step with --locked.
 #   1 rustfmt           cargo fmt --check

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The part of the GPU runtimes that HIP's runtime API and CUDA's driver
 //! API share: the same calls with the same shapes (HIP mirrors CUDA), under
 //! different names and flag values. One backend ([`Driver`]) implements

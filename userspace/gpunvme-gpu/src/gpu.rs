@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! One opened GPU, behind the runtime it was found with (HIP or CUDA).
 
 use std::ffi::c_void;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! A controller bound to gpunvme, reached through its device node.
 
 use std::fs::{File, OpenOptions};

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Host memory the controller can DMA to and from (`GPUNVME_IOC_MAP_HOST`).
 //!
 //! # Who may touch the memory, and when

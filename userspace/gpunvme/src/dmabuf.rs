@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! GPU memory (a dma-buf) mapped for the controller's DMA
 //! (`GPUNVME_IOC_MAP_DMABUF`), and the reverse: queue memory exported as
 //! dma-bufs for a GPU to import (`GPUNVME_IOC_EXPORT`, see

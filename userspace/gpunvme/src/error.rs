@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The error type of the gpunvme crate.
 
 use std::fmt;

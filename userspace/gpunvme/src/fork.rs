@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Which process a controller belongs to, so that a forked child never
 //! touches its parent's queues.
 //!

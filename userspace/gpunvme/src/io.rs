@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Block I/O on one namespace through one queue pair: LBA ranges into and
 //! out of a [`DmaBuffer`], split at the controller's MDTS (on a shared pair
 //! at the module's shared-mode limit), pipelined up to the queue's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Safe userspace API for the gpunvme kernel module.
 //!
 //! - [`Controller`]: an open `/dev/gpunvme<N>` (or namespace) node and its

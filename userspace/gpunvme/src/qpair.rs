@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! An I/O submission/completion queue pair, driven from this process
 //! through mmap'ed queue memory and the doorbell page
 //! (`GPUNVME_IOC_CREATE_QPAIR` / `GPUNVME_IOC_DESTROY_QPAIR`), shared
