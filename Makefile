@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 # gpunvme top-level Makefile.
 #
 #   make demo     the main job: boot the test VM and drive the controller

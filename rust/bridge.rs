@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! Shared mode's relay: between a file (and its GPU) and the controller, a
 //! kernel thread takes each SQE from the pair's shadow SQ, has it checked

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! Controller bring-up and shutdown, in the order drivers/nvme/host/pci.c
 //! uses: disable and wait, admin queue, enable and wait, identify, then the

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! Memory the controller or a peer may reach: the registry that owns all of
 //! it until it is provably unreachable (`registry`), the pages one file may

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! gpunvme: owns an NVMe controller so that a GPU can drive it directly.
 //!

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! I/O queue pairs: their memory and mmap layout (`qpair`), and the NVMe
 //! commands and completions the module builds and reads (`command`).

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * The few kernel calls the Rust crate of 7.3 does not wrap: PCI bus-master
  * control, mmap of coherent DMA memory and of a BAR page, zapping a file's

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* Prototypes of rust/shim.c; the Rust side declares them in rust/shim.rs. */
 #ifndef GPUNVME_SHIM_H
 #define GPUNVME_SHIM_H

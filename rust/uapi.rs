@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! Rust mirror of `uapi/gpunvme.h` and the checks every ioctl argument gets.
 //!

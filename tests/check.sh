@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # make check: every suite, each result counted once, one closing line.
 #   host   cargo test of the userspace crates (--locked)
 #   lint   userspace hygiene: rustfmt, clippy -D warnings, bindings regenerate
-#          to the committed ones, rust-version, cargo doc, examples
+#          to the committed ones, rust-version (and a cargo check with it), cargo doc, examples
 #   gpu    the device library as host C++ (kernels/ host-test)
 #   relay  the H200 bench's port of the shared-mode relay and checks, as host C++
 #   isa    every doorbell, poll, release, acquire and payload site of every AMD object (+ negative tests)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # make deps: install every build and test dependency on Debian bookworm (root).
 # Idempotent: each step checks before it acts, so a second run takes seconds.
 set -euo pipefail
@@ -30,6 +31,14 @@ fi
 if ! rustup component list --installed 2>/dev/null | grep -q '^rust-src'; then
     log "adding rust-src"
     rustup component add rust-src
+fi
+# The userspace crates' declared rust-version, for tests/userspace/lint.sh's
+# MSRV build ("1.85" is toolchain 1.85.0; minimal profile, about 70 MB).
+msrv=$(sed -n 's/^rust-version *= *"\([0-9.]*\)"/\1/p' "$(dirname "$0")/../userspace/Cargo.toml" | head -1)
+case $msrv in *.*.*) ;; ?*) msrv=$msrv.0 ;; esac
+if [ -n "$msrv" ] && ! rustup run "$msrv" rustc --version >/dev/null 2>&1; then
+    log "installing the userspace MSRV toolchain $msrv"
+    rustup toolchain install "$msrv" --profile minimal
 fi
 if ! command -v bindgen >/dev/null 2>&1; then
     log "installing bindgen-cli"

@@ -1,4 +1,4 @@
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # Host-side check steps (sourced by the lint suites): `step NAME CMD...`
 # runs CMD and prints "ok N - NAME" or, after the last 40 lines of its
 # output as comments, "not ok N - NAME"; `steps_done` prints

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR MIT
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //
 // gpunvme_bench.cu - the device library (include/gpunvme, the same headers
 // the AMD build compiles, through compat.h's CUDA path) timed on an NVIDIA

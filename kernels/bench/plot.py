@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# SPDX-License-Identifier: GPL-2.0 OR MIT
+# SPDX-License-Identifier: MIT OR GPL-2.0-only
 """results.json (from gpunvme_bench) -> bench.png. Run where matplotlib is:
    python3 kernels/bench/plot.py kernels/bench/results
 Reads the UAPI v2 bench (modes owner/shared) and also the UAPI v1 one kept

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR MIT
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //
 // relay.h - shared mode's validating relay (UAPI v2) ported to host C++ for
 // the bench, rule for rule:

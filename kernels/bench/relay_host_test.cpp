@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR MIT
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //
 // relay_host_test.cpp - host unit test of relay.h, the bench's port of
 // shared mode's relay (rust/bridge.rs), its checks (rust/validate.rs) and

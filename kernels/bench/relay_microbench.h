@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR MIT
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //
 // relay_microbench.h - the validating relay (relay.h, the port of
 // rust/bridge.rs + validate.rs + buffers.rs) timed on the CPU alone, apart

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR MIT
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //
 // relay_microbench_main.cpp - the relay microbenchmark (relay_microbench.h)
 // as a host-only program, for machines without a GPU or nvcc. The GPU

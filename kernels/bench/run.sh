@@ -1,5 +1,5 @@
 #!/bin/bash
-# SPDX-License-Identifier: GPL-2.0 OR MIT
+# SPDX-License-Identifier: MIT OR GPL-2.0-only
 #
 # Build and run the gpunvme bench on an NVIDIA GPU machine: owner (raw) vs
 # shared (validated) queue pairs against the software NVMe fixture, and the

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR MIT
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //
 // sw_nvme_fixture.h - a SOFTWARE NVMe CONTROLLER used as a BENCHMARK FIXTURE.
 //

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * example.h - what the example kernels share: their argument blocks, the
  * data pattern the write kernel stores and the read kernel checks, and

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * guide_read.hip - the programming guide's kernel (kernels/README.md shows
  * this file verbatim; `make -C kernels guide-check` compares the two).

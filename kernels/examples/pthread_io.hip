@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * pthread_io.hip - the per-thread API (pqueue.h): every thread of every
  * block, on its own, writes or reads cmds_per_thread commands of

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * read_verify.hip - each workgroup drives one queue pair: read
  * cmds_per_queue commands into the GPU buffer (the SSD DMAs straight into

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * sweep.hip - latency/throughput sweep: the host launches Q workgroups (Q
  * queue pairs) of D lanes (queue depth D, capped at depth-1); each group

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * write.hip - each workgroup drives one queue pair: fill the GPU buffer
  * with the pattern, write it out (the SSD DMAs straight from VRAM), then

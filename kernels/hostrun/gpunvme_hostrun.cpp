@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR MIT
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //
 // gpunvme_hostrun.cpp - the device library (kernels/include/gpunvme) and
 // the example kernels (kernels/examples), compiled as plain host C++,

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR MIT
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //
 // host_group.h - N host threads as one gpunvme workgroup, for the device
 // library compiled as host C++ (kernels/hostrun, kernels/tests).

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR MIT
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //
 // cuda_pqueue_test.cu - the per-thread API (pqueue.h) on a real NVIDIA GPU
 // (nvcc), where its warp paths run: the lanes of a warp that claim, post

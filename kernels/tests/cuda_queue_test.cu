@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR MIT
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //
 // cuda_queue_test.cu - the queue library on a real NVIDIA GPU (nvcc), with
 // SQ, CQ, doorbell cells and stop flag in mapped host memory and a host

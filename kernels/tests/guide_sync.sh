@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0 OR MIT
+# SPDX-License-Identifier: MIT OR GPL-2.0-only
 #
 # guide_sync.sh - the programming guide (kernels/README.md) shows code as
 # regions

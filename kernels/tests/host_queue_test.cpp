@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR MIT
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //
 // host_queue_test.cpp - the device queue library compiled as plain host
 // C++ (lanes are host threads). Checks the SQE builders byte-for-byte

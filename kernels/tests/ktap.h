@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /* ktap.h - KTAP result lines and the "N passed, N failed" summary for the
  * CUDA tests in this directory. */
 #ifndef GPUNVME_TESTS_KTAP_H

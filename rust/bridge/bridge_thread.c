@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * The threads that run the shared-mode relay (rust/bridge.rs), and each
  * pair's debugfs counters. The 7.3 Rust crate has no kthread API; this is

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! Shared mode's gate: every SQE a file submits is checked here before it
 //! can reach the controller. Pure logic, KUnit-tested.

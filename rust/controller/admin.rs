@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! The admin queue: kernel-only, one command at a time, every wait bounded.
 //!

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! The controller's debugfs directory, `gpunvme-<bdf>/`: test knobs and
 //! fault injection, all off by default (tests/README.md, "Races and faults").

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! Decoding of Identify data structures (NVMe base spec 2.0, 5.17.2).
 //! Pure logic over 4 KiB buffers, KUnit-tested.

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * The controller's life outside probe and remove, where the 7.3 Rust crate
  * has no hook: PCI .shutdown (reboot, kexec), AER error handlers, system

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! The controller's life between probe and remove: PCI shutdown (reboot,
 //! kexec), AER error recovery, system sleep, the watch (CSTS, and memory

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! NVMe controller registers (NVMe base specification 2.0, section 3.1),
 //! declared with the kernel's `register!` macro: offsets and field layouts

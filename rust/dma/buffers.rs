@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! The DMA pages one open file mapped (MAP_HOST, MAP_DMABUF): the only
 //! pages its shared-mode commands may name. Shared by the file and the

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * dma-buf importer for data buffers (GPUNVME_IOC_MAP_DMABUF), the way RDMA
  * imports GPU memory (drivers/infiniband/core/umem_dmabuf.c): a dynamic

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! NVMe submission and completion entries (NVMe base spec 2.0, 4.2 and 4.6)
 //! and the admin commands the module issues. Pure logic, KUnit-tested.

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! I/O queue pairs: their memory, the mmap offsets that name it, and the
 //! admin commands that create and delete them on the controller.

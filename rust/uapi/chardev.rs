@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! The per-controller character device `/dev/gpunvme<N>`, one node per
 //! namespace (`/dev/gpunvme<N>n<NSID>`, NSID 1..=4) whose files may address

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! One open file: the ioctls that create and destroy its queue pairs and
 //! host-buffer mappings, mmap, and teardown at close. The memory itself is

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * The Rust side mirrors uapi/gpunvme.h by hand (out-of-tree modules can't
  * extend the kernel's bindgen run). This table is what the C compiler says

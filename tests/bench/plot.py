@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """Plot `gpunvme bench -o json` output as an SVG (no third-party modules).
 
 One panel per metric (IOPS, p50, p99, p99.9); a bar per (queue pairs, queue

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # make bench: the polled-path benchmark in the VM, against the in-kernel
 # nvme driver in the same run. Writes bench.json and bench.svg to OUT
 # (default: ./bench-results, not tracked). Numbers are QEMU/TCG numbers:

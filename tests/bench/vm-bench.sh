@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # Inside the VM: gpunvme's polled path on one emulated controller (shared
 # queue pairs: the module's checking relay; then raw ones in owner mode) and
 # the kernel nvme driver (io_uring, O_DIRECT; interrupt and polled) on the other, same controller

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # check-toolchain.sh: refuse to build gpunvme against a kernel tree whose
 # toolchain we cannot reproduce.  A Rust module must be compiled by exactly
 # the rustc that built the kernel (the .rmeta files in KDIR/rust/ are only

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # tests/dkms/ci.sh: the DKMS proof.  Builds and installs gpunvme through DKMS
 # against the cached test kernel tree, in DKMS trees under a temp dir (the
 # host's /usr/src, /var/lib/dkms and /lib/modules are not touched), then boots

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # tests/dkms/debian-root.sh: build (once) or reuse a Debian trixie build root
 # holding what a user of Debian's stock 7.3 kernel has: trixie's rustc,
 # rust-src, bindgen, dkms and gcc-14, the kernel headers and linux-source-7.3

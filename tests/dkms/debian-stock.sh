@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # tests/dkms/debian-stock.sh: gpunvme through DKMS on Debian's own stock 7.3
 # kernel, then tested on that kernel.
 #  1. a Debian trixie root (debian-root.sh; cached in /var/cache/gpunvme/trixie)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # tests/dkms/install.sh (make dkms-install): register gpunvme with DKMS, build
 # it for one kernel and install it.  Idempotent: every gpunvme version DKMS
 # knows is removed first, so a re-run replaces the previous install cleanly.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # rust-artifacts.sh: give a distribution's kernel headers tree the Rust build
 # artifacts it lacks, so that `make -C KDIR M=...` can build a Rust module.
 #

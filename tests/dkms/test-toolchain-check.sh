@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # test-toolchain-check.sh: check-toolchain.sh passes on the real test kernel
 # tree and refuses crafted ones (another rustc, no CONFIG_RUST, no Rust
 # crates, another clang), naming both versions.  KTAP; last line

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # Every relative link and image in the repository's Markdown files resolves
 # to an existing file (and heading anchor), and every SVG parses as XML, has
 # a viewBox and loads nothing from outside. Part of

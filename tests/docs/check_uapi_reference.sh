@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # The docs suite of `make check` (tests/check.sh: suite docs).
 #
 #   tests/docs/check_uapi_reference.sh            everything below

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 """The documentation checks behind tests/docs/check_uapi_reference.sh and
 tests/docs/check_links.sh (python3 standard library only).
 

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * gpunvme_fuzz: seeded random call sequences against the gpunvme module (and
  * the GPU stand-in), from several processes at once, for a bounded time.

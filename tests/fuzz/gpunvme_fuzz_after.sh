@@ -1,5 +1,5 @@
 #!/bin/sh
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # After gpunvme_fuzz (run it first in the same boot): the controller still
 # works and nothing leaked.
 #  - the controller is bound to gpunvme again (rebound if the fuzzer's

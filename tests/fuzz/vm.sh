@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # tests/fuzz/vm.sh: boot the test VM and run gpunvme_fuzz in it, then
 # gpunvme_fuzz_after.sh (the controller still works, nothing leaked).
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # the helpers below run through step/check
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # validate.sh: the hardware validation plan of tests/hardware/README.md, run
 # step by step on a real machine with a spare NVMe SSD (and a GPU). It stops
 # at the first failure, says what that failure means, and leaves every

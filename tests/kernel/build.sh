@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Build (or reuse) the test kernel. Prints the build directory (KDIR) on stdout.
 # The cache key covers the source version, the config fragments, RECIPE below
 # and the toolchain, so a kernel is rebuilt only when one of those changes.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # tests/kernel/build_lock_test.sh: two builds of one kernel variant at once
 # must not destroy each other, and the kernel is built once.
 # Runs tests/kernel/build.sh against a stub kernel tree in a private cache

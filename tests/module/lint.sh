@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # The module's hygiene (tests/check.sh: suite modlint), against the cached
 # test kernel (tests/kernel/build.sh; built first if missing):
 #   1 rustfmt   rust/**/*.rs formatted as the kernel's own `make rustfmtcheck`

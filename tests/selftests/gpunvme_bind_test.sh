@@ -1,5 +1,5 @@
 #!/bin/sh
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # `gpunvme bind` must not take a disk that is in use. The controller the
 # kernel nvme driver drives ($KERNEL_NVME_BDF) gets a partition table (p1
 # 8 MiB, p2 16 MiB), a file system on p2 (busybox mke2fs: ext2, mounted by

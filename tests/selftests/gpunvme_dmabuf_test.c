@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * GPU-memory path without a GPU: dma-bufs imported with MAP_DMABUF as data
  * buffers. udmabuf (memfd -> dma-buf) stands in for VRAM; a queue pair's own

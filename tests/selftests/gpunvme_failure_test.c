@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * The controller fails or goes away while a file is using it: queue pairs
  * mapped, a host buffer mapped for DMA, a queue's SQ exported and imported

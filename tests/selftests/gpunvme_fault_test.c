@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * Fault injection, the kernel's way: a debugfs knob of the module
  * (gpunvme-<bdf>/drop_admin_doorbells) swallows the next admin doorbell

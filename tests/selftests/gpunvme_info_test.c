@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * GET_INFO and the device nodes' lifetime, against QEMU's NVMe controller.
  *

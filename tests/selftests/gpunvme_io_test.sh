@@ -1,5 +1,5 @@
 #!/bin/sh
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # Block I/O through queue pairs driven by the `gpunvme` CLI (the Rust
 # library): patterns written and verified byte-exact, single I/O, 2 and 4
 # queue pairs at once, queue wrap, multi-round, a transfer of exactly MDTS,

@@ -1,5 +1,5 @@
 #!/bin/sh
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # Lockdown: raise it to "integrity" through securityfs, then run the
 # owner-policy test (gpunvme_owner_test) again: every claim must now be
 # refused with EPERM (LOCKDOWN_PCI_ACCESS), whatever the IOMMU or the

@@ -1,5 +1,5 @@
 #!/bin/sh
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # Module lifecycle against QEMU's NVMe: load (with its KUnit suites), bind
 # by driver_override only, the device nodes (the controller's and one per
 # namespace), unbind, unload, and unload refused while a file is open.

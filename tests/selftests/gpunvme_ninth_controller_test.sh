@@ -1,5 +1,5 @@
 #!/bin/sh
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # More controllers than device nodes: gpunvme has 8 (/dev/gpunvme0..7). The
 # ninth controller's probe must fail before it touches the controller (no
 # Identify, never enabled, PCI command register untouched), say why, and leave the other

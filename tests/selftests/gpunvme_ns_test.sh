@@ -1,5 +1,5 @@
 #!/bin/sh
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # Every namespace gpunvme reports gets its own pattern at its first and last
 # blocks, written through gpunvme, then all are verified (no cross-talk);
 # each namespace with NSID 1..4 has its own node /dev/gpunvme<N>n<NSID>.

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * Who may claim owner mode (GPUNVME_IOC_CLAIM_OWNER), in whatever boot
  * this runs. The test works out what the module must answer from the

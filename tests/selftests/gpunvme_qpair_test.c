@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * Queue pairs, host buffers and mmap through the gpunvme UAPI, with real
  * I/O against QEMU's NVMe: known patterns written and every byte read back.

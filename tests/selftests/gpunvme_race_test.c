@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * Races between unbind and the paths that hand out or free memory, made
  * deterministic: one path is held at a known point by the module's debugfs

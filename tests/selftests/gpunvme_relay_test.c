@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * Shared mode's relay (the CPU bridge of UAPI version 1, now validating):
  * a shared queue pair driven only through its shadow SQ, shadow cells and

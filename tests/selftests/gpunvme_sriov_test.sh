@@ -1,5 +1,5 @@
 #!/bin/sh
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # SR-IOV (tests/vm/run.sh --sriov, QEMU's SR-IOV NVMe in an nvme-subsys): the
 # PF stays with nvme.ko, an ext4 file system on its namespace 1 mounted,
 # while `gpunvme sriov` gives a VF queues and interrupts, brings its

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * The trust model of UAPI version 2 (DESIGN.md decision 7), against QEMU's
  * NVMe behind the vIOMMU. Every test here fails on the version-1 module:

@@ -1,5 +1,5 @@
 #!/bin/sh
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # The device library's per-thread API on two controllers at once (hostrun's
 # pthread_two_controllers, shared and raw): run after
 # gpunvme_ninth_controller_test.sh in the boot with nine controllers, which

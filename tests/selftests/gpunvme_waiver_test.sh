@@ -1,5 +1,5 @@
 #!/bin/sh
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # The IOMMU waiver: reload gpunvme with allow_unsafe_no_iommu=1 and run the
 # owner-policy test (gpunvme_owner_test) again. Meant for a boot whose
 # IOMMU does not translate (the suite's iommu=pt boot): the claim must then

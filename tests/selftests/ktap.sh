@@ -1,4 +1,4 @@
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # KTAP output for shell selftests (sourced). Usage:
 #   ktap_plan N; ktap_check "name" cmd args...; ktap_done
 __ktap_n=0 __ktap_fail=0

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A minimal polled NVMe I/O client over the gpunvme UAPI (version 2), for
  * selftests: queue pairs, mapped host buffers, PRP lists, synchronous

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Helpers for the in-VM selftests: where things are (from the environment
  * the VM runner exports) and how to get the controller bound to gpunvme.

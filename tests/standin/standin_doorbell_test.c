@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * The doorbell paths end to end, with a real DMA peer (gpunvme_standin:
  * QEMU's edu DMA engine, importing dma-bufs like a GPU driver would).

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Helpers for the stand-in tests inside the VM: load gpunvme_standin.ko,
  * hand the edu device to it and open /dev/gpunvme_standin. (The kernel-log

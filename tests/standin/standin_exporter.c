@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * A dma-buf exporter that behaves like a GPU driver with no peer-to-peer
  * path to the importer: its attach callback clears attach->peer2peer, which

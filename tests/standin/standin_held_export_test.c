@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * An importer that does not let go of a queue pair's export when gpunvme
  * revokes it (the stand-in's hold_mappings knob makes edu ignore

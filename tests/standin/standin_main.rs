@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! gpunvme_standin: a test-only GPU stand-in built on QEMU's `edu` device.
 //!

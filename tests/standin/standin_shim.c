@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * gpunvme_standin: the dma-buf importer half (the Rust crate of 7.3 has no
  * dma-buf bindings). One import = dma_buf_get + dynamic attach for the edu

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* Prototypes of standin_shim.c; the Rust side declares them in standin_main.rs. */
 #ifndef GPUNVME_STANDIN_SHIM_H
 #define GPUNVME_STANDIN_SHIM_H

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/* SPDX-License-Identifier: GPL-2.0-only WITH Linux-syscall-note */
 /*
  * gpunvme_standin: test-only "GPU stand-in". The module binds QEMU's edu
  * device (PCI 1234:11e8, through driver_override "gpunvme_standin") and uses

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * The GPU stand-in (gpunvme_standin: QEMU's edu DMA engine as a dma-buf
  * importer) against udmabuf, with no gpunvme involved: every byte checked

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0
+# SPDX-License-Identifier: GPL-2.0-only
 # The userspace suite of `make check` (tests/check.sh: suite lint): crate
 # hygiene of userspace/, every cargo step with --locked.
 #   1 rustfmt           cargo fmt --check
@@ -10,9 +10,13 @@
 #   5 rust-version      the workspace's rust-version is the newest any
 #                       locked dependency needs (clippy's incompatible_msrv,
 #                       in step 2, checks our own use of std against it)
-#   6 docs              cargo doc, warnings as errors; target/doc/gpunvme is
+#   6 msrv build        cargo check of every crate and target with the
+#                       declared rust-version itself (the toolchain
+#                       tests/deps.sh installs through rustup), --locked;
+#                       its own target/msrv so the main build stays warm
+#   7 docs              cargo doc, warnings as errors; target/doc/gpunvme is
 #                       the library's page (the CLI binary is doc = false)
-#   7 example           the device-free example runs
+#   8 example           the device-free example runs
 # Output: "ok N - ..." / "not ok N - ...", then "N passed, N failed".
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -38,13 +42,30 @@ ok = len(ours) == 1 and v(ours.pop()) == need
 sys.exit(0 if ok else 1)'
 }
 
+# The toolchain of the workspace's rust-version: "1.85" is 1.85.0.
+msrv_toolchain() {
+    local v
+    v=$(sed -n 's/^rust-version *= *"\([0-9.]*\)"/\1/p' Cargo.toml | head -1)
+    [ -n "$v" ] || return 1
+    case $v in *.*.*) echo "$v" ;; *) echo "$v.0" ;; esac
+}
+
+msrv_build() {
+    local tc
+    tc=$(msrv_toolchain) || { echo "no rust-version in userspace/Cargo.toml"; return 1; }
+    rustup run "$tc" rustc --version >/dev/null 2>&1 || {
+        echo "toolchain $tc (the declared rust-version) is not installed: run make deps"
+        return 1; }
+    rustup run "$tc" cargo check --locked --workspace --all-targets --target-dir target/msrv
+}
+
 docs() {
     RUSTDOCFLAGS="-D warnings" "$CARGO" doc --locked --no-deps --workspace || return 1
     grep -q 'Safe userspace API' target/doc/gpunvme/index.html || {
         echo "target/doc/gpunvme/index.html is not the library's page"; return 1; }
 }
 
-echo "1..7"
+echo "1..8"
 step "rustfmt" "$CARGO" fmt --check
 step "clippy -D warnings" "$CARGO" clippy --locked --workspace --all-targets -- -D warnings
 step "clippy gpunvme-sys --features regenerate" \
@@ -52,6 +73,7 @@ step "clippy gpunvme-sys --features regenerate" \
 step "bindings regenerate to the committed files" \
     "$CARGO" test --locked -p gpunvme-sys --features regenerate --test generated
 step "rust-version matches the lock file" msrv
+step "cargo check with the declared rust-version" msrv_build
 step "cargo doc: the library's own pages, no warnings" docs
 step "example prp_plan runs" "$CARGO" run --locked -q -p gpunvme --example prp_plan
 steps_done

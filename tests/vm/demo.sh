@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # make demo, inside the VM: the path as far as it exists today.
 # Two NVMe controllers. The kernel's nvme driver takes both by class;
 # gpunvme binds nothing by itself and takes one over only when asked.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # Demo for `tests/vm/run.sh --script tests/vm/hello.sh`: a plain script, its
 # exit status is the result.
 echo "hello from $(uname -r) in the gpunvme VM"

@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# SPDX-License-Identifier: GPL-2.0-only
 # /init of the gpunvme test VM (PID 1, busybox sh).  run.sh copies this file
 # into the initramfs next to:
 #   /etc/gpunvme-vm.env     settings (BDFs, per-test timeout), sourced below

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """tests/vm/qmp.py: the host half of run.sh --hotplug.
 
 Watches the VM's result channel (a file QEMU appends the guest's ttyS1 to)

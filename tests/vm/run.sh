@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # tests/vm/run.sh: boot the test kernel in QEMU (TCG) with two emulated NVMe
 # controllers and the edu device behind an Intel vIOMMU, run tests inside,
 # and count their KTAP/TAP results.  `run.sh --help` for the interface.

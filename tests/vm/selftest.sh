@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # tests/vm/selftest.sh: test the VM runner itself (eight VM boots, ~2 min).
 # Runs known-good and known-bad fixtures from tests/vm/selftest/ and checks
 # run.sh's exit status, its last line and a few of its messages.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The VM suite: the module, the CLI, the GPU stand-in, the device library run
 # as host C++ (kernels/hostrun) and every selftest, in ten boots.
 #  1. the default bench: one namespace of 512-byte blocks per controller,

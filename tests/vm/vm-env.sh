@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # KTAP smoke test of the VM itself: the devices are where run.sh says, the
 # vIOMMU translates, and the in-kernel nvme driver binds only where told.
 #   tests/vm/run.sh tests/vm/vm-env.sh

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Regenerates the gpunvme UAPI bindings from `uapi/gpunvme.h`, with the
 //! `regenerate` feature only (it needs bindgen and libclang); a normal build
 //! uses the copies committed in `src/generated/` and runs nothing here.
@@ -30,6 +31,9 @@ mod generate {
     use std::rc::Rc;
 
     use bindgen::callbacks::{DeriveInfo, FieldInfo, ParseCallbacks, TypeKind};
+
+    /// The first line of every generated file: the crate's licence.
+    const SPDX: &str = "// SPDX-License-Identifier: MIT OR GPL-2.0-only\n";
 
     /// What bindgen told us about the header while generating.
     #[derive(Default, Debug)]
@@ -226,16 +230,16 @@ mod generate {
             });
 
         let out = PathBuf::from(env::var_os("OUT_DIR").unwrap());
-        bindings
-            .write_to_file(out.join("bindings.rs"))
-            .expect("write bindings.rs");
+        // Each generated file carries the crate's licence, as its source
+        // does (the UAPI header's syscall note lets any program use it).
+        fs::write(out.join("bindings.rs"), format!("{SPDX}{bindings}")).expect("write bindings.rs");
 
         let header_text = fs::read_to_string(&header).expect("read UAPI header");
         let seen = seen.borrow();
         let ioctls = parse_ioctls(&header_text);
 
         // --- ioctls.rs -------------------------------------------------------
-        let mut rs = String::new();
+        let mut rs = String::from(SPDX);
         let mut table = String::new();
         for io in &ioctls {
             let magic = c_int_expr(&io.magic, &seen.int_macros);
@@ -343,7 +347,7 @@ mod generate {
         c.push_str("\treturn 0;\n}\n");
 
         let layout = format!(
-            "/// The directory holding `gpunvme.h` (the source tree's `uapi/`).\n\
+            "{SPDX}/// The directory holding `gpunvme.h` (the source tree's `uapi/`).\n\
              pub const UAPI_INCLUDE_DIR: &str = concat!(env!(\"CARGO_MANIFEST_DIR\"), \"/../../uapi\");\n\n\
              /// A C program that prints [`rust_layout`]'s lines as a C compiler sees\n\
              /// the header. Compile it with `-I` [`UAPI_INCLUDE_DIR`].\n\

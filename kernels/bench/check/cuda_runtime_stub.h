@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR MIT
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //
 // cuda_runtime_stub.h - DECLARATIONS ONLY, for `make -C kernels/bench
 // cuda-syntax`: lets clang-19's CUDA mode (-nocudainc, no CUDA SDK on the

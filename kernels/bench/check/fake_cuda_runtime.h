@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR MIT
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //
 // fake_cuda_runtime.h - NO-OP DEFINITIONS of the CUDA runtime calls the
 // bench makes, for `make -C kernels/bench dry-run` only: gpunvme_bench.cu's

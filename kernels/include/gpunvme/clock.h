@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * clock.h - deadlines on the fixed-rate wall clock, never the shader clock.
  *

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * fence.h - every memory-ordering decision of the device library, per GPU
  * family, in one file.

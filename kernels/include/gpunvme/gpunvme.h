@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /* gpunvme.h - the whole device-side API. */
 #ifndef GPUNVME_GPUNVME_H
 #define GPUNVME_GPUNVME_H

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * pqueue.h - the per-thread API: any thread of any block submits one
  * command to a queue pair it shares with everyone else, gets a ticket, and

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * queue.h - a GPU-side view of one NVMe queue pair: claim SQ slots, ring
  * the SQ doorbell, reap CQEs by phase bit, ring the CQ head doorbell.

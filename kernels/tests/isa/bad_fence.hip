@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * bad_fence.hip - NEGATIVE TEST INPUT, never shipped: the field report's
  * bug reproduced on purpose. The doorbell and poll sequences are gated on

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * clang_wait.hip - NEGATIVE TEST INPUT, never shipped: the doorbell as
  * fence.h wrote it before its inline assembly, a system-scope release

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0 OR MIT
+# SPDX-License-Identifier: MIT OR GPL-2.0-only
 #
 # isa_check.sh - prove the fences are really in the code objects.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: GPL-2.0 OR MIT
+# SPDX-License-Identifier: MIT OR GPL-2.0-only
 #
 # isa_negative.sh - the ISA check must catch what it exists to catch.
 #  1. bad_fence.hip (fences chip-gated on __gfx1101__/__gfx90a__, weak

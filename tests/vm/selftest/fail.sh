@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # Runner self-test: 2 passed, 1 failed, 1 skipped; exits 1 like kselftest.
 echo "TAP version 13"
 echo "1..4"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # Runner self-test: one result, then hangs (a child too): killed by the
 # per-test timeout: 1 passed + 1 failed.
 echo "TAP version 13"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # Runner self-test (run.sh --hotplug): the controller sits behind the root
 # port, the host unplugs it on request and plugs it back in.
 d=/sys/bus/pci/devices/$GPUNVME_BDF

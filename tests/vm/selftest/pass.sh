@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # Runner self-test: passes.  Indented KTAP subtest lines must not be counted.
 echo "TAP version 13"
 echo "1..2"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 # Runner self-test (run.sh --hotplug): two fake lockdep reports. The first
 # has the shape of pciehp's own (see run.sh) and must be shown as a skip;
 # the second names a gpunvme function and must fail "kernel log clean".

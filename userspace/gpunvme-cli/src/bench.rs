@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! `gpunvme bench`: 4 KiB random reads, QD 1/8/32 x 1/4 queue pairs, on a
 //! gpunvme controller (queue pairs polled from this process) and/or on a
 //! kernel nvme block device with O_DIRECT io_uring, one ring of QD reads per

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! `gpunvme read | write | verify | pattern`: LBA ranges through a queue
 //! pair of this process, with deterministic per-LBA patterns.
 

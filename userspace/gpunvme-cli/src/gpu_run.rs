@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! `gpunvme gpu-run`: the whole path on real hardware. A GPU kernel from
 //! kernels/examples drives queue pairs of a controller bound to gpunvme,
 //! and the controller DMAs straight to and from VRAM.

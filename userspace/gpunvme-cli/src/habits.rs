@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! What every command shares: naming a device, sizes with suffixes, lists,
 //! human units, `-o json`, exit codes, Ctrl-C and the progress bar.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! `gpunvme`: command-line tool for the gpunvme kernel module. The
 //! binary (src/main.rs) calls [`main`]; [`command`] is the clap definition,
 //! which tests/habits.rs checks against every documented example.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! `gpunvme sriov`: give a virtual function of an SR-IOV NVMe controller
 //! its own queue and interrupt resources, bring its secondary controller
 //! online, attach a namespace to it and enable the VF, while the physical

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Runs the built `gpunvme` binary.
 
 use std::fs;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The help-and-habits test: every command's `--help` lists only options
 //! that work as shown. For every (sub)command: each line of its
 //! `Examples:` section is parsed by the real clap definition

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The programming guide's launcher (kernels/README.md shows this file
 //! verbatim): runs kernels/examples/guide_read.hip on GPU 0 against a
 //! controller bound to gpunvme, through shared queue pairs, and reports

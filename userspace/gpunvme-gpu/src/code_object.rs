@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Which file of `make kernels` runs on a given GPU.
 //!
 //! `make kernels` writes `<dir>/<target>/<kernel>.o` (AMD code objects, one

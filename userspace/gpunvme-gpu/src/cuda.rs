@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! NVIDIA through the CUDA driver API (`libcuda.so.1`), the HIP-on-CUDA
 //! case: the primary context made current per call, `%globaltimer` in
 //! nanoseconds, and dma-buf export only where the driver supports it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The part of the GPU runtimes that HIP's runtime API and CUDA's driver
 //! API share: the same calls with the same shapes (HIP mirrors CUDA), under
 //! different names and flag values. One backend ([`Driver`]) implements
@@ -12,7 +13,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::error::{GpuError, Result};
-use crate::gpu::{poll_until, Backend};
+use crate::gpu::{poll_until, Backend, CopyError};
 use crate::import::{Region, Route, Undo};
 use crate::runtime::Runtime;
 
@@ -284,15 +285,34 @@ impl<V: Vendor> Driver<V> {
 
     /// Runs `op` on the copy stream and waits (bounded) until the copy is
     /// done: a copy from pageable memory may return before its DMA landed.
-    fn copy(&self, what: &str, name: &str, op: impl FnOnce(*mut c_void) -> Status) -> Result<()> {
-        self.v.bind()?;
+    /// A copy that was queued but not seen done (the deadline passed, or
+    /// the stream failed) may still run: the error says so, and the copy
+    /// stream is abandoned (never destroyed or reused: later copies get a
+    /// new one instead of queueing behind it).
+    fn copy(
+        &self,
+        what: &str,
+        name: &str,
+        op: impl FnOnce(*mut c_void) -> Status,
+    ) -> std::result::Result<(), CopyError> {
+        let not_queued = |error| CopyError {
+            error,
+            may_still_run: false,
+        };
+        self.v.bind().map_err(not_queued)?;
         let mut slot = self.copy_stream.lock().unwrap_or_else(|p| p.into_inner());
         if *slot == 0 {
-            *slot = self.new_stream()?;
+            *slot = self.new_stream().map_err(not_queued)?;
         }
         let s = *slot;
-        self.check(name, op(s as *mut c_void))?;
-        poll_until(what, COPY_DEADLINE, None, || self.stream_done(s))
+        self.check(name, op(s as *mut c_void)).map_err(not_queued)?;
+        poll_until(what, COPY_DEADLINE, None, || self.stream_done(s)).map_err(|error| {
+            *slot = 0;
+            CopyError {
+                error,
+                may_still_run: true,
+            }
+        })
     }
 
     fn route_external<'a>(&'a self, region: &Region<'a>) -> Option<Route<'a>> {
@@ -453,20 +473,26 @@ impl<V: Vendor> Backend for Driver<V> {
         unsafe { (self.api.host_free)(cpu.cast()) };
     }
 
-    fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
+    fn copy_to_device(&self, dst: u64, src: &[u8]) -> std::result::Result<(), CopyError> {
         let d = V::DIALECT;
-        // SAFETY: src stays borrowed until the copy finished (copy waits).
+        // SAFETY: src stays borrowed until the copy finished (copy waits);
+        // a copy that may still run past the error only reads it.
         self.copy("host-to-device copy", d.htod_async, |s| unsafe {
             (self.api.htod_async)(dst, src.as_ptr().cast(), src.len(), s)
         })
     }
 
-    fn copy_from_device(&self, dst: &mut [u8], src: u64) -> Result<()> {
+    unsafe fn copy_from_device(
+        &self,
+        dst: *mut u8,
+        len: usize,
+        src: u64,
+    ) -> std::result::Result<(), CopyError> {
         let d = V::DIALECT;
-        let (p, n) = (dst.as_mut_ptr(), dst.len());
-        // SAFETY: dst stays borrowed until the copy finished (copy waits).
+        // SAFETY: the caller keeps dst..dst+len allocated and unreferenced
+        // until Ok, or for good after an error that may still run.
         self.copy("device-to-host copy", d.dtoh_async, |s| unsafe {
-            (self.api.dtoh_async)(p.cast(), src, n, s)
+            (self.api.dtoh_async)(dst.cast(), src, len, s)
         })
     }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The error type: what was attempted and what the runtime answered.
 
 use std::fmt;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! `HSA_FORCE_FINE_GRAIN_PCIE` for consumer RDNA GPUs.
 //!
 //! On CDNA (gfx9) host memory the GPU maps is fine-grained (coherent over

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! One opened GPU, behind the runtime it was found with (HIP or CUDA).
 
 use std::ffi::c_void;
@@ -5,7 +6,7 @@ use std::mem::ManuallyDrop;
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::driver::Driver;
@@ -32,8 +33,23 @@ pub(crate) trait Backend: Send + Sync {
     /// Zeroed host memory mapped for the GPU: (CPU pointer, GPU address).
     fn alloc_host_mapped(&self, bytes: usize) -> Result<(*mut u8, u64)>;
     fn free_host_mapped(&self, cpu: *mut u8);
-    fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()>;
-    fn copy_from_device(&self, dst: &mut [u8], src: u64) -> Result<()>;
+    /// Copies `src` to device address `dst`. After an error that may still
+    /// run, the copy engine may go on reading `src` (never writing it).
+    fn copy_to_device(&self, dst: u64, src: &[u8]) -> std::result::Result<(), CopyError>;
+    /// Copies `len` device bytes at `src` to host memory at `dst`.
+    ///
+    /// # Safety
+    ///
+    /// `dst .. dst + len` is host memory that no Rust reference covers and
+    /// that stays allocated until this returns `Ok`; after an `Err` with
+    /// `may_still_run` the copy engine may still write it, so it must stay
+    /// allocated and unread for good.
+    unsafe fn copy_from_device(
+        &self,
+        dst: *mut u8,
+        len: usize,
+        src: u64,
+    ) -> std::result::Result<(), CopyError>;
     fn load_module(&self, image: &[u8]) -> Result<usize>;
     fn unload_module(&self, module: usize);
     fn function(&self, module: usize, name: &str) -> Result<usize>;
@@ -51,6 +67,15 @@ pub(crate) trait Backend: Send + Sync {
     /// The import routes for `region`, in the order to try them.
     fn import_routes<'a>(&'a self, region: &Region<'a>) -> Vec<Route<'a>>;
     fn release_import(&self, undo: Undo);
+}
+
+/// A copy that failed; `may_still_run` when it was queued and not seen
+/// done (its deadline passed, or its stream failed), so the copy engine may
+/// still read its source and write its destination.
+#[derive(Debug)]
+pub(crate) struct CopyError {
+    pub(crate) error: GpuError,
+    pub(crate) may_still_run: bool,
 }
 
 /// Polls `done` until it is true, failing once `deadline` has passed;
@@ -80,26 +105,41 @@ pub const DROP_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A GPU opened for use: allocation, export, import, launch.
 ///
-/// If a kernel was still running when its [`Launch`] was dropped, the
-/// runtime is never unloaded (dropping the `Gpu` leaves it loaded), so the
-/// kernel's context, code and memory stay.
+/// If a kernel may still be running when the `Gpu` is dropped (its
+/// [`Launch`] was dropped before the kernel finished, or was leaked with
+/// [`std::mem::forget`]), the runtime is never unloaded (dropping the
+/// `Gpu` leaves it loaded), so the kernel's context, code and memory stay.
 pub struct Gpu {
     backend: ManuallyDrop<Box<dyn Backend>>,
     device: GpuDevice,
     runtime: RuntimeInfo,
-    /// Launches dropped while their kernel may still run.
-    leaked: AtomicUsize,
+    /// Work that may still run on this runtime: kernels launched and not
+    /// yet seen finished (counted at launch, uncounted only when
+    /// [`Launch::finish`] or the launch's drop sees the kernel done; a
+    /// launch leaked with `mem::forget` (safe) or one whose kernel would
+    /// not stop stays counted), and copies that failed while they may
+    /// still run. The runtime is never unloaded under any of it.
+    live: AtomicUsize,
     /// [`DROP_DEADLINE`] (shorter in the unit tests).
     drop_deadline: Duration,
+    /// The bounce buffers of device-to-host copies that failed while they
+    /// may still run: the copy engine may still write them, so they are
+    /// never freed (leaked when the `Gpu` goes). Each such copy also stays
+    /// counted in `live`, so the runtime is not unloaded under it.
+    quarantine: Mutex<Vec<Vec<u8>>>,
 }
 
 impl Drop for Gpu {
     fn drop(&mut self) {
-        if *self.leaked.get_mut() == 0 {
-            // SAFETY: dropped once, here; no Launch is left (they borrow
-            // self) and none leaked a running kernel.
+        if *self.live.get_mut() == 0 {
+            // SAFETY: dropped once, here; every kernel launched on this Gpu
+            // was seen finished (a Launch dropped unfinished or forgotten
+            // is still counted in `live`), so none runs on this runtime.
             unsafe { ManuallyDrop::drop(&mut self.backend) };
         }
+        // Copies that may still run write these: never freed.
+        let q = std::mem::take(self.quarantine.get_mut().unwrap_or_else(|p| p.into_inner()));
+        std::mem::forget(q);
     }
 }
 
@@ -160,8 +200,9 @@ impl Gpu {
             backend: ManuallyDrop::new(backend),
             device,
             runtime,
-            leaked: AtomicUsize::new(0),
+            live: AtomicUsize::new(0),
             drop_deadline: DROP_DEADLINE,
+            quarantine: Mutex::new(Vec::new()),
         })
     }
 
@@ -242,6 +283,11 @@ impl Gpu {
     /// for a running kernel, and each has a 10 s deadline. For memory of
     /// [`alloc`](Self::alloc), [`DeviceMemory::write_at`] is the safe way.
     ///
+    /// A copy that times out may still run (nothing stops a queued copy):
+    /// it may go on reading `src` after the error, and on writing `dst`
+    /// (so the device memory's contents are unknown then); it keeps the
+    /// runtime loaded, as a running kernel does.
+    ///
     /// # Safety
     ///
     /// `dst .. dst + src.len()` names memory of this GPU's address space
@@ -249,12 +295,60 @@ impl Gpu {
     /// covers meanwhile (the CPU side of [`HostMapped`] memory, or a host
     /// range an [`import`](Self::import) registered, is the same memory).
     pub unsafe fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
-        self.backend.copy_to_device(dst, src)
+        self.backend
+            .copy_to_device(dst, src)
+            .map_err(|e| self.copy_failed(e))
     }
 
-    /// Copies device bytes to the host (as [`copy_to_device`](Self::copy_to_device)).
+    /// Copies device bytes to the host (as [`copy_to_device`](Self::copy_to_device)),
+    /// through a bounce buffer of the `Gpu`'s: the device writes only that,
+    /// and `dst` is written by the CPU once the copy is done. A copy that
+    /// times out (or whose stream fails) may still write its bounce buffer
+    /// after the error returns: that buffer is then quarantined (kept by
+    /// this `Gpu`, never freed or read, leaked when it goes), while `dst`,
+    /// which the caller may read or free as soon as this returns, is never
+    /// in the device's reach.
     pub fn copy_from_device(&self, dst: &mut [u8], src: u64) -> Result<()> {
-        self.backend.copy_from_device(dst, src)
+        // Zeroed by calloc's fresh pages: no touch before the device's.
+        let mut bounce = vec![0u8; dst.len()];
+        // SAFETY: `bounce` is this function's: no reference to it while the
+        // copy runs, and after an error that may still run it is moved into
+        // the quarantine, where nothing frees or reads it.
+        let r = unsafe {
+            self.backend
+                .copy_from_device(bounce.as_mut_ptr(), bounce.len(), src)
+        };
+        match r {
+            Ok(()) => {
+                dst.copy_from_slice(&bounce);
+                Ok(())
+            }
+            Err(e) => {
+                if e.may_still_run {
+                    self.quarantine
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(bounce);
+                }
+                Err(self.copy_failed(e))
+            }
+        }
+    }
+
+    /// A copy that may still run keeps the runtime loaded (as a kernel).
+    fn copy_failed(&self, e: CopyError) -> GpuError {
+        if e.may_still_run {
+            self.live.fetch_add(1, Ordering::AcqRel);
+        }
+        e.error
+    }
+
+    /// Bounce buffers of failed device-to-host copies kept because the
+    /// copy may still write them (see [`copy_from_device`](Self::copy_from_device)),
+    /// and their bytes.
+    pub fn quarantined_copies(&self) -> (usize, usize) {
+        let q = self.quarantine.lock().unwrap_or_else(|p| p.into_inner());
+        (q.len(), q.iter().map(Vec::len).sum())
     }
 
     /// Loads a code object (AMD ELF, or NUL-terminated PTX for CUDA).
@@ -278,10 +372,27 @@ impl Gpu {
     /// The kernel reads and writes whatever its arguments point to, as raw
     /// device addresses. The caller guarantees that:
     ///
-    /// - `cfg.args` match the kernel's parameters, and every address the
-    ///   kernel reaches through them names memory that stays allocated and
-    ///   mapped while it may run: memory owned by `keep`, or memory that
-    ///   outlives the `Gpu`;
+    /// - `cfg.args` match the kernel's parameters (each passed as 8 bytes),
+    ///   and every address the kernel reaches through them names memory
+    ///   that stays allocated and mapped while it may run: memory owned by
+    ///   `keep`, or memory that outlives the `Gpu`;
+    /// - `keep` **owns** that memory and does not borrow it (no `&` or
+    ///   `&mut` to a buffer, vector or mapping inside `K`): a `Launch` can
+    ///   be leaked with the safe [`std::mem::forget`], which ends every
+    ///   borrow in `keep` while the kernel runs on, so a borrowed buffer
+    ///   could then be read, written or freed by Rust under the kernel
+    ///   (the runtime itself stays loaded: a forgotten launch is still
+    ///   counted as running);
+    /// - the DMA the kernel's *commands* cause is covered too: a kernel
+    ///   given a queue pair of a `gpunvme::Controller`
+    ///   (one open file) can aim the SSD at every buffer that file mapped
+    ///   (the module checks PRPs against the file's mappings, not against
+    ///   the kernel's arguments). So every `DmaBuffer` and `DmabufMapping`
+    ///   of a controller whose pairs are in `keep` is in `keep` too, or is
+    ///   not reached from Rust (no `as_slice`, no drop) while the kernel
+    ///   runs. Simplest: give GPU-driven pairs a `Controller` of their own
+    ///   (its own `Controller::open`), holding only the buffers the kernel
+    ///   uses, so the module's per-file check confines the SSD to them;
     /// - no Rust reference covers memory the kernel writes (or memory it
     ///   reads that Rust writes) while it may run: such memory is reached
     ///   from Rust only through raw pointers, with volatile or atomic
@@ -305,6 +416,8 @@ impl Gpu {
         let stream = self
             .backend
             .launch(func, cfg.grid, cfg.block, &mut params)?;
+        // Counted before the Launch exists: forgetting it keeps the count.
+        self.live.fetch_add(1, Ordering::AcqRel);
         Ok(Launch {
             gpu: self,
             stream,
@@ -399,7 +512,9 @@ impl DeviceMemory<'_> {
     }
 
     /// Copies bytes at `offset` of this memory into `dst`; fails if they do
-    /// not fit.
+    /// not fit. The device never writes `dst` itself: see
+    /// [`Gpu::copy_from_device`] (a timed-out copy leaves its bounce
+    /// buffer quarantined, not `dst`, in the device's reach).
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check(offset, dst.len())?;
         self.gpu.copy_from_device(dst, self.ptr + offset as u64)
@@ -471,10 +586,14 @@ impl HostMapped<'_> {
         false
     }
 
-    /// Pointer to a `T` at byte `offset`, checked to fit and be aligned.
+    /// Pointer to a `T` at byte `offset`, checked to fit and be aligned;
+    /// panics otherwise (an offset near `usize::MAX` included: the end is
+    /// computed with `checked_add`, so it cannot wrap past the check).
     pub fn at<T>(&self, offset: usize) -> *mut T {
         assert!(
-            offset + std::mem::size_of::<T>() <= self.len
+            offset
+                .checked_add(std::mem::size_of::<T>())
+                .is_some_and(|end| end <= self.len)
                 && offset % std::mem::align_of::<T>() == 0,
             "offset {offset} does not hold a {}",
             std::any::type_name::<T>()
@@ -528,7 +647,10 @@ pub struct LaunchConfig<'a> {
 /// [`finish`](Self::finish)). It cannot go away while the kernel may run:
 /// dropping it unfinished raises the stop flag and waits up to
 /// [`DROP_DEADLINE`]; a kernel still running then keeps its stream, its
-/// module and everything in `K` forever (leaked, never freed).
+/// module and everything in `K` forever (leaked, never freed). Leaking the
+/// `Launch` itself (`mem::forget`) leaks all of that too, and the [`Gpu`]
+/// then never unloads its runtime: the kernel counts as running until a
+/// `finish` or a drop has seen it done.
 ///
 /// A launch names raw device addresses, so it is `unsafe`:
 ///
@@ -632,12 +754,20 @@ impl<K> Launch<'_, K> {
         }
     }
 
+    /// The kernel was seen finished: its stream goes, and it no longer
+    /// keeps the runtime loaded. Called once (by `finish`, or by the drop).
+    fn retire(&mut self) {
+        debug_assert!(self.finished);
+        self.gpu.backend.destroy_stream(self.stream);
+        self.gpu.live.fetch_sub(1, Ordering::AcqRel);
+    }
+
     /// What the kernel used, once it has finished (its stream is destroyed
     /// then); the launch itself while it still runs.
     pub fn finish(mut self) -> std::result::Result<K, Self> {
         match self.is_done() {
             Ok(true) => {
-                self.gpu.backend.destroy_stream(self.stream);
+                self.retire();
                 // `keep` taken: Drop has nothing left to do.
                 self.module = None;
                 Ok(self.keep.take().expect("kept until finished"))
@@ -660,15 +790,14 @@ impl<K> Drop for Launch<'_, K> {
             }
         }
         if self.finished {
-            self.gpu.backend.destroy_stream(self.stream);
+            self.retire();
             drop(keep);
             return;
         }
         // Still running (or faulted, so unknown): nothing it can reach is
-        // freed, and the runtime stays loaded.
+        // freed, and it stays counted in `live`, so the runtime stays loaded.
         std::mem::forget(keep);
         std::mem::forget(self.module.take());
-        self.gpu.leaked.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -738,6 +867,34 @@ mod tests {
         );
     }
 
+    #[test]
+    fn host_mapped_at_hands_out_every_slot_that_fits() {
+        let (gpu, _) = gpu(false);
+        let hm = gpu.alloc_host_mapped(4096).unwrap();
+        assert_eq!(hm.at::<u64>(0), hm.cpu().cast());
+        assert_eq!(hm.at::<u64>(4088) as usize, hm.cpu() as usize + 4088);
+    }
+
+    /// S3: `offset + size_of::<T>()` near `usize::MAX` wrapped to a small
+    /// end that passed the check (release builds), and `cpu.add(offset)`
+    /// then went out of bounds: the check must refuse it, with its own
+    /// message (not an arithmetic-overflow panic).
+    #[test]
+    #[should_panic(expected = "does not hold a u64")]
+    fn host_mapped_at_refuses_an_offset_whose_end_wraps() {
+        let (gpu, _) = gpu(false);
+        let hm = gpu.alloc_host_mapped(4096).unwrap();
+        let _ = hm.at::<u64>(usize::MAX - 7);
+    }
+
+    #[test]
+    #[should_panic(expected = "does not hold a u64")]
+    fn host_mapped_at_refuses_a_slot_past_the_end() {
+        let (gpu, _) = gpu(false);
+        let hm = gpu.alloc_host_mapped(4096).unwrap();
+        let _ = hm.at::<u64>(4096);
+    }
+
     /// A runtime whose one "kernel" runs until its stop flag is raised
     /// (or forever, if it ignores the flag); every call is logged.
     #[derive(Default)]
@@ -746,6 +903,10 @@ mod tests {
         stop_flag: Mutex<Option<usize>>,
         ignores_stop: bool,
         finished: AtomicBool,
+        /// Device-to-host copies time out (queued, never seen done).
+        stuck_copies: bool,
+        /// Where the last device-to-host copy was told to write.
+        copy_dst: Arc<Mutex<Option<(usize, usize)>>>,
     }
 
     impl Fake {
@@ -771,14 +932,31 @@ mod tests {
         fn export_dmabuf(&self, _: u64, _: usize) -> Result<OwnedFd> {
             Err(GpuError("no".into()))
         }
-        fn alloc_host_mapped(&self, _: usize) -> Result<(*mut u8, u64)> {
-            Err(GpuError("no".into()))
+        fn alloc_host_mapped(&self, bytes: usize) -> Result<(*mut u8, u64)> {
+            // Host memory the fake "GPU" sees at 0x9000_0000; leaked (a test).
+            let mem: &'static mut [u64] = Vec::leak(vec![0u64; bytes.div_ceil(8)]);
+            Ok((mem.as_mut_ptr().cast(), 0x9000_0000))
         }
         fn free_host_mapped(&self, _: *mut u8) {}
-        fn copy_to_device(&self, _: u64, _: &[u8]) -> Result<()> {
+        fn copy_to_device(&self, _: u64, _: &[u8]) -> std::result::Result<(), CopyError> {
             Ok(())
         }
-        fn copy_from_device(&self, _: &mut [u8], _: u64) -> Result<()> {
+        unsafe fn copy_from_device(
+            &self,
+            dst: *mut u8,
+            len: usize,
+            _: u64,
+        ) -> std::result::Result<(), CopyError> {
+            *self.copy_dst.lock().unwrap() = Some((dst as usize, len));
+            if self.stuck_copies {
+                // Queued, not done: the "copy engine" writes later (the test).
+                return Err(CopyError {
+                    error: GpuError("device-to-host copy still running after 10s".into()),
+                    may_still_run: true,
+                });
+            }
+            // SAFETY: the caller hands over dst..dst+len for the copy.
+            unsafe { std::ptr::write_bytes(dst, 0x5a, len) };
             Ok(())
         }
         fn load_module(&self, _: &[u8]) -> Result<usize> {
@@ -822,6 +1000,10 @@ mod tests {
     fn gpu(ignores_stop: bool) -> (Gpu, Arc<Mutex<Vec<String>>>) {
         let mut fake = Fake::default();
         fake.ignores_stop = ignores_stop;
+        gpu_over(fake)
+    }
+
+    fn gpu_over(fake: Fake) -> (Gpu, Arc<Mutex<Vec<String>>>) {
         let log = fake.log.clone();
         let gpu = Gpu {
             backend: ManuallyDrop::new(Box::new(fake)),
@@ -840,8 +1022,9 @@ mod tests {
                 library: "fake".into(),
                 version: None,
             },
-            leaked: AtomicUsize::new(0),
+            live: AtomicUsize::new(0),
             drop_deadline: Duration::from_millis(50),
+            quarantine: Mutex::new(Vec::new()),
         };
         (gpu, log)
     }
@@ -912,7 +1095,7 @@ mod tests {
         let dropped = Arc::new(AtomicUsize::new(0));
         drop(launch(&gpu, &m, &dropped));
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
-        assert_eq!(gpu.leaked.load(Ordering::SeqCst), 0);
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 0);
         drop(m);
         drop(gpu);
         assert_eq!(
@@ -944,13 +1127,98 @@ mod tests {
             0,
             "buffers leaked, not freed"
         );
-        assert_eq!(gpu.leaked.load(Ordering::SeqCst), 1);
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 1);
         drop(m);
         drop(gpu);
         assert_eq!(
             *log.lock().unwrap(),
             ["launch"],
             "no stream, module or runtime freed"
+        );
+    }
+
+    /// S1: `mem::forget` of a running launch is safe and skips its drop.
+    /// The runtime must stay loaded all the same (the old code counted
+    /// only launches whose drop gave up, so it unloaded the runtime, its
+    /// context and the code under the running kernel).
+    #[test]
+    fn a_forgotten_launch_keeps_the_runtime_loaded() {
+        let (gpu, log) = gpu(true);
+        let m = gpu.load_module(b"").unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        std::mem::forget(launch(&gpu, &m, &dropped));
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 1);
+        drop(m);
+        drop(gpu);
+        assert_eq!(dropped.load(Ordering::SeqCst), 0, "what it used is leaked");
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["launch"],
+            "no stream, module or runtime freed under the kernel"
+        );
+    }
+
+    /// A launch seen finished stops counting, whether by `finish` or by
+    /// its drop: the runtime is unloaded once the `Gpu` goes.
+    #[test]
+    fn finished_launches_stop_counting() {
+        let (gpu, _log) = gpu(false);
+        let m = gpu.load_module(b"").unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let a = launch(&gpu, &m, &dropped);
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 1);
+        a.stop();
+        let keep = a.finish().map_err(|_| ()).expect("stopped: finished");
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 0);
+        let b = launch(&gpu, &m, &dropped);
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 1);
+        drop(b);
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 0);
+        drop(keep);
+    }
+
+    #[test]
+    fn a_device_to_host_copy_lands_in_the_callers_slice() {
+        let (gpu, _) = gpu(false);
+        let mem = gpu.alloc(4096).unwrap();
+        let mut dst = vec![0u8; 100];
+        mem.read_at(0, &mut dst).unwrap();
+        assert!(dst.iter().all(|&b| b == 0x5a));
+        assert_eq!(gpu.quarantined_copies(), (0, 0));
+        assert_eq!(gpu.live.load(Ordering::SeqCst), 0);
+    }
+
+    /// S2: a copy that times out may still be written by the copy engine
+    /// after `read_at` returned, while the caller frees or reads its slice.
+    /// The device must never have been given the caller's slice (the old
+    /// code passed it straight to the runtime), and what it was given must
+    /// stay allocated: quarantined, and the runtime kept loaded.
+    #[test]
+    fn a_timed_out_copy_never_leaves_the_device_writing_the_callers_slice() {
+        let mut fake = Fake::default();
+        fake.stuck_copies = true;
+        let seen = fake.copy_dst.clone();
+        let (gpu, log) = gpu_over(fake);
+        let mem = gpu.alloc(4096).unwrap();
+        let mut dst = vec![0u8; 256];
+        let e = mem.read_at(0, &mut dst).unwrap_err();
+        assert!(e.0.contains("still running"), "{e}");
+        let (at, len) = seen.lock().unwrap().expect("a copy was queued");
+        let caller = dst.as_ptr() as usize..dst.as_ptr() as usize + dst.len();
+        assert!(
+            at + len <= caller.start || at >= caller.end,
+            "the device was given the caller's slice {caller:x?}"
+        );
+        assert_eq!(gpu.quarantined_copies(), (1, 256), "its buffer is kept");
+        // The copy engine lands late, into the quarantined buffer only.
+        // SAFETY: quarantined: allocated, and nothing reads it.
+        unsafe { std::ptr::write_bytes(at as *mut u8, 0xee, len) };
+        drop(dst); // the caller frees its slice at once: nothing reaches it
+        drop(mem);
+        drop(gpu);
+        assert!(
+            !log.lock().unwrap().iter().any(|l| l == "runtime unloaded"),
+            "a copy that may still run keeps the runtime loaded"
         );
     }
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! AMD GPUs through HIP (`libamdhip64`), with the HSA runtime and libdrm
 //! for the import routes HIP itself lacks. Written against
 //! hip_runtime_api.h, hsa_ext_amd.h and amdgpu.h; it has not run on AMD

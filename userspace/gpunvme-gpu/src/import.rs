@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Importing the module's dma-bufs (doorbell page, SQ, CQ) into a GPU's
 //! address space.
 //!

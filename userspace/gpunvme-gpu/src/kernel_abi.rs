@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The argument blocks of the example kernels (`kernels/examples/`), as
 //! `#[repr(C)]` mirrors of `gpunvme::qpair` (queue.h), `gpunvme::pqueue`
 //! and its shared state (pqueue.h), `gx::io_args` / `gx::io_result`

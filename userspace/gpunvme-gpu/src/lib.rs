@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! GPU runtime glue, loaded at run time.
 //!
 //! HIP (`libamdhip64.so`, `.so.7`, `.so.6`, `.so.5`) or the CUDA driver API

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Which GPU runtime this machine has, which GPUs it sees, and which
 //! doorbell mapping mode each can do (`gpunvme probe`).
 

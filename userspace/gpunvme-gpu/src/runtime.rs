@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! A GPU runtime library opened with dlopen: symbol lookup, error names,
 //! version and device discovery for HIP (`libamdhip64`) and the CUDA driver
 //! API (`libcuda`).

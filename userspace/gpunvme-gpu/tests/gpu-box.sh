@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT OR GPL-2.0-only
 # Run gpunvme-gpu's GPU tests (tests/gpu_launch.rs) and `gpunvme probe` on a
 # GPU machine that has the driver but no Rust toolchain.
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The runtime glue on a real GPU: VRAM allocation and dma-buf export,
 //! code-object load and launch of the example kernels, deadlines and the
 //! stop flag. Needs a GPU, so the tests are `#[ignore]`d; run them on a GPU

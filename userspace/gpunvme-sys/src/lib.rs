@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Raw bindings to the gpunvme ioctl ABI.
 //!
 //! Everything here is generated from `uapi/gpunvme.h`, the single source

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The committed bindings (`src/generated/`) are exactly what the build
 //! script generates from `uapi/gpunvme.h` now (feature `regenerate`, which
 //! needs bindgen and libclang). After changing the header, run

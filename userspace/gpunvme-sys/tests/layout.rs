@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Checks the bindings against a C compiler: a generated C program prints
 //! the size, alignment and field offsets of every UAPI struct, every ioctl
 //! request number and every integer constant as the C compiler sees

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! A raw queue pair whose CQ the controller writes into a dma-buf
 //! (`QueuePair::create_raw_cq_in`, `GPUNVME_QPAIR_CQ_IN_MAP`): a udmabuf
 //! stands in for GPU memory, and this program polls the CQ through the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Builds the NVMe Read command for 3 pages of data at a mid-page offset,
 //! with its PRP list, and prints the entry and the list: what `Io` does for
 //! every command, here without a device.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Writes a pattern to a namespace through a shared queue pair, reads it
 //! back and checks every byte: the safe API end to end. Needs a controller
 //! bound to gpunvme (and overwrites the blocks it names).

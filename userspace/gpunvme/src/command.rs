@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! NVM command set submission entries (64 bytes) and completion entries
 //! (16 bytes), byte-exact as NVMe 1.4 section 4.2/4.6 lays them out, and
 //! the PRPs that say where a command's data is.

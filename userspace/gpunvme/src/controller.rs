@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! A controller bound to gpunvme, reached through its device node.
 
 use std::fs::{File, OpenOptions};
@@ -9,6 +10,7 @@ use gpunvme_sys as sys;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::fork::Owner;
 use crate::regs::{Cap, Version};
 
 /// Directory holding the device nodes.
@@ -333,6 +335,19 @@ pub(crate) struct Lifecycle {
 /// controller and its queues can live in one struct, and the file is
 /// closed (releasing whatever is left on the kernel side, ownership
 /// included) when the last of them and the caller's `Arc` are gone.
+///
+/// # Fork
+///
+/// A controller belongs to the process that opened it. In a child of
+/// `fork()` (a PyTorch DataLoader worker, `os.fork`, `multiprocessing`)
+/// every operation on it, its queue pairs, buffers and mappings fails with
+/// [`Error::Forked`] before it touches the queues or issues an ioctl, and
+/// dropping them there leaks them instead (an ioctl from the child would
+/// act on the parent's open file: a drop would destroy the parent's pairs).
+/// The child sees its copy of a [`crate::DmaBuffer`]'s bytes as they were
+/// at the fork; the controller never writes that copy. Open the device
+/// again in the child to use it there. The file is opened `O_CLOEXEC`, so
+/// an `exec` drops it.
 #[derive(Debug)]
 pub struct Controller {
     // Field order is drop order: the file is closed before the memory
@@ -340,6 +355,8 @@ pub struct Controller {
     file: File,
     path: PathBuf,
     state: Mutex<Lifecycle>,
+    /// The process that opened the file.
+    owner: Owner,
     /// The in-process controller model of the unit tests, which answers
     /// the ioctls instead of the kernel.
     #[cfg(test)]
@@ -348,11 +365,21 @@ pub struct Controller {
 
 /// Closing the file (dropping the fields) is the module's business; the
 /// unit tests' controller model stops its queues here, as a close would.
-#[cfg(test)]
 impl Drop for Controller {
     fn drop(&mut self) {
-        if let Some(m) = &self.model {
-            m.close();
+        if !self.owner.is_current() {
+            // A forked child: the module's mappings were not copied into
+            // this process (VM_DONTCOPY), so unmapping their addresses here
+            // could unmap whatever the child mapped there since. Leak them;
+            // closing the child's descriptor leaves the parent's file open.
+            let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+            std::mem::forget(std::mem::take(&mut st.until_close));
+            std::mem::forget(std::mem::take(&mut st.deferred));
+        } else {
+            #[cfg(test)]
+            if let Some(m) = &self.model {
+                m.close();
+            }
         }
     }
 }
@@ -370,6 +397,7 @@ impl Controller {
             file,
             path,
             state: Mutex::new(Lifecycle::default()),
+            owner: Owner::here(),
             #[cfg(test)]
             model: None,
         })
@@ -418,6 +446,8 @@ impl Controller {
     /// or has queue pairs or buffers mapped), EALREADY (this file owns it
     /// already).
     pub fn claim_owner(&self) -> Result<IommuMode> {
+        // Before the lock: a child may have inherited it held.
+        self.check_process()?;
         let mut o = sys::gpunvme_owner {
             size: std::mem::size_of::<sys::gpunvme_owner>() as u32,
             version: sys::GPUNVME_UAPI_VERSION,
@@ -442,6 +472,53 @@ impl Controller {
     /// succeeded); its IOMMU mode then.
     pub fn owner(&self) -> Option<IommuMode> {
         self.lifecycle().owner
+    }
+
+    /// Whether this is the process that opened the node (not a child of a
+    /// `fork()` since): everything but this, [`path`](Self::path) and
+    /// [`opened_by`](Self::opened_by) fails with [`Error::Forked`] in any
+    /// other process.
+    pub fn is_usable_here(&self) -> bool {
+        self.owner.is_current()
+    }
+
+    /// The id of the process that opened the node.
+    pub fn opened_by(&self) -> u32 {
+        self.owner.pid()
+    }
+
+    /// [`is_usable_here`](Self::is_usable_here) without a system call (the
+    /// fork counter only).
+    pub(crate) fn is_usable_here_fast(&self) -> bool {
+        self.owner.unforked()
+    }
+
+    /// [`Error::Forked`] unless this is the process that opened the node
+    /// (the fork counter and getpid(): before any ioctl or lock).
+    pub(crate) fn check_process(&self) -> Result<()> {
+        if self.owner.is_current() {
+            Ok(())
+        } else {
+            Err(self.forked())
+        }
+    }
+
+    /// [`Error::Forked`] unless no fork happened since the open (no system
+    /// call: for the queue fast path).
+    pub(crate) fn check_unforked(&self) -> Result<()> {
+        if self.owner.unforked() {
+            Ok(())
+        } else {
+            Err(self.forked())
+        }
+    }
+
+    pub(crate) fn forked(&self) -> Error {
+        Error::Forked {
+            path: self.path.clone(),
+            opened_by: self.owner.pid(),
+            now: Owner::current_pid(),
+        }
     }
 
     /// The open descriptor (for mmap).
@@ -473,6 +550,8 @@ impl Controller {
         request: sys::IoctlRequest,
         arg: *mut libc::c_void,
     ) -> Result<libc::c_int> {
+        // A child's ioctl would act on its parent's file.
+        self.check_process()?;
         #[cfg(test)]
         if let Some(m) = &self.model {
             // SAFETY: as for the kernel: the caller guarantees `arg`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Host memory the controller can DMA to and from (`GPUNVME_IOC_MAP_HOST`).
 //!
 //! # Who may touch the memory, and when
@@ -336,6 +337,12 @@ impl DmaBuffer {
 
 impl Drop for DmaBuffer {
     fn drop(&mut self) {
+        if !self.ctrl.is_usable_here() {
+            // A forked child: UNMAP would unmap the parent's handle. Its
+            // copy of the memory is leaked (never touched by the device).
+            std::mem::forget(self.map.take());
+            return;
+        }
         if let Some(map) = self.map.take() {
             release(&self.ctrl, self.handle, Some(map));
         }

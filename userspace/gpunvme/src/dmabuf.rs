@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! GPU memory (a dma-buf) mapped for the controller's DMA
 //! (`GPUNVME_IOC_MAP_DMABUF`), and the reverse: queue memory exported as
 //! dma-bufs for a GPU to import (`GPUNVME_IOC_EXPORT`, see
@@ -133,7 +134,8 @@ impl DmabufMapping {
 
 impl Drop for DmabufMapping {
     fn drop(&mut self) {
-        if !self.kept {
+        // In a forked child, UNMAP would unmap the parent's handle: leak.
+        if !self.kept && self.ctrl.is_usable_here() {
             release(&self.ctrl, self.handle, None);
         }
     }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The error type of the gpunvme crate.
 
 use std::fmt;
@@ -76,6 +77,19 @@ pub enum Error {
         qid: u16,
         /// Commands outstanding.
         outstanding: usize,
+    },
+    /// The controller (the open file) was opened by another process: this
+    /// is a child of a `fork()` (e.g. a PyTorch DataLoader worker). A child
+    /// never uses its parent's queue pairs, buffers or file; dropping them
+    /// there leaks them (the parent's stay intact). Open the device again
+    /// in this process.
+    Forked {
+        /// The device node.
+        path: PathBuf,
+        /// The process that opened it.
+        opened_by: u32,
+        /// This process.
+        now: u32,
     },
 }
 
@@ -222,6 +236,17 @@ impl fmt::Display for Error {
             Error::QueueFull { qid, outstanding } => write!(
                 f,
                 "queue pair {qid} is full: {outstanding} commands outstanding (depth - 1)"
+            ),
+            Error::Forked {
+                path,
+                opened_by,
+                now,
+            } => write!(
+                f,
+                "{} was opened by process {opened_by}, and this is process {now} (a fork): \
+                 a child cannot use its parent's gpunvme queue pairs, buffers or file; \
+                 open the device again in this process",
+                path.display()
             ),
         }
     }

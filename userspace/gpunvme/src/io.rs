@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Block I/O on one namespace through one queue pair: LBA ranges into and
 //! out of a [`DmaBuffer`], split at the controller's MDTS (on a shared pair
 //! at the module's shared-mode limit), pipelined up to the queue's
@@ -397,6 +398,9 @@ impl Io {
         offset: usize,
         check: RangeCheck,
     ) -> Result<()> {
+        // Before the PRP pool or the SQ is touched: neither is mapped in a
+        // forked child.
+        self.qp.controller().check_unforked()?;
         if let Some(why) = self.qp.poison_reason() {
             // Earlier commands may be in flight: nothing new goes in, and
             // (below) every outstanding command is this transfer's.
@@ -421,7 +425,7 @@ impl Io {
         let lba_size = self.ns.lba_size as u64;
         count
             .checked_mul(lba_size)
-            .filter(|&b| offset as u64 + b <= buf.len() as u64)
+            .filter(|&b| (offset as u64).checked_add(b).is_some_and(|e| e <= buf.len() as u64))
             .ok_or_else(|| {
                 Error::Invalid(format!(
                     "{count} blocks of {lba_size} bytes at offset {offset} do not fit a {}-byte buffer",
@@ -484,7 +488,7 @@ impl Io {
 /// ring wrap, error statuses, timeouts, poisoning and when buffers come
 /// back or are released.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::Ordering;
     use std::time::{Duration, Instant};
 
@@ -493,7 +497,7 @@ mod tests {
     use crate::regs::Cap;
     use crate::{pattern, IommuMode, Modes, Prp};
 
-    const LBA: usize = 512;
+    pub(crate) const LBA: usize = 512;
     const BLOCKS: usize = 4096; // 2 MiB namespace
 
     fn info(max_transfer: u32) -> Info {
@@ -529,7 +533,11 @@ mod tests {
         }
     }
 
-    fn io(depth: u32, mode: Mode, max_transfer: u32) -> (Arc<Controller>, Arc<Model>, Io) {
+    pub(crate) fn io(
+        depth: u32,
+        mode: Mode,
+        max_transfer: u32,
+    ) -> (Arc<Controller>, Arc<Model>, Io) {
         let (ctrl, model) = Model::controller(BLOCKS, LBA);
         let qp = model.qpair(&ctrl, depth, mode);
         let io = Io::with_qpair(qp, &info(max_transfer), 1).unwrap();
@@ -619,6 +627,18 @@ mod tests {
         assert!(matches!(e.error, Error::Invalid(_)), "{e}");
         let buf = io.read(0, 8, e.buffer.unwrap(), 0).unwrap();
         assert_eq!(buf.len(), 4096);
+    }
+
+    /// An offset whose end wraps `u64` is refused as not fitting (it
+    /// overflowed before the check, a panic in debug builds).
+    #[test]
+    fn an_offset_near_the_top_of_the_address_space_does_not_fit() {
+        let (ctrl, _model, mut io) = io(4, Mode::Shared, 64 << 10);
+        let buf = DmaBuffer::new(&ctrl, 1).unwrap();
+        let e = io.read(0, 1, buf, usize::MAX - 3).unwrap_err();
+        assert!(e.to_string().contains("do not fit"), "{e}");
+        assert!(e.buffer.is_some(), "refused before any command");
+        assert_eq!(io.commands(), 0);
     }
 
     #[test]

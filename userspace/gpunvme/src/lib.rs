@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Safe userspace API for the gpunvme kernel module.
 //!
 //! - [`Controller`]: an open `/dev/gpunvme<N>` (or namespace) node and its
@@ -39,6 +40,10 @@
 //! their contract written down. Memory is unmapped from this process only
 //! after the module said it no longer maps it (see [`DmaBuffer`]).
 //!
+//! A child of `fork()` (PyTorch's DataLoader workers) never touches its
+//! parent's queues: everything fails there with [`Error::Forked`], and
+//! drops leak (see [`Controller`]'s "Fork" section).
+//!
 //! Building a command needs no device:
 //!
 //! ```
@@ -61,6 +66,7 @@ mod controller;
 mod dma;
 mod dmabuf;
 mod error;
+mod fork;
 mod io;
 mod map;
 #[cfg(test)]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Owned memory mappings (munmap on drop).
 
 use std::io;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Test fixture, compiled only for this crate's unit tests: an in-process
 //! model of what the module and the controller do behind a queue pair, so
 //! [`QueuePair`] and [`crate::Io`] run through real memory without a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Deterministic disk contents from (seed, byte offset), so anything
 //! written by `gpunvme write --pattern SEED` or by the GPU example kernels
 //! (`gpunvme gpu-run --kernel write --pattern SEED`) can be checked later,

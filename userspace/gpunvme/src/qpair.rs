@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! An I/O submission/completion queue pair, driven from this process
 //! through mmap'ed queue memory and the doorbell page
 //! (`GPUNVME_IOC_CREATE_QPAIR` / `GPUNVME_IOC_DESTROY_QPAIR`), shared
@@ -41,6 +42,7 @@ use crate::controller::Controller;
 use crate::dma::{unmap_handle, unmap_outcome, DmaBuffer, Unmapped};
 use crate::dmabuf::DmabufMapping;
 use crate::error::{Error, Result};
+use crate::fork::Owner;
 use crate::map::Mapping;
 use crate::status::Status;
 
@@ -279,6 +281,8 @@ pub enum ExportKind {
 pub struct PrpPool {
     map: Mapping,
     dma: u64,
+    /// The process the pool is mapped in (not copied into a child).
+    owner: Owner,
     /// Addresses of the current slot layout (see `list_slot`), cached.
     layout: Option<(usize, Vec<u64>)>,
 }
@@ -294,6 +298,7 @@ impl PrpPool {
         Ok(PrpPool {
             map,
             dma,
+            owner: Owner::here(),
             layout: None,
         })
     }
@@ -341,6 +346,14 @@ impl PrpPool {
     /// in ([`crate::DmaBuffer::prp`], [`crate::command::build_prps`]). It
     /// must stay untouched until that command completes.
     pub fn list_slot(&mut self, slot: usize, entries: usize) -> Result<PrpListMem<'_>> {
+        if !self.owner.unforked() {
+            // The module's mapping of the pool is not in a forked child.
+            return Err(Error::Forked {
+                path: "(a queue pair's PRP pool)".into(),
+                opened_by: self.owner.pid(),
+                now: Owner::current_pid(),
+            });
+        }
         let bytes = Self::slot_bytes(entries);
         let (first, count) = self.geometry(bytes);
         if slot >= count {
@@ -496,6 +509,8 @@ impl QueuePair {
             cq_handle: cq_in.as_ref().map_or(0, |m| m.handle()),
             ..Default::default()
         };
+        // Before the lock: a child may have inherited it held.
+        ctrl.check_process()?;
         let mut st = ctrl.lifecycle();
         // SAFETY: GPUNVME_IOC_CREATE_QPAIR takes a struct
         // gpunvme_qpair_create; `c` is one.
@@ -676,6 +691,17 @@ impl QueuePair {
     /// SQ, CQ mirror) and its PRP pool; a raw pair the real doorbell page
     /// and queues (and no pool). The module revokes every export when the
     /// pair is destroyed or the file closed.
+    ///
+    /// Whoever can write an exported SQ (and ring its doorbell) can aim
+    /// the SSD at **every** buffer this pair's [`Controller`] (open file)
+    /// mapped: a shared pair's module checks each PRP against the file's
+    /// mappings, not against any one buffer, and a raw pair checks nothing.
+    /// So while a GPU kernel drives an exported pair, no Rust code may
+    /// read, write or drop any [`DmaBuffer`] of the same file that the
+    /// kernel's commands could reach (the `gpunvme_gpu::Gpu::launch`
+    /// contract). The simple way: open a `Controller` of its own for the
+    /// GPU job (one [`Controller::open`] per job), holding only the pairs
+    /// and buffers the kernel uses, and keep all of them in the launch.
     pub fn export(&self, kind: ExportKind) -> Result<OwnedFd> {
         let mut e = sys::gpunvme_export {
             size: std::mem::size_of::<sys::gpunvme_export>() as u32,
@@ -788,6 +814,8 @@ impl QueuePair {
     /// mappings, but that does not keep the controller out of Rust's
     /// memory inside them.
     pub unsafe fn push(&mut self, sqe: Sqe) -> Result<u16> {
+        // The SQ is not mapped in a forked child.
+        self.ctrl.check_unforked()?;
         if let Some(why) = &self.poisoned {
             return Err(Error::Poisoned {
                 qid: self.qid,
@@ -812,8 +840,11 @@ impl QueuePair {
     }
 
     /// Rings the SQ tail doorbell if anything was pushed since the last ring.
+    /// Does nothing in a forked child (the doorbell page is not mapped
+    /// there; [`push`](Self::push) and [`reap`](Self::reap) fail with
+    /// [`Error::Forked`]).
     pub fn ring(&mut self) {
-        if !self.unrung {
+        if !self.unrung || !self.ctrl.is_usable_here_fast() {
             return;
         }
         doorbell_barrier();
@@ -866,6 +897,8 @@ impl QueuePair {
     /// Consumes every completion the controller has posted, then writes
     /// the CQ head doorbell once. Returns how many were consumed.
     pub fn reap(&mut self) -> Result<usize> {
+        // The CQ and doorbells are not mapped in a forked child.
+        self.ctrl.check_unforked()?;
         let Some(cq) = self.cq.as_ref() else {
             return Err(Error::Invalid(format!(
                 "qid {}: its CQ is in a dma-buf ({}), not mapped here; the GPU that polls it reaps it",
@@ -1046,6 +1079,21 @@ impl QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        if !self.ctrl.is_usable_here() {
+            // A forked child: DESTROY_QPAIR would destroy the parent's
+            // pair, and the queue mappings are not in this process (their
+            // addresses may hold the child's own mappings by now). Leak
+            // all of it; what it kept is the parent's business too.
+            std::mem::forget(self.sq.take());
+            std::mem::forget(self.cq.take());
+            std::mem::forget(self.db.take());
+            std::mem::forget(self.pool.take());
+            for b in std::mem::take(&mut self.held) {
+                std::mem::forget(b);
+            }
+            std::mem::forget(self.cq_in.take());
+            return;
+        }
         let mut st = self.ctrl.lifecycle();
         let mut d = sys::gpunvme_qpair_destroy {
             size: std::mem::size_of::<sys::gpunvme_qpair_destroy>() as u32,

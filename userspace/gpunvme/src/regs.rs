@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Decoding of the NVMe controller registers the module reports raw
 //! (NVM Express Base Specification 2.0, section 3.1.4: CAP and VS).
 

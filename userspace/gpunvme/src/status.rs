@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! NVMe completion status (CQE DW3 bits 31:17): SCT, SC, CRD, More, DNR.
 
 use std::fmt;

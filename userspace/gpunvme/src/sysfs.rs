@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Finding NVMe controllers and moving them between the kernel `nvme`
 //! driver and `gpunvme`, through sysfs.
 //!

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT OR GPL-2.0-only
 # The device call that produced this folder (run from the repository root
 # with experiment.diff applied; $OUT is the device tool's output folder).
 export PATH=/usr/local/cuda/bin:$PATH

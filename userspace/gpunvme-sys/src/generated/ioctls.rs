@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 /// `GPUNVME_IOC_GET_INFO` from the UAPI header, encoded by [`crate::ioc::ioc`].
 pub const GPUNVME_IOC_GET_INFO: crate::IoctlRequest = crate::ioc::ioc(crate::ioc::READ | crate::ioc::WRITE, crate::GPUNVME_IOC_MAGIC as u32, 0x00, ::core::mem::size_of::<crate::gpunvme_info>());
 /// `GPUNVME_IOC_CREATE_QPAIR` from the UAPI header, encoded by [`crate::ioc::ioc`].

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 /// The directory holding `gpunvme.h` (the source tree's `uapi/`).
 pub const UAPI_INCLUDE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../uapi");
 

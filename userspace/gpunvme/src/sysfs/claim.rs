@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Is a controller's storage in use? The kernel's own answer.
 //!
 //! Every block device of the controller (each namespace, its partitions,

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT OR GPL-2.0-only
 # One of the device calls behind h200-v8/variants (bench_main, bench_repoll4,
 # bench_repoll2), run from the repository root with experiment.diff applied;
 # bench_stats.log came from the same script with build stats "-DGPUNVME_PQ_STATS".

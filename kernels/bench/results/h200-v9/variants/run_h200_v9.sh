@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT OR GPL-2.0-only
 # h200-v9: the committed bench (PT loops without the poison store and the
 # extra fence), then the bench before that change and after it, alternated,
 # the PT runs only, in the same call.
