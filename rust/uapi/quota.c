@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * Per-file quotas of shared-mode files, as module parameters under
  * /sys/module/gpunvme/parameters/ (readable by all, writable by root; a

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 
 //! Per-file quotas: what one shared-mode file may hold, so that it always
 //! leaves room for other tenants of the controller. The limits are module

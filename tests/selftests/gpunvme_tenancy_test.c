@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * Between tenants: what an owner leaves behind must be gone before any
  * other file is admitted. Ownership is controller-wide authority (raw SQs,
