@@ -24,7 +24,10 @@
  *   fds, EXPORT of each kind) with valid, boundary and wild arguments
  *   (wrong size/version, random bytes, NULL, read-only, kernel and half-
  *   mapped argument pointers), wild ioctl numbers and sizes, read/write/
- *   poll/lseek on the nodes, dma-buf ioctls and mmap of the exports;
+ *   poll/lseek on the nodes, dma-buf ioctls and mmap of the exports; the
+ *   per-file quotas (module parameters) set to small values, none, or
+ *   their defaults meanwhile (EDQUOT), and CLAIM_OWNER then close, which
+ *   resets the controller before other files are admitted;
  *   mmap/munmap at every offset the UAPI defines (and wild ones, partial
  *   lengths, MAP_PRIVATE, other files' queues), partial munmap, reads and
  *   writes of the mapped pages (SIGBUS/SIGSEGV caught); random SQEs written
@@ -86,14 +89,14 @@ enum op {
 	OP_MAP_HOST, OP_UNMAP, OP_MAP_DMABUF, OP_EXPORT, OP_WILD_IOCTL, OP_FOPS,
 	OP_MMAP, OP_MUNMAP, OP_TOUCH, OP_SUBMIT, OP_FORK, OP_KILL, OP_UNBIND,
 	OP_BIND, OP_EDU_REBIND, OP_SI_OPEN, OP_SI_IMPORT, OP_SI_DMA, OP_SI_RELEASE,
-	OP_SI_NOP2P, OP_UDMABUF, OP_DBUF_IOCTL, OP_DBUF_MMAP, OP_BUF_MUNMAP, NOPS
+	OP_SI_NOP2P, OP_UDMABUF, OP_DBUF_IOCTL, OP_DBUF_MMAP, OP_BUF_MUNMAP, OP_QUOTA, NOPS
 };
 static const char *const op_name[NOPS] = {
 	"open_ctrl", "open_ns", "open_wild", "close", "dup", "GET_INFO", "CLAIM_OWNER", "CREATE_QPAIR", "DESTROY_QPAIR",
 	"MAP_HOST", "UNMAP", "MAP_DMABUF", "EXPORT", "wild_ioctl", "fops",
 	"mmap", "munmap", "touch", "submit", "fork", "kill", "unbind",
 	"bind", "edu_rebind", "standin_open", "standin_IMPORT", "standin_DMA", "standin_RELEASE",
-	"standin_NO_P2P", "udmabuf", "dmabuf_ioctl", "dmabuf_mmap", "buf_munmap",
+	"standin_NO_P2P", "udmabuf", "dmabuf_ioctl", "dmabuf_mmap", "buf_munmap", "quota",
 };
 /* Relative weights of the ops a sequence picks (fork children skip some). */
 static const int op_weight[NOPS] = {
@@ -104,7 +107,7 @@ static const int op_weight[NOPS] = {
 	[OP_KILL] = 1, [OP_UNBIND] = 3, [OP_BIND] = 1, [OP_EDU_REBIND] = 1,
 	[OP_SI_OPEN] = 1, [OP_SI_IMPORT] = 4, [OP_SI_DMA] = 3, [OP_SI_RELEASE] = 2,
 	[OP_SI_NOP2P] = 1, [OP_UDMABUF] = 3, [OP_DBUF_IOCTL] = 2, [OP_DBUF_MMAP] = 2,
-	[OP_BUF_MUNMAP] = 1,
+	[OP_BUF_MUNMAP] = 1, [OP_QUOTA] = 1,
 };
 
 /* ---- shared statistics (one page-aligned block, MAP_SHARED) ------------- */
@@ -1341,6 +1344,31 @@ static void op_unbind(void)
 	}
 }
 
+/* The per-file quotas (module parameters) change under the other calls:
+ * a small limit makes EDQUOT common; 0 lifts it. Defaults come back at the
+ * end of the run (quota_defaults). */
+static const char *const quota_param[] = { "max_qpairs_per_file", "max_maps_per_file", "max_exports_per_qpair" };
+static const char *const quota_default[] = { "8", "64", "4" };
+
+static void op_quota(void)
+{
+	static const char *const v[] = { "0", "1", "2", "3", "8", "64" };
+	char path[96];
+	int p = rn(3);
+	const char *val = v[rn(6)];
+	snprintf(path, sizeof(path), "/sys/module/gpunvme/parameters/%s", quota_param[p]);
+	CALL(OP_QUOTA, sysfs_write(path, val), "%s=%s", quota_param[p], val);
+}
+
+static void quota_defaults(void)
+{
+	char path[96];
+	for (int p = 0; p < 3; p++) {
+		snprintf(path, sizeof(path), "/sys/module/gpunvme/parameters/%s", quota_param[p]);
+		sysfs_write(path, quota_default[p]);
+	}
+}
+
 static void op_edu_rebind(void)
 {
 	if (me != 0 || in_child || no_unbind || !have_standin)
@@ -1574,6 +1602,7 @@ static void do_op(int op)
 	case OP_DBUF_IOCTL: op_dbuf_ioctl(); return;
 	case OP_DBUF_MMAP: op_dbuf_mmap(); return;
 	case OP_BUF_MUNMAP: op_buf_munmap(); return;
+	case OP_QUOTA: op_quota(); return;
 	}
 	if (fi < 0) {
 		op_open();
@@ -2055,6 +2084,7 @@ int main(int argc, char **argv)
 	while (waitpid(-1, NULL, WNOHANG) >= 0 && now_ms() - t0 < 30000)
 		usleep(50000);
 	usleep(500000);
+	quota_defaults();
 	scan_kmsg();
 	if (saved_printk[0])
 		sysfs_write("/proc/sys/kernel/printk", saved_printk);
