@@ -662,6 +662,7 @@ mod tests {
         );
         assert_eq!(i.shared_max_transfer_bytes, Some(512 * 1024));
         assert_eq!(i.node_nsid, None);
+        assert_eq!((i.quota_qpairs, i.quota_maps), (None, None));
         assert_eq!(i.max_transfer_for(crate::Mode::Shared), Some(512 * 1024));
         assert_eq!(i.max_transfer_for(crate::Mode::Raw), Some(512 * 1024));
 
@@ -670,12 +671,15 @@ mod tests {
         raw.num_namespaces = 0;
         raw.shared_max_transfer = 0;
         raw.node_nsid = 3;
+        raw.quota_qpairs = 8;
+        raw.quota_maps = 64;
         raw.modes = sys::GPUNVME_MODE_SHARED | sys::GPUNVME_MODE_OWNER | (1 << 7);
         raw.iommu_mode = 99;
         let i = Info::from_raw(&raw).unwrap();
         assert_eq!(i.max_transfer_bytes, None);
         assert!(i.namespaces.is_empty());
         assert_eq!(i.node_nsid, Some(3));
+        assert_eq!((i.quota_qpairs, i.quota_maps), (Some(8), Some(64)));
         assert_eq!(i.modes.to_string(), "shared, owner");
         assert_eq!(i.iommu_mode, IommuMode::Other);
         // No MDTS: raw pairs have no limit, shared ones the module's 2 MiB.
@@ -729,7 +733,7 @@ mod tests {
         raw.reserved[3] = 1;
         assert!(Info::from_raw(&raw).is_err());
         let mut raw = raw_info(0x3ff);
-        raw.reserved[5] = 1;
+        raw.reserved[4] = 1;
         assert!(Info::from_raw(&raw).is_err());
 
         let mut raw = raw_info(0x3ff);
