@@ -28,7 +28,7 @@
  *              so the same round trip returns the tail; a thread that
  *              finds it taken leaves) advances the SQ tail over every
  *              consecutive ready position and writes the doorbell once for
- *              all of them (fence::doorbell_write(), the group API's
+ *              all of them (fence::sq_doorbell_write(), the group API's
  *              store). On NVIDIA one lane rings for the warp's lanes that
  *              post together, and when their positions are consecutive it
  *              skips reading their marks. Unlocking stores the new tail
@@ -636,7 +636,7 @@ GPUNVME_HD void pq_ring(const pqueue &q, uint64_t own_lo = 0, uint64_t own_hi = 
 			atom::red64(&s->sq_doorbells, 1);
 			/* release (system) + the store: every marked SQE was
 			 * released by its writer before its mark. */
-			fence::doorbell_write(q.sq_db, (uint32_t)(t % q.depth));
+			fence::sq_doorbell_write(q.sq_db, (uint32_t)(t % q.depth));
 		}
 		atom::st64_release(&s->db_word, t << 1); /* unlock, the new tail */
 		atom::fence_sc(); /* the unlock before the re-check */
@@ -764,7 +764,7 @@ GPUNVME_HD int32_t pq_reap_one(const pqueue &q)
 		atom::st64(&s->cqes, peek.cqes + n); /* == the view under the lock */
 		if (err == OK) {
 			atom::red64(&s->cq_doorbells, 1);
-			fence::doorbell_write(q.cq_db, head);
+			fence::cq_doorbell_write(q.cq_db, head);
 		}
 	}
 	if (err != OK)
@@ -980,7 +980,7 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q, pq_owner own = {~0u, 0, 1},
 			atom::st64(&s->cqes, peek.cqes + n); /* == the view under the lock */
 			if (err == OK) {
 				atom::red64(&s->cq_doorbells, 1);
-				fence::doorbell_write(q.cq_db, head);
+				fence::cq_doorbell_write(q.cq_db, head);
 			}
 		}
 		if (err != OK)
