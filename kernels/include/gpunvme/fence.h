@@ -274,6 +274,22 @@ GPUNVME_HD void doorbell_write(volatile uint32_t *db, uint32_t val)
 #undef GPUNVME_DOORBELL
 
 /*
+ * After a doorbell store, before the ring passes to the next ringer (the
+ * per-thread API's unlock): the store is performed, at system scope,
+ * before anything after it, so two ringers' values reach the controller
+ * in the order they were written. NVIDIA: fence.sc.sys (a gpu-scope lock
+ * handoff alone orders a sys-scope MMIO store only through cumulativity);
+ * AMD: nothing, doorbell_write() already waited for its store to complete
+ * (ST_WAIT, POST); host: the store was sequentially consistent.
+ */
+GPUNVME_HD void doorbell_handoff()
+{
+#if defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("fence.sc.sys;" ::: "memory");
+#endif
+}
+
+/*
  * Load that must observe a write from the CPU or a PCIe peer made after
  * the previous call. A peer's DMA into host memory does not snoop GPU
  * caches and system-scope/non-temporal loads alone returned stale data on

@@ -63,7 +63,8 @@
  *  wait     poll your own slot; reap when nobody else is; bounded on the
  *           fixed-rate clock (clock.h) and by the host's stop flag (read
  *           every PQ_STOP_EVERY polls); optional backoff between polls.
- *           A ticket is waited for by one thread. On NVIDIA the lanes
+ *           A ticket is waited for by one thread (a second waiter's take
+ *           fails its compare-and-swap: ERR_INVAL). On NVIDIA the lanes
  *           of a warp that enter a wait together leave it together, a
  *           done lane lingering (and reaping) for at most
  *           PQ_LINGER_POLLS polls for the others (pq_wait()).
@@ -328,6 +329,26 @@ GPUNVME_HD bool try_lock(uint32_t *p)
 }
 
 GPUNVME_HD void unlock(uint32_t *p) { st32_release(p, 0); }
+
+/* *p from expected to v, release (what came before, loads included, is
+ * ordered before it); false, and nothing stored, if *p was not expected. */
+GPUNVME_HD bool cas32_release(uint32_t *p, uint32_t expected, uint32_t v)
+{
+#if defined(GPUNVME_DEV_AMD)
+	return __scoped_atomic_compare_exchange_n(p, &expected, v, false,
+						  __ATOMIC_RELEASE,
+						  __ATOMIC_RELAXED,
+						  GPUNVME_AT_SCOPE);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	uint32_t old;
+	asm volatile("atom.release.gpu.cas.b32 %0, [%1], %2, %3;"
+		     : "=r"(old) : "l"(p), "r"(expected), "r"(v) : "memory");
+	return old == expected;
+#else
+	return __atomic_compare_exchange_n(p, &expected, v, false,
+					   __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+#endif
+}
 
 /* First error wins. */
 GPUNVME_HD void set_error(int32_t *p, int32_t err)
@@ -637,6 +658,7 @@ GPUNVME_HD void pq_ring(const pqueue &q, uint64_t own_lo = 0, uint64_t own_hi = 
 			/* release (system) + the store: every marked SQE was
 			 * released by its writer before its mark. */
 			fence::sq_doorbell_write(q.sq_db, (uint32_t)(t % q.depth));
+			fence::doorbell_handoff(); /* performed before the next ringer's */
 		}
 		atom::st64_release(&s->db_word, t << 1); /* unlock, the new tail */
 		atom::fence_sc(); /* the unlock before the re-check */
@@ -981,6 +1003,7 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q, pq_owner own = {~0u, 0, 1},
 			if (err == OK) {
 				atom::red64(&s->cq_doorbells, 1);
 				fence::cq_doorbell_write(q.cq_db, head);
+				fence::doorbell_handoff();
 			}
 		}
 		if (err != OK)
@@ -1222,7 +1245,14 @@ GPUNVME_HD int32_t pq_result(uint32_t dw0, uint32_t dw2, uint32_t dw3, cqe *out)
 	return status_ok(cqe_status(dw3)) ? OK : (int32_t)cqe_status(dw3);
 }
 
-/* Completed: copy it out and free the slot for its next round. */
+/*
+ * Completed: copy it out and free the slot for its next round. The slot
+ * is freed by a compare-and-swap from the completed seq (t.seq + 1), after
+ * the fields were read: a second waiter on the same ticket, which read
+ * the fields after the first had freed the slot and a new round had
+ * completed, fails it and gets ERR_INVAL instead of the next round's
+ * result (and never rewinds the slot).
+ */
 GPUNVME_HD int32_t pq_take(const pqueue &q, pq_ticket t, cqe *out)
 {
 	pq_slot *sl = &q.slots[t.slot];
@@ -1230,7 +1260,8 @@ GPUNVME_HD int32_t pq_take(const pqueue &q, pq_ticket t, cqe *out)
 	const uint32_t dw2 = atom::ld32(&sl->dw2);
 	const uint32_t v = atom::ld32(&sl->dw3);
 
-	atom::st32_release(&sl->seq, t.seq + 3);
+	if (!atom::cas32_release(&sl->seq, t.seq + 1, t.seq + 3))
+		return ERR_INVAL; /* taken already: a spent ticket */
 	return pq_result(dw0, dw2, v, out);
 }
 
@@ -1253,8 +1284,11 @@ GPUNVME_DEV int32_t pq_test_warp(const pqueue &q, pq_ticket t, cqe *out, bool li
 		return ERR_AGAIN;
 	if (d.got) {
 		/* Free for its next round (after the reap's warp barrier,
-		 * which ordered the poller's acquire before this). */
-		atom::st32_release(&q.slots[t.slot].seq, t.seq + 3);
+		 * which ordered the poller's acquire before this): from the
+		 * live seq, never routed; a second lane on the same ticket
+		 * fails it (ERR_INVAL), as in pq_take(). */
+		if (!atom::cas32_release(&q.slots[t.slot].seq, t.seq, t.seq + 3))
+			return ERR_INVAL;
 		return pq_result(d.w0, d.w2, d.w3, out);
 	}
 	if (seq == t.seq + 1) {

@@ -393,6 +393,9 @@ for spec in "$@"; do
 			check_count "$tag: per-thread API: SQE as 4 x 16-byte stores" "$dis" 4 '^st(\.global)?\.v2\.u64 '
 			check_present "$tag: per-thread API: 64-bit ticket add" "$dis" '^atom(\.global)?\.relaxed\.gpu(\.global)?\.add\.u64 '
 			check_present "$tag: per-thread API: lock CAS with acquire" "$dis" '^atom(\.global)?\.acquire\.gpu(\.global)?\.cas\.b32 '
+			check_present "$tag: per-thread API: a take frees its slot by CAS with release" "$dis" '^atom(\.global)?\.release\.gpu(\.global)?\.cas\.b32 '
+			check_chain_min "$tag: per-thread API: fence.sc.sys after the SQ and CQ doorbell stores (before unlock)" \
+				"$dis" 2 1 '^(st\.volatile|st\.mmio\.relaxed\.sys)\.u32 \[' '^fence\.sc\.sys;$'
 			check_present "$tag: per-thread API: ring re-check fence.sc.gpu" "$dis" '^fence\.sc\.gpu;$'
 			check_present "$tag: per-thread API: warp reaper agrees by vote.sync.ballot" "$dis" '^vote\.sync\.ballot\.b32 '
 			check_present "$tag: per-thread API: warp-aggregated claims and ring (bar.warp.sync)" "$dis" '^bar\.warp\.sync '
