@@ -12,7 +12,9 @@
  *
  *  submit   1. take a ticket, lock-free: a 64-bit counter (one atomic
  *              add; on NVIDIA one per warp for the lanes that take theirs
- *              together on the same pair, pq_take_number()). Ticket c
+ *              together on the same pair, pq_take_number(); on AMD and
+ *              the host one per wave and pair, the wave's lanes on that
+ *              pair getting one contiguous block, pq_claim_wave()). Ticket c
  *              owns command slot c % (depth-1) in round c / (depth-1) AND
  *              SQ position sq_base + c (one counter for both), and waits
  *              (bounded, reaping meanwhile) until the slot's previous
@@ -103,11 +105,27 @@
  * claim waits for about T / (depth-1) command lifetimes. On a GPU those
  * are microseconds; with host threads as lanes on an oversubscribed CPU
  * each needs a given thread to be scheduled, and 32 threads on depth 4
- * were seen to pass the 2 s cap (ERR_TIMEOUT). On AMD (no independent
- * thread scheduling) lanes of one wavefront must not together need more
- * than depth-1 live tickets, or the lane waiting for a slot spins until
- * its deadline (ERR_TIMEOUT, never a hang). A failed wait poisons the pair
- * (pq_shared::error) as queue.h does; the host resets the queue.
+ * were seen to pass the 2 s cap (ERR_TIMEOUT). A failed wait poisons the
+ * pair (pq_shared::error) as queue.h does; the host resets the queue.
+ *
+ * AMD (no independent thread scheduling: a lane that is done with a loop
+ * sits masked until its whole wave leaves it) is live by construction,
+ * pq_claim_wave(): the lanes of a wave that claim together take one
+ * contiguous block of tickets per pair, and every one of them stays in
+ * the claim loop, serving its held tickets, until all have their slots.
+ * The rule, per pair, for the lanes of one wave:
+ *   - at most depth-1 of them claim together (more: ERR_INVAL for each of
+ *     them at once, nothing taken, the pair not poisoned);
+ *   - a lane that holds live tickets on the pair while it claims passes
+ *     them as held (pq_io() does), and no lane holds a live ticket there
+ *     that it could not serve while others of its wave claim: claim from
+ *     the same place in the code (every lane in pq_io()'s loop joins each
+ *     pass's claim; a lane that only waits is in pq_wait(), which needs
+ *     nothing from masked lanes).
+ * Then a claim waits only for a ticket older than its wave's block, held
+ * by a lane that serves it in this loop, by another wave or thread, or by
+ * a lane waiting for it: never for itself (tests/host_pqueue_test.cpp
+ * runs the schedule with threads as the lanes of a 64-lane wave).
  */
 #ifndef GPUNVME_PQUEUE_H
 #define GPUNVME_PQUEUE_H
@@ -117,6 +135,7 @@
 #include "fence.h"
 #include "nvme.h"
 #include "queue.h"
+#include "wave.h"
 
 #if defined(GPUNVME_HOST_ONLY)
 #include <sched.h>
@@ -597,7 +616,8 @@ GPUNVME_DEV uint32_t ballot(uint32_t mask, bool p)
  * atomic add, the lowest
  * of them adding the count, each lane its rank above the old value: a
  * warp's 32 claims cost one device-scope atomic instead of 32 serialized
- * ones on the same word. Elsewhere: one add per thread.
+ * ones on the same word. (AMD and the host: pq_claim_wave(), one add
+ * per wave and pair.)
  */
 GPUNVME_HD uint64_t pq_take_number(uint64_t *p)
 {
@@ -1066,9 +1086,11 @@ GPUNVME_HD int32_t pq_wait_go_on(const pqueue &q, deadline &d, uint32_t i)
 	return err;
 }
 
+#if defined(GPUNVME_DEV_NVIDIA)
 /*
  * Spin until *p == want, reaping meanwhile; bounded by the deadline and the
  * stop flag (read every PQ_STOP_EVERY polls). A failure poisons the pair.
+ * (NVIDIA's claim; AMD's and the host's claim loop is pq_claim_wave().)
  */
 GPUNVME_HD int32_t pq_spin(const pqueue &q, const uint32_t *p, uint32_t want,
 			   const pq_held *h = nullptr)
@@ -1096,9 +1118,11 @@ GPUNVME_HD int32_t pq_spin(const pqueue &q, const uint32_t *p, uint32_t want,
 			pq_pause();
 	}
 }
+#endif
 
 /* Take a ticket: its command slot, the seq the slot is free at, and its
  * SQ position; waits until the slot is free. */
+#if defined(GPUNVME_DEV_NVIDIA)
 GPUNVME_HD int32_t pq_claim(const pqueue &q, uint32_t *slot, uint32_t *seq,
 			    uint64_t *pos, const pq_held *h = nullptr)
 {
@@ -1119,6 +1143,112 @@ GPUNVME_HD int32_t pq_claim(const pqueue &q, uint32_t *slot, uint32_t *seq,
 	*pos = base + c;
 	return pq_spin(q, &q.slots[*slot].seq, *seq, h);
 }
+#else
+/*
+ * AMD (and the host, whose threads are one-lane waves unless a harness
+ * joins them, wave.h): the claim of every active lane of the wave at once.
+ * Every active lane calls it; want: this lane takes a ticket (one that
+ * does not still serves its held tickets while the others claim).
+ *
+ * 1. One block per pair: the lowest lane left broadcasts its pair, the
+ *    lanes on it take one contiguous block of tickets with ONE atomic add
+ *    (by lane order), and the loop goes on with the lanes on other pairs.
+ *    More lanes on one pair than it has command slots: each of them gets
+ *    ERR_INVAL at once, nothing taken (they would wait for each other).
+ * 2. The wave stays in the claim loop until every lane's slot is free:
+ *    a lane whose slot is free keeps serving its held tickets (and
+ *    reaping) instead of sitting masked, so a lane of the wave can wait
+ *    for a ticket another lane holds; the loop exits by ballot, so all
+ *    lanes leave it together.
+ * Why nothing waits for itself: ticket c waits for ticket c - (depth-1)
+ * to be taken; with the block at most depth-1 long, that ticket is older
+ * than the block, so it is either held by a lane in this loop (served
+ * here, if passed as held), by another wave or thread (it progresses on
+ * its own), or waited for by a lane that is in pq_wait() (which waits only
+ * for its own completion).
+ */
+GPUNVME_HD int32_t pq_claim_wave(const pqueue &q, bool want, uint32_t *slot,
+				 uint32_t *seq, uint64_t *pos, const pq_held *h)
+{
+	const bool valid = q.depth >= 2 && q.tick_hz != 0 && q.st;
+	const bool need = want && valid;
+	const uint32_t nslots = valid ? q.depth - 1 : 1;
+	int32_t rc = want && !valid ? ERR_INVAL : OK;
+	/* Error word and base issued before the add (no load waits for
+	 * another); a ticket taken on a poisoned pair is never posted. */
+	const bool failed = need && pq_failed(q);
+	const uint64_t base = need ? atom::ld64(&q.st->sq_base) : 0;
+	const uint32_t me = wave::lane();
+	uint64_t c = 0;
+
+	for (uint64_t todo = wave::ballot(need); todo;) {
+		const uint32_t lead = (uint32_t)__builtin_ctzll(todo);
+		const uint64_t key = wave::bcast64((uint64_t)(uintptr_t)q.st, lead);
+		const uint64_t same =
+			wave::ballot(need && (uint64_t)(uintptr_t)q.st == key) & todo;
+		const uint32_t n = (uint32_t)__builtin_popcountll(same);
+		uint64_t b = ~0ull; /* refused */
+		if (me == lead && n <= nslots)
+			b = atom::add64(&q.st->cid_ticket, n);
+		b = wave::bcast64(b, lead);
+		if ((same >> me) & 1u) {
+			if (b == ~0ull)
+				rc = ERR_INVAL;
+			else
+				c = b + wave::rank(same);
+		}
+		todo &= ~same;
+	}
+	bool pending = need && rc == OK;
+	if (pending && failed) {
+		rc = ERR_IO;
+		pending = false;
+	}
+	if (pending) {
+		*slot = (uint32_t)(c % nslots);
+		*seq = (uint32_t)(c / nslots) * 4u;
+		*pos = base + c;
+	}
+	const bool serve = valid && h && h->n;
+	deadline d = deadline_start(wall_ticks(), q.timeout_ticks, q.tick_hz);
+
+	for (uint32_t i = 1;; i++) {
+		if (pending && atom::ld32_acquire(&q.slots[*slot].seq) == *seq)
+			pending = false;
+		for (uint32_t k = 0; serve && k < h->n; k++)
+			if (h->rc[k] == ERR_AGAIN &&
+			    atom::ld32_acquire(&q.slots[h->t[k].slot].seq) == h->t[k].seq + 1)
+				h->rc[k] = pq_take(q, h->t[k], nullptr);
+		if (!wave::ballot(pending))
+			return rc; /* every lane of the wave at once */
+		/* The reap's peek reads the pair's error word too: a poisoned
+		 * pair ends here with ERR_IO. */
+		const int32_t r = pending || serve ? pq_reap(q) : 0;
+		if (!pending)
+			continue;
+		if (r < 0) {
+			rc = r;
+			pending = false;
+		} else if (r > 0 && atom::ld32_acquire(&q.slots[*slot].seq) == *seq) {
+			pending = false;
+		} else {
+			const int32_t err = pq_wait_go_on(q, d, i);
+			if (err != ERR_AGAIN) {
+				rc = err;
+				pending = false;
+			} else if (r == 0 && q.backoff) {
+				pq_pause();
+			}
+		}
+	}
+}
+
+GPUNVME_HD int32_t pq_claim(const pqueue &q, uint32_t *slot, uint32_t *seq,
+			    uint64_t *pos, const pq_held *h = nullptr)
+{
+	return pq_claim_wave(q, true, slot, seq, pos, h);
+}
+#endif
 
 /* Post a claimed slot's command (e.cid is set here) and ring. */
 GPUNVME_HD void pq_post(const pqueue &q, uint32_t slot, uint32_t seq,
@@ -1197,19 +1327,28 @@ GPUNVME_HD int32_t pq_io_check(const pqueue &q, uint64_t npages, uint64_t off,
  * MAP_DMABUF return them), through PRP1, PRP2 or a PRP list the device
  * builds in the command slot's part of the pair's PRP pool.
  */
-GPUNVME_HD int32_t pq_submit_io(const pqueue &q, uint8_t opc, uint32_t nsid,
-				uint64_t slba, uint16_t nlb0,
-				const uint64_t *page_dma, uint64_t npages,
-				uint64_t off, uint32_t len, pq_ticket *t,
-				const pq_held *held = nullptr)
+GPUNVME_HD int32_t pq_submit_io_if(const pqueue &q, bool want, uint8_t opc,
+				   uint32_t nsid, uint64_t slba, uint16_t nlb0,
+				   const uint64_t *page_dma, uint64_t npages,
+				   uint64_t off, uint32_t len, pq_ticket *t,
+				   const pq_held *held)
 {
-	int32_t rc = pq_io_check(q, npages, off, len);
-
-	if (rc != OK)
+	int32_t rc = want ? pq_io_check(q, npages, off, len) : OK;
+	uint32_t slot = 0, seq = 0;
+	uint64_t pos = 0;
+#if defined(GPUNVME_DEV_NVIDIA)
+	if (!want || rc != OK)
 		return rc;
-	uint32_t slot, seq;
-	uint64_t pos;
 	rc = pq_claim(q, &slot, &seq, &pos, held);
+#else
+	/* Every active lane joins the wave's claim, the ones without a
+	 * command (or with a bad one) to serve their held tickets. */
+	const int32_t crc = pq_claim_wave(q, want && rc == OK, &slot, &seq, &pos, held);
+	if (!want)
+		return OK;
+	if (rc == OK)
+		rc = crc;
+#endif
 	if (rc != OK)
 		return rc;
 	const uint64_t pg = off / 4096;
@@ -1229,6 +1368,16 @@ GPUNVME_HD int32_t pq_submit_io(const pqueue &q, uint8_t opc, uint32_t nsid,
 	}
 	pq_post(q, slot, seq, pos, sqe_rw(opc, 0, nsid, slba, nlb0, prp1, prp2), t);
 	return OK;
+}
+
+GPUNVME_HD int32_t pq_submit_io(const pqueue &q, uint8_t opc, uint32_t nsid,
+				uint64_t slba, uint16_t nlb0,
+				const uint64_t *page_dma, uint64_t npages,
+				uint64_t off, uint32_t len, pq_ticket *t,
+				const pq_held *held = nullptr)
+{
+	return pq_submit_io_if(q, true, opc, nsid, slba, nlb0, page_dma, npages,
+			       off, len, t, held);
 }
 
 /* A completion's dwords 0, 2 and 3 to *out (if given); OK or its status. */
@@ -1430,24 +1579,30 @@ GPUNVME_HD int32_t pq_io(const pqueue &q, uint8_t opc, uint32_t nsid,
 	int32_t first = OK;
 
 	for (uint64_t done = 0; done < len || live;) {
-		if (done < len && live < window && first == OK) {
-			uint64_t n = len - done < chunk ? len - done : chunk;
-			/* Our live tickets, in ring order from head, so the
-			 * claim can take one that stands in its own way. */
-			pq_ticket ht[8];
-			int32_t hrc[8];
-			for (uint32_t i = 0; i < live; i++) {
-				ht[i] = t[(head + i) % 8];
-				hrc[i] = trc[(head + i) % 8];
-			}
-			pq_held held = {ht, hrc, live};
-			const uint32_t at = (head + live) % 8;
-			int32_t rc = pq_submit_io(q, opc, nsid, slba + (done >> lba_shift),
-						  (uint16_t)((n >> lba_shift) - 1),
-						  page_dma, npages, off + done,
-						  (uint32_t)n, &t[at], &held);
-			for (uint32_t i = 0; i < live; i++)
-				trc[(head + i) % 8] = hrc[i];
+		/* Every lane still in this loop joins one claim per pass (AMD:
+		 * the lanes of a wave; pq_claim_wave()), the ones with nothing
+		 * to submit now serving their held tickets meanwhile, so no
+		 * lane claims while another lane of its wave holds a live
+		 * ticket it could not serve. */
+		const bool sub = done < len && live < window && first == OK;
+		const uint64_t n = len - done < chunk ? len - done : chunk;
+		/* Our live tickets, in ring order from head, so the claim can
+		 * take one that stands in its own way. */
+		pq_ticket ht[8];
+		int32_t hrc[8];
+		for (uint32_t i = 0; i < live; i++) {
+			ht[i] = t[(head + i) % 8];
+			hrc[i] = trc[(head + i) % 8];
+		}
+		pq_held held = {ht, hrc, live};
+		const uint32_t at = (head + live) % 8;
+		int32_t rc = pq_submit_io_if(q, sub, opc, nsid, slba + (done >> lba_shift),
+					     (uint16_t)((n >> lba_shift) - 1),
+					     page_dma, npages, off + done,
+					     (uint32_t)n, &t[at], &held);
+		for (uint32_t i = 0; i < live; i++)
+			trc[(head + i) % 8] = hrc[i];
+		if (sub) {
 			if (rc != OK) {
 				first = rc;
 				continue;
@@ -1459,7 +1614,7 @@ GPUNVME_HD int32_t pq_io(const pqueue &q, uint8_t opc, uint32_t nsid,
 		}
 		if (!live)
 			break;
-		int32_t rc = trc[head] != ERR_AGAIN ? trc[head] : pq_wait(q, t[head], nullptr);
+		rc = trc[head] != ERR_AGAIN ? trc[head] : pq_wait(q, t[head], nullptr);
 		if (rc != OK && first == OK)
 			first = rc;
 		if (rc < 0)
