@@ -69,7 +69,8 @@
  *           fails its compare-and-swap: ERR_INVAL). On NVIDIA the lanes
  *           of a warp that enter a wait together leave it together, a
  *           done lane lingering (and reaping) for at most
- *           PQ_LINGER_POLLS polls for the others (pq_wait()).
+ *           PQ_LINGER_NS ns of the fixed-rate clock for the others
+ *           (pq_wait()).
  *
  * Flow control: at most depth-1 commands hold a slot, so at most depth-1
  * SQ entries are unconsumed and the SQ and CQ never overflow. A slot is
@@ -85,7 +86,7 @@
  * earlier positions), so no wait is circular: a ticket still waiting for
  * its slot holds back the doorbell for later positions (they are marked,
  * and rung once it posts) but never anything it waits for. pq_wait()'s
- * linger makes a done lane wait for others, bounded by a count of polls,
+ * linger makes a done lane wait for others, bounded in time (linger_ns),
  * so it can delay but never close a cycle.
  *
  * Performance: the lanes of a warp that claim, post and reap together
@@ -93,9 +94,11 @@
  * as their own completions arrive (linger 0), free-running lanes split
  * into groups of about 14 that claim, ring and reap apart: 0.49-0.58x the
  * group API's rate on the H200 bench (64 pairs x 32 threads against a CPU
- * fixture). With the default linger they stay one group: 0.83-0.92x, and
- * 0.91-0.97x when the caller also regroups the warp (__syncwarp()) after
- * each command (kernels/bench/results/h200-v8, h200-v9, h200-v10).
+ * fixture). With the default linger (then 32 polls; now 32 us, about the
+ * same on that bench's host-memory CQ; not re-measured since) they stay
+ * one group: 0.83-0.92x, and 0.91-0.97x when the caller also regroups the
+ * warp (__syncwarp()) after each command (kernels/bench/results/h200-v8,
+ * h200-v9, h200-v10).
  *
  * Limits: a thread may hold several tickets; a claim waits for the slot's
  * previous round to be taken, and on a shared pair that can be the
@@ -148,12 +151,16 @@ constexpr int32_t ERR_AGAIN = -11; /* EAGAIN: pq_test(): not completed yet */
 /* The stop flag is read once every this many polls of a wait. */
 constexpr uint32_t PQ_STOP_EVERY = 64;
 
-/* pq_wait()'s default linger (NVIDIA): polls a done lane waits on for the
- * other lanes of its warp that entered the wait with it. */
-#ifndef GPUNVME_PQ_LINGER_POLLS
-#define GPUNVME_PQ_LINGER_POLLS 32
+/* pq_wait()'s default linger (NVIDIA): nanoseconds, on the fixed-rate
+ * clock, a done lane waits for the other lanes of its warp that entered
+ * the wait with it. In time, not polls: a poll costs about 19 ns against a
+ * CQ in VRAM and about 1 us against one in host memory (H200), so a count
+ * of polls meant anything from 0.6 to 32 us. 32 us is what the former
+ * default of 32 polls was on the bench's host-memory CQ. */
+#ifndef GPUNVME_PQ_LINGER_NS
+#define GPUNVME_PQ_LINGER_NS 32000
 #endif
-constexpr uint32_t PQ_LINGER_POLLS = GPUNVME_PQ_LINGER_POLLS;
+constexpr uint32_t PQ_LINGER_NS = GPUNVME_PQ_LINGER_NS;
 
 /*
  * Device-scope atomics for the shared bookkeeping (all threads of one GPU).
@@ -1486,21 +1493,22 @@ GPUNVME_HD int32_t pq_test(const pqueue &q, pq_ticket t, cqe *out)
 /*
  * Wait for ticket t, bounded (clock.h) and abortable (stop flag).
  *
- * linger (NVIDIA): the lanes of a warp that enter pq_wait() together leave
- * it together once all of them are done, or, when some are still waiting
- * linger polls after the first of them was done, the done ones leave
- * then. A done lane keeps polling for the others meanwhile. So a warp's
- * lanes stay one group for their next claim, ring and reap instead of
- * splitting as their completions arrive; the price is that a lane may
- * return up to linger polls after its own completion. Bounded, so a lane
- * whose own progress after the wait is what another lane waits for (it
- * takes another ticket of its own, say) holds it up for at most linger
- * polls, never into its deadline. 0: leave as soon as the own completion
- * is taken. Elsewhere it does nothing (an AMD wavefront's lanes leave a
+ * linger_ns (NVIDIA): the lanes of a warp that enter pq_wait() together
+ * leave it together once all of them are done, or, when some are still
+ * waiting linger_ns nanoseconds (the fixed-rate clock, tick_hz) after the
+ * first of them was seen done, the done ones leave then. A done lane keeps
+ * polling for the others meanwhile. So a warp's lanes stay one group for
+ * their next claim, ring and reap instead of splitting as their
+ * completions arrive; the price is that a lane may return up to linger_ns
+ * after its own completion. Bounded, so a lane whose own progress after
+ * the wait is what another lane waits for (it takes another ticket of its
+ * own, say) holds it up for at most linger_ns, never into its deadline.
+ * 0: leave as soon as the own completion is taken (the behaviour before
+ * the linger). Elsewhere it does nothing (an AMD wavefront's lanes leave a
  * loop together anyway; the host's lanes are threads).
  */
 GPUNVME_HD int32_t pq_wait(const pqueue &q, pq_ticket t, cqe *out,
-			   uint32_t linger = PQ_LINGER_POLLS)
+			   uint32_t linger_ns = PQ_LINGER_NS)
 {
 	if (q.tick_hz == 0)
 		return ERR_INVAL;
@@ -1508,7 +1516,11 @@ GPUNVME_HD int32_t pq_wait(const pqueue &q, pq_ticket t, cqe *out,
 #if defined(GPUNVME_DEV_NVIDIA)
 	if (t.slot >= q.depth - 1)
 		return ERR_INVAL;
-	uint32_t mask = warp::active(), lingered = 0;
+	uint32_t mask = warp::active();
+	/* At most 4.3 s asked, tick_hz at most a few GHz: no overflow. */
+	const uint64_t linger = (uint64_t)linger_ns * q.tick_hz / 1000000000ull;
+	uint64_t since = 0;
+	bool lingering = false;
 	int32_t rc = ERR_AGAIN;
 
 	for (uint32_t i = 1;; i++) {
@@ -1521,17 +1533,27 @@ GPUNVME_HD int32_t pq_wait(const pqueue &q, pq_ticket t, cqe *out,
 		const uint32_t pending = warp::ballot(mask, rc == ERR_AGAIN);
 		if (pending == 0)
 			return rc;
-		if (pending != mask && ++lingered > linger) {
-			if (rc != ERR_AGAIN)
-				return rc;
-			mask = pending;
-			lingered = 0;
+		if (pending != mask) {
+			/* From when the first lane was seen done; the lanes
+			 * read their clocks apart, so they leave when any of
+			 * them sees the linger over (a ballot: all agree). */
+			const uint64_t now = wall_ticks();
+			if (!lingering) {
+				lingering = true;
+				since = now;
+			}
+			if (warp::ballot(mask, now - since >= linger)) {
+				if (rc != ERR_AGAIN)
+					return rc;
+				mask = pending;
+				lingering = false;
+			}
 		}
 		if (q.backoff)
 			pq_pause();
 	}
 #else
-	(void)linger;
+	(void)linger_ns;
 	for (uint32_t i = 1;; i++) {
 		int32_t rc = pq_test(q, t, out);
 		if (rc != ERR_AGAIN)
