@@ -332,6 +332,7 @@ fn import_pair<'g>(
                         route: "GPUNVME_IOC_EXPORT",
                         ok: false,
                         detail: e.to_string(),
+                        mem_type: None,
                     }],
                 });
                 None
@@ -712,19 +713,20 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
                 .read_volatile()
         })
         .collect();
+    // Per imported region: the route that mapped it and the GPU memory
+    // type it was mapped with (uncached on RDNA2/3: mem_type.rs).
     let routes: Vec<String> = queues
         .iter()
-        .map(|g| {
-            format!(
-                "q{} {}: {}",
-                g.qp.qid(),
-                g.qp.mode(),
-                g.imports
-                    .iter()
-                    .map(|i| i.route)
-                    .collect::<Vec<_>>()
-                    .join(" / ")
-            )
+        .flat_map(|g| g.reports.iter())
+        .filter_map(|r| {
+            let m = r.mem_type().map(|m| m.to_string());
+            r.route().map(|rt| {
+                format!(
+                    "{}: {rt}, memory type {}",
+                    r.what,
+                    m.as_deref().unwrap_or("unknown")
+                )
+            })
         })
         .collect();
 
