@@ -152,7 +152,8 @@ struct ctrl_rig {
 	void loop()
 	{
 		uint32_t head = 0, tail = 0, phase = 1;
-		while (!quit) {
+		const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+		while (!quit && std::chrono::steady_clock::now() < end) {
 			const uint32_t db = __atomic_load_n(&sq_db, __ATOMIC_ACQUIRE);
 			if (db >= depth) {
 				violations++;
@@ -165,7 +166,8 @@ struct ctrl_rig {
 			const sqe e = sq[head];
 			head = (head + 1) % depth;
 			// Never post into a full CQ: wait for the head doorbell.
-			while (!quit && (tail + 1) % depth == __atomic_load_n(&cq_db, __ATOMIC_ACQUIRE))
+			while (!quit && std::chrono::steady_clock::now() < end &&
+			       (tail + 1) % depth == __atomic_load_n(&cq_db, __ATOMIC_ACQUIRE))
 				std::this_thread::yield();
 			cqe &c = cq[tail];
 			c.dw0 = e.cdw10;
