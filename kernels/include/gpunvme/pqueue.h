@@ -1067,6 +1067,9 @@ struct pq_ticket {
  * a shared pair that may be one of the caller's own. Given them, the claim
  * takes such a ticket's completion itself (rc[i] from ERR_AGAIN to its
  * result) instead of waiting for itself until the deadline. pq_io() does.
+ * On AMD the ticket may be one a lane of the caller's own wave needs: every
+ * lane of the wave keeps taking its held tickets until the whole wave has
+ * its slots (pq_claim_wave()).
  */
 struct pq_held {
 	const pq_ticket *t;
