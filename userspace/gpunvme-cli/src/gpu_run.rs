@@ -713,20 +713,27 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
                 .read_volatile()
         })
         .collect();
-    // Per imported region: the route that mapped it and the GPU memory
-    // type it was mapped with (uncached on RDNA2/3: mem_type.rs).
+    // Per pair: each imported region's route and the GPU memory type it
+    // was mapped with (uncached on RDNA2/3: mem_type.rs). The line starts
+    // "qN <mode>:" (tests/hardware/validate.sh reads the mode there).
     let routes: Vec<String> = queues
         .iter()
-        .flat_map(|g| g.reports.iter())
-        .filter_map(|r| {
-            let m = r.mem_type().map(|m| m.to_string());
-            r.route().map(|rt| {
-                format!(
-                    "{}: {rt}, memory type {}",
-                    r.what,
-                    m.as_deref().unwrap_or("unknown")
-                )
-            })
+        .map(|g| {
+            format!(
+                "q{} {}: {}",
+                g.qp.qid(),
+                g.qp.mode(),
+                g.reports
+                    .iter()
+                    .filter_map(|r| {
+                        let m = r.mem_type().map(|m| m.to_string());
+                        r.route().map(|rt| {
+                            format!("{rt} [memory type {}]", m.as_deref().unwrap_or("unknown"))
+                        })
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            )
         })
         .collect();
 
