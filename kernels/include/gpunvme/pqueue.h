@@ -1157,8 +1157,8 @@ GPUNVME_HD int32_t pq_claim(const pqueue &q, uint32_t *slot, uint32_t *seq,
 /*
  * AMD (and the host, whose threads are one-lane waves unless a harness
  * joins them, wave.h): the claim of every active lane of the wave at once.
- * Every active lane calls it; want: this lane takes a ticket (one that
- * does not still serves its held tickets while the others claim).
+ * Every active lane calls it; want: this lane takes a ticket (a lane that
+ * takes none still serves its held tickets while the others claim).
  *
  * 1. One block per pair: the lowest lane left broadcasts its pair, the
  *    lanes on it take one contiguous block of tickets with ONE atomic add
