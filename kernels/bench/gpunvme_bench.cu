@@ -671,7 +671,7 @@ struct run_cfg {
 	uint32_t xfer = 0;              // per-thread: bytes per command (0: one LBA)
 	uint32_t backoff = 0;           // per-thread: nanosleep between empty polls
 	uint32_t reconverge = 0;        // per-thread: bar.warp.sync after each command
-	uint32_t linger = PQ_LINGER_POLLS; // per-thread: pq_wait()'s linger (0: leave at once)
+	uint32_t linger = PQ_LINGER_NS; // per-thread: pq_wait()'s linger in ns (0: leave at once)
 	bool old_poll = false;          // the library's cq_wait before the one-load poll
 	bool cq_vram = false;           // owner: the CQ in device memory (copy-engine writes)
 };
@@ -975,7 +975,7 @@ static std::string run_json(const run_cfg &c, const run_out &o)
 		 "\"relay\": {\"polls\": %llu, \"idle_steps\": %llu, \"sq_doorbell_writes\": %llu, \"cq_doorbell_writes\": %llu, "
 		 "\"cqes_mirrored\": %llu, \"bad_doorbell_values\": %llu, \"sqes_accepted\": %llu, \"sqes_rejected\": %llu, "
 		 "\"relay_ns\": %llu, \"relay_ns_per_cmd\": %.1f}, "
-		 "\"api\": \"%s\", \"backoff\": %u, \"reconverge\": %u, \"linger_polls\": %u, \"bytes_per_cmd\": %u, \"gb_per_s\": %.3f, "
+		 "\"api\": \"%s\", \"backoff\": %u, \"reconverge\": %u, \"linger_ns\": %u, \"bytes_per_cmd\": %u, \"gb_per_s\": %.3f, "
 		 "\"per_thread\": {\"sq_doorbell_writes\": %llu, \"cq_doorbell_writes\": %llu, \"cqes\": %llu, \"error\": %d}, "
 		 "\"submit_ns_per_cmd\": %.1f, \"wait_ns_per_cmd\": %.1f, \"fixture_cq_full_stalls\": %llu, "
 		 "\"ok\": %s}",
@@ -1464,10 +1464,11 @@ int main(int argc, char **argv)
 		pt.push_back(run_cfg{"owner", "host", 64, 32, hs}); // the group API a third time
 		// Free-running again, with pq_wait()'s linger at 0 (a lane leaves
 		// as soon as its own completion is taken: the library before the
-		// linger), 8 and 128 polls; then the group API a fourth time.
+		// linger), 8 and 128 us (what 8 and 128 polls were on this
+		// host-memory CQ); then the group API a fourth time.
 		run_cfg l{"owner", "host", 64, 32, hs};
 		l.api = 1;
-		for (uint32_t v : {0u, 8u, 128u}) {
+		for (uint32_t v : {0u, 8000u, 128000u}) {
 			l.linger = v;
 			pt.push_back(l);
 		}
@@ -1475,7 +1476,7 @@ int main(int argc, char **argv)
 		// Shared (1 relay thread), the default linger and 0, side by side.
 		l.mode = "shared";
 		l.rthreads = 1;
-		for (uint32_t v : {PQ_LINGER_POLLS, 0u}) {
+		for (uint32_t v : {PQ_LINGER_NS, 0u}) {
 			l.linger = v;
 			pt.push_back(l);
 		}
@@ -1486,7 +1487,7 @@ int main(int argc, char **argv)
 		snprintf(tag, sizeof(tag), "PTl%u", pt[i].linger);
 		run_out o = run_print(pt[i].xfer ? "PRP" : pt[i].reconverge ? (pt[i].backoff ? "PTrb" : "PTr") :
 				      pt[i].backoff ? "PTbo" :
-				      !pt[i].api || pt[i].linger == PQ_LINGER_POLLS ? "PT" : tag, pt[i]);
+				      !pt[i].api || pt[i].linger == PQ_LINGER_NS ? "PT" : tag, pt[i]);
 		if (pt[i].xfer)
 			printf("PRP   %s: %.2f GB/s in %u KiB reads, %llu SQ doorbell writes for %llu commands\n",
 			       pt[i].mode, o.gbps, pt[i].xfer / 1024,
@@ -1587,8 +1588,8 @@ int main(int argc, char **argv)
 		 "  \"per_thread_regrouped_64x32_cmds_per_s_owner\": %.0f, \"group_64x32_cmds_per_s_owner_third\": %.0f, "
 		 "\"per_thread_regrouped_over_group_again\": %.4f, \"per_thread_regrouped_over_group_third\": %.4f, "
 		 "\"per_thread_regrouped_target_met\": %s,\n"
-		 "  \"per_thread_linger_polls_default\": %u, \"per_thread_linger0_cmds_per_s\": %.0f, "
-		 "\"per_thread_linger8_cmds_per_s\": %.0f, \"per_thread_linger128_cmds_per_s\": %.0f, "
+		 "  \"per_thread_linger_ns_default\": %u, \"per_thread_linger0_cmds_per_s\": %.0f, "
+		 "\"per_thread_linger8us_cmds_per_s\": %.0f, \"per_thread_linger128us_cmds_per_s\": %.0f, "
 		 "\"group_64x32_cmds_per_s_owner_fourth\": %.0f, "
 		 "\"per_thread_shared_1_relay_thread_linger_default_cmds_per_s\": %.0f, "
 		 "\"per_thread_shared_1_relay_thread_linger0_cmds_per_s\": %.0f,\n"
@@ -1613,7 +1614,7 @@ int main(int argc, char **argv)
 		 std::min(pt_ratio, pt_ratio2) >= 0.8 ? "true" : "false",
 		 pt_regrouped, group_third, ptr_ratio, ptr_ratio2,
 		 std::min(ptr_ratio, ptr_ratio2) >= 0.8 ? "true" : "false",
-		 PQ_LINGER_POLLS, pt_linger[0], pt_linger[1], pt_linger[2], group_fourth,
+		 PQ_LINGER_NS, pt_linger[0], pt_linger[1], pt_linger[2], group_fourth,
 		 shared_linger[0], shared_linger[1],
 		 big_owner, big_shared, memcpy_gbps, memcpy_gbps ? big_owner / memcpy_gbps : 0,
 		 memcpy_gbps ? big_shared / memcpy_gbps : 0,
@@ -1643,14 +1644,14 @@ int main(int argc, char **argv)
 	       std::min(ptr_ratio, ptr_ratio2) >= 0.8 ? "met" : "NOT met");
 	{
 		const double g = (group_third + group_fourth) / 2;
-		printf("LINGER per-thread API 64x32 owner, free-running, pq_wait() linger in polls: "
-		       "%u (default) %.2f M cmds/s; 0 %.2f M, 8 %.2f M, 128 %.2f M against the group API "
+		printf("LINGER per-thread API 64x32 owner, free-running, pq_wait() linger in ns: "
+		       "%u (default) %.2f M cmds/s; 0 %.2f M, 8 us %.2f M, 128 us %.2f M against the group API "
 		       "around them (%.2f M, %.2f M): %.3f / %.3f / %.3f of their mean\n",
-		       PQ_LINGER_POLLS, pt_owner / 1e6, pt_linger[0] / 1e6, pt_linger[1] / 1e6,
+		       PQ_LINGER_NS, pt_owner / 1e6, pt_linger[0] / 1e6, pt_linger[1] / 1e6,
 		       pt_linger[2] / 1e6, group_third / 1e6, group_fourth / 1e6, g ? pt_linger[0] / g : 0,
 		       g ? pt_linger[1] / g : 0, g ? pt_linger[2] / g : 0);
 		printf("LINGER per-thread API 64x32 shared, 1 relay thread, free-running: linger %u %.2f M cmds/s, "
-		       "0 %.2f M (%.3f)\n", PQ_LINGER_POLLS, shared_linger[0] / 1e6, shared_linger[1] / 1e6,
+		       "0 %.2f M (%.3f)\n", PQ_LINGER_NS, shared_linger[0] / 1e6, shared_linger[1] / 1e6,
 		       shared_linger[1] ? shared_linger[0] / shared_linger[1] : 0);
 	}
 	printf("TARGET 128 KiB reads through PRP lists: owner %.2f GB/s, shared %.2f GB/s; fixture memcpy %.2f GB/s: %.3f / %.3f of it\n",

@@ -367,7 +367,7 @@ static bool run_linger_case(uint32_t linger, double hold_s, bool want_left)
 	uint32_t dw0[2];
 	CK(cudaMemcpy(rc, rc_d, 8, cudaMemcpyDeviceToHost));
 	CK(cudaMemcpy(dw0, dw0_d, 8, cudaMemcpyDeviceToHost));
-	std::printf("# linger %u polls: lane 0 rc %d dw0 %u, lane 1 rc %d dw0 %#x, %llu commands; "
+	std::printf("# linger %u ns: lane 0 rc %d dw0 %u, lane 1 rc %d dw0 %#x, %llu commands; "
 		    "lane 0 had %s its wait when lane 1's command (held up to %.3f s) was answered\n",
 		    linger, rc[0], dw0[0], rc[1], dw0[1], (unsigned long long)ctrl.cmds,
 		    ctrl.flag_seen ? "left" : "NOT left", hold_s);
@@ -389,9 +389,9 @@ int main()
 	// well inside the linger asked for and the 2 s deadline).
 	result(run_linger_case(1u << 30, 0.02, false), "pt_wait_linger_keeps_the_warp_together");
 	// Lane 1's completion comes only once lane 0 has left: the default
-	// linger lets it go after PQ_LINGER_POLLS polls, long before 1 s; an
+	// linger lets it go after PQ_LINGER_NS (32 us), long before 1 s; an
 	// unbounded linger would hold lane 0 until lane 1's deadline.
-	result(run_linger_case(PQ_LINGER_POLLS, 1.0, true), "pt_wait_linger_is_bounded");
+	result(run_linger_case(PQ_LINGER_NS, 1.0, true), "pt_wait_linger_is_bounded");
 	result(run_linger_case(0, 1.0, true), "pt_wait_linger_0_leaves_at_once");
 	return summary();
 }

@@ -8,7 +8,8 @@
  *                     to the CPU and to PCIe peers before anything after it;
  *   acquire_system()  later loads see what the SSD/CPU wrote (drop stale
  *                     GPU cache lines);
- *   doorbell_write()  the one 32-bit store the controller (or, for a
+ *   sq_doorbell_write() / cq_doorbell_write()
+ *                     the one 32-bit store the controller (or, for a
  *                     shared pair, the module's shadow cell) must see
  *                     promptly, never lingering in the GPU write path;
  *   poll_load()       a load that re-fetches from memory on every call,
@@ -201,49 +202,90 @@ GPUNVME_HD void payload_release()
 /*
  * The doorbell store. The same code writes a raw pair's real MMIO doorbell
  * (mapped through a dma-buf) or a shared pair's shadow cell, memory the
- * module's relay reads.
+ * module's relay reads. The library rings through sq_doorbell_write() (an
+ * SQ tail: the SQEs it announces must have been released by their writers,
+ * release_system()) and cq_doorbell_write() (a CQ head); their markers name
+ * the ring ("; gpunvme:doorbell sq" / "cq"), so make isa-check can demand a
+ * release after every SQE store on every path to an SQ doorbell. The
+ * doorbell's own release covers only the ringing lane's stores.
+ * doorbell_write() is the same store without a ring named (a test's cell).
  */
-GPUNVME_HD void doorbell_write(volatile uint32_t *db, uint32_t val)
-{
 #if defined(GPUNVME_DEV_AMD)
 	/*
 	 * Release (gfx9/gfx12: writeback, then wait for it; gfx10/11: drain
 	 * everything), the store bypassing every non-coherent cache (glc slc
 	 * dlc / sc0 sc1 / scope:SCOPE_SYS), wait until it has left the CU so
 	 * it cannot linger in the write path while the lane spins on the CQ,
-	 * write it back out of L2 (gfx9/gfx12), then invalidate. The RDNA form is the field-proven one: a plain
-	 * __threadfence_system() + release store lingered until near kernel
-	 * exit on gfx1101.
+	 * write it back out of L2 (gfx9/gfx12), then invalidate. The RDNA
+	 * form is the field-proven one: a plain __threadfence_system() +
+	 * release store lingered until near kernel exit on gfx1101.
 	 */
-	asm volatile("; gpunvme:doorbell\n\t"
-		     GPUNVME_ASM_REL
-		     GPUNVME_ASM_ST " %0, %1, off" GPUNVME_ASM_ST_SYS "\n\t"
-		     GPUNVME_ASM_ST_WAIT
-		     GPUNVME_ASM_POST
-		     GPUNVME_ASM_INV
-		     :
-		     : "v"(db), "v"(val)
-		     : "memory");
+#define GPUNVME_DOORBELL(marker, db, val)                                      \
+	asm volatile(marker "\n\t"                                              \
+		     GPUNVME_ASM_REL                                             \
+		     GPUNVME_ASM_ST " %0, %1, off" GPUNVME_ASM_ST_SYS "\n\t"      \
+		     GPUNVME_ASM_ST_WAIT                                         \
+		     GPUNVME_ASM_POST                                            \
+		     GPUNVME_ASM_INV                                             \
+		     :                                                           \
+		     : "v"(db), "v"(val)                                         \
+		     : "memory")
 #elif defined(GPUNVME_DEV_NVIDIA) && defined(GPUNVME_PTX_MMIO)
 	/* PTX 8.2+ (nvcc 12.2+): st.mmio.relaxed.sys, the store PTX defines
 	 * for MMIO: performed exactly once, never merged; the fence orders the
 	 * SQE stores (all lanes, after the barrier) before it. */
-	asm volatile("fence.sc.sys;\n\t"
-		     "st.mmio.relaxed.sys.u32 [%0], %1;"
-		     :
-		     : "l"(db), "r"(val)
-		     : "memory");
+#define GPUNVME_DOORBELL(marker, db, val)                                      \
+	asm volatile("fence.sc.sys;\n\t"                                        \
+		     "st.mmio.relaxed.sys.u32 [%0], %1;"                          \
+		     :                                                           \
+		     : "l"(db), "r"(val)                                         \
+		     : "memory")
 #elif defined(GPUNVME_DEV_NVIDIA)
 	/* volatile: never merged or elided, fine for MMIO; the fence orders
 	 * the SQE stores (all lanes, after the barrier) before it. */
-	asm volatile("fence.sc.sys;\n\t"
-		     "st.volatile.u32 [%0], %1;"
-		     :
-		     : "l"(db), "r"(val)
-		     : "memory");
+#define GPUNVME_DOORBELL(marker, db, val)                                      \
+	asm volatile("fence.sc.sys;\n\t"                                        \
+		     "st.volatile.u32 [%0], %1;"                                  \
+		     :                                                           \
+		     : "l"(db), "r"(val)                                         \
+		     : "memory")
 #else
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	__atomic_store_n(db, val, __ATOMIC_SEQ_CST);
+#define GPUNVME_DOORBELL(marker, db, val)                                      \
+	do {                                                                   \
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);                       \
+		__atomic_store_n(db, val, __ATOMIC_SEQ_CST);                   \
+	} while (0)
+#endif
+
+GPUNVME_HD void sq_doorbell_write(volatile uint32_t *db, uint32_t val)
+{
+	GPUNVME_DOORBELL("; gpunvme:doorbell sq", db, val);
+}
+
+GPUNVME_HD void cq_doorbell_write(volatile uint32_t *db, uint32_t val)
+{
+	GPUNVME_DOORBELL("; gpunvme:doorbell cq", db, val);
+}
+
+GPUNVME_HD void doorbell_write(volatile uint32_t *db, uint32_t val)
+{
+	GPUNVME_DOORBELL("; gpunvme:doorbell", db, val);
+}
+#undef GPUNVME_DOORBELL
+
+/*
+ * After a doorbell store, before the ring passes to the next ringer (the
+ * per-thread API's unlock): the store is performed, at system scope,
+ * before anything after it, so two ringers' values reach the controller
+ * in the order they were written. NVIDIA: fence.sc.sys (a gpu-scope lock
+ * handoff alone orders a sys-scope MMIO store only through cumulativity);
+ * AMD: nothing, doorbell_write() already waited for its store to complete
+ * (ST_WAIT, POST); host: the store was sequentially consistent.
+ */
+GPUNVME_HD void doorbell_handoff()
+{
+#if defined(GPUNVME_DEV_NVIDIA)
+	asm volatile("fence.sc.sys;" ::: "memory");
 #endif
 }
 

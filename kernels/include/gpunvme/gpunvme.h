@@ -8,6 +8,7 @@
 #include "fence.h"
 #include "clock.h"
 #include "queue.h"
+#include "wave.h"
 #include "pqueue.h"
 
 #endif /* GPUNVME_GPUNVME_H */

@@ -12,7 +12,9 @@
  *
  *  submit   1. take a ticket, lock-free: a 64-bit counter (one atomic
  *              add; on NVIDIA one per warp for the lanes that take theirs
- *              together on the same pair, pq_take_number()). Ticket c
+ *              together on the same pair, pq_take_number(); on AMD and
+ *              the host one per wave and pair, the wave's lanes on that
+ *              pair getting one contiguous block, pq_claim_wave()). Ticket c
  *              owns command slot c % (depth-1) in round c / (depth-1) AND
  *              SQ position sq_base + c (one counter for both), and waits
  *              (bounded, reaping meanwhile) until the slot's previous
@@ -28,7 +30,7 @@
  *              so the same round trip returns the tail; a thread that
  *              finds it taken leaves) advances the SQ tail over every
  *              consecutive ready position and writes the doorbell once for
- *              all of them (fence::doorbell_write(), the group API's
+ *              all of them (fence::sq_doorbell_write(), the group API's
  *              store). On NVIDIA one lane rings for the warp's lanes that
  *              post together, and when their positions are consecutive it
  *              skips reading their marks. Unlocking stores the new tail
@@ -63,10 +65,12 @@
  *  wait     poll your own slot; reap when nobody else is; bounded on the
  *           fixed-rate clock (clock.h) and by the host's stop flag (read
  *           every PQ_STOP_EVERY polls); optional backoff between polls.
- *           A ticket is waited for by one thread. On NVIDIA the lanes
+ *           A ticket is waited for by one thread (a second waiter's take
+ *           fails its compare-and-swap: ERR_INVAL). On NVIDIA the lanes
  *           of a warp that enter a wait together leave it together, a
  *           done lane lingering (and reaping) for at most
- *           PQ_LINGER_POLLS polls for the others (pq_wait()).
+ *           PQ_LINGER_NS ns of the fixed-rate clock for the others
+ *           (pq_wait()).
  *
  * Flow control: at most depth-1 commands hold a slot, so at most depth-1
  * SQ entries are unconsumed and the SQ and CQ never overflow. A slot is
@@ -82,7 +86,7 @@
  * earlier positions), so no wait is circular: a ticket still waiting for
  * its slot holds back the doorbell for later positions (they are marked,
  * and rung once it posts) but never anything it waits for. pq_wait()'s
- * linger makes a done lane wait for others, bounded by a count of polls,
+ * linger makes a done lane wait for others, bounded in time (linger_ns),
  * so it can delay but never close a cycle.
  *
  * Performance: the lanes of a warp that claim, post and reap together
@@ -90,9 +94,11 @@
  * as their own completions arrive (linger 0), free-running lanes split
  * into groups of about 14 that claim, ring and reap apart: 0.49-0.58x the
  * group API's rate on the H200 bench (64 pairs x 32 threads against a CPU
- * fixture). With the default linger they stay one group: 0.83-0.92x, and
- * 0.91-0.97x when the caller also regroups the warp (__syncwarp()) after
- * each command (kernels/bench/results/h200-v8, h200-v9, h200-v10).
+ * fixture). With the default linger (then 32 polls; now 32 us, about the
+ * same on that bench's host-memory CQ; not re-measured since) they stay
+ * one group: 0.83-0.92x, and 0.91-0.97x when the caller also regroups the
+ * warp (__syncwarp()) after each command (kernels/bench/results/h200-v8,
+ * h200-v9, h200-v10).
  *
  * Limits: a thread may hold several tickets; a claim waits for the slot's
  * previous round to be taken, and on a shared pair that can be the
@@ -102,11 +108,27 @@
  * claim waits for about T / (depth-1) command lifetimes. On a GPU those
  * are microseconds; with host threads as lanes on an oversubscribed CPU
  * each needs a given thread to be scheduled, and 32 threads on depth 4
- * were seen to pass the 2 s cap (ERR_TIMEOUT). On AMD (no independent
- * thread scheduling) lanes of one wavefront must not together need more
- * than depth-1 live tickets, or the lane waiting for a slot spins until
- * its deadline (ERR_TIMEOUT, never a hang). A failed wait poisons the pair
- * (pq_shared::error) as queue.h does; the host resets the queue.
+ * were seen to pass the 2 s cap (ERR_TIMEOUT). A failed wait poisons the
+ * pair (pq_shared::error) as queue.h does; the host resets the queue.
+ *
+ * AMD (no independent thread scheduling: a lane that is done with a loop
+ * sits masked until its whole wave leaves it) is live by construction,
+ * pq_claim_wave(): the lanes of a wave that claim together take one
+ * contiguous block of tickets per pair, and every one of them stays in
+ * the claim loop, serving its held tickets, until all have their slots.
+ * The rule, per pair, for the lanes of one wave:
+ *   - at most depth-1 of them claim together (more: ERR_INVAL for each of
+ *     them at once, nothing taken, the pair not poisoned);
+ *   - a lane that holds live tickets on the pair while it claims passes
+ *     them as held (pq_io() does), and no lane holds a live ticket there
+ *     that it could not serve while others of its wave claim: claim from
+ *     the same place in the code (every lane in pq_io()'s loop joins each
+ *     pass's claim; a lane that only waits is in pq_wait(), which needs
+ *     nothing from masked lanes).
+ * Then a claim waits only for a ticket older than its wave's block, held
+ * by a lane that serves it in this loop, by another wave or thread, or by
+ * a lane waiting for it: never for itself (tests/host_pqueue_test.cpp
+ * runs the schedule with threads as the lanes of a 64-lane wave).
  */
 #ifndef GPUNVME_PQUEUE_H
 #define GPUNVME_PQUEUE_H
@@ -116,6 +138,7 @@
 #include "fence.h"
 #include "nvme.h"
 #include "queue.h"
+#include "wave.h"
 
 #if defined(GPUNVME_HOST_ONLY)
 #include <sched.h>
@@ -128,12 +151,16 @@ constexpr int32_t ERR_AGAIN = -11; /* EAGAIN: pq_test(): not completed yet */
 /* The stop flag is read once every this many polls of a wait. */
 constexpr uint32_t PQ_STOP_EVERY = 64;
 
-/* pq_wait()'s default linger (NVIDIA): polls a done lane waits on for the
- * other lanes of its warp that entered the wait with it. */
-#ifndef GPUNVME_PQ_LINGER_POLLS
-#define GPUNVME_PQ_LINGER_POLLS 32
+/* pq_wait()'s default linger (NVIDIA): nanoseconds, on the fixed-rate
+ * clock, a done lane waits for the other lanes of its warp that entered
+ * the wait with it. In time, not polls: a poll costs about 19 ns against a
+ * CQ in VRAM and about 1 us against one in host memory (H200), so a count
+ * of polls meant anything from 0.6 to 32 us. 32 us is what the former
+ * default of 32 polls was on the bench's host-memory CQ. */
+#ifndef GPUNVME_PQ_LINGER_NS
+#define GPUNVME_PQ_LINGER_NS 32000
 #endif
-constexpr uint32_t PQ_LINGER_POLLS = GPUNVME_PQ_LINGER_POLLS;
+constexpr uint32_t PQ_LINGER_NS = GPUNVME_PQ_LINGER_NS;
 
 /*
  * Device-scope atomics for the shared bookkeeping (all threads of one GPU).
@@ -328,6 +355,26 @@ GPUNVME_HD bool try_lock(uint32_t *p)
 }
 
 GPUNVME_HD void unlock(uint32_t *p) { st32_release(p, 0); }
+
+/* *p from expected to v, release (what came before, loads included, is
+ * ordered before it); false, and nothing stored, if *p was not expected. */
+GPUNVME_HD bool cas32_release(uint32_t *p, uint32_t expected, uint32_t v)
+{
+#if defined(GPUNVME_DEV_AMD)
+	return __scoped_atomic_compare_exchange_n(p, &expected, v, false,
+						  __ATOMIC_RELEASE,
+						  __ATOMIC_RELAXED,
+						  GPUNVME_AT_SCOPE);
+#elif defined(GPUNVME_DEV_NVIDIA)
+	uint32_t old;
+	asm volatile("atom.release.gpu.cas.b32 %0, [%1], %2, %3;"
+		     : "=r"(old) : "l"(p), "r"(expected), "r"(v) : "memory");
+	return old == expected;
+#else
+	return __atomic_compare_exchange_n(p, &expected, v, false,
+					   __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+#endif
+}
 
 /* First error wins. */
 GPUNVME_HD void set_error(int32_t *p, int32_t err)
@@ -576,7 +623,8 @@ GPUNVME_DEV uint32_t ballot(uint32_t mask, bool p)
  * atomic add, the lowest
  * of them adding the count, each lane its rank above the old value: a
  * warp's 32 claims cost one device-scope atomic instead of 32 serialized
- * ones on the same word. Elsewhere: one add per thread.
+ * ones on the same word. (AMD and the host: pq_claim_wave(), one add
+ * per wave and pair.)
  */
 GPUNVME_HD uint64_t pq_take_number(uint64_t *p)
 {
@@ -636,7 +684,8 @@ GPUNVME_HD void pq_ring(const pqueue &q, uint64_t own_lo = 0, uint64_t own_hi = 
 			atom::red64(&s->sq_doorbells, 1);
 			/* release (system) + the store: every marked SQE was
 			 * released by its writer before its mark. */
-			fence::doorbell_write(q.sq_db, (uint32_t)(t % q.depth));
+			fence::sq_doorbell_write(q.sq_db, (uint32_t)(t % q.depth));
+			fence::doorbell_handoff(); /* performed before the next ringer's */
 		}
 		atom::st64_release(&s->db_word, t << 1); /* unlock, the new tail */
 		atom::fence_sc(); /* the unlock before the re-check */
@@ -764,7 +813,7 @@ GPUNVME_HD int32_t pq_reap_one(const pqueue &q)
 		atom::st64(&s->cqes, peek.cqes + n); /* == the view under the lock */
 		if (err == OK) {
 			atom::red64(&s->cq_doorbells, 1);
-			fence::doorbell_write(q.cq_db, head);
+			fence::cq_doorbell_write(q.cq_db, head);
 		}
 	}
 	if (err != OK)
@@ -980,7 +1029,8 @@ GPUNVME_DEV int32_t pq_reap_warp(const pqueue &q, pq_owner own = {~0u, 0, 1},
 			atom::st64(&s->cqes, peek.cqes + n); /* == the view under the lock */
 			if (err == OK) {
 				atom::red64(&s->cq_doorbells, 1);
-				fence::doorbell_write(q.cq_db, head);
+				fence::cq_doorbell_write(q.cq_db, head);
+				fence::doorbell_handoff();
 			}
 		}
 		if (err != OK)
@@ -1017,6 +1067,9 @@ struct pq_ticket {
  * a shared pair that may be one of the caller's own. Given them, the claim
  * takes such a ticket's completion itself (rc[i] from ERR_AGAIN to its
  * result) instead of waiting for itself until the deadline. pq_io() does.
+ * On AMD the ticket may be one a lane of the caller's own wave needs: every
+ * lane of the wave keeps taking its held tickets until the whole wave has
+ * its slots (pq_claim_wave()).
  */
 struct pq_held {
 	const pq_ticket *t;
@@ -1043,9 +1096,11 @@ GPUNVME_HD int32_t pq_wait_go_on(const pqueue &q, deadline &d, uint32_t i)
 	return err;
 }
 
+#if defined(GPUNVME_DEV_NVIDIA)
 /*
  * Spin until *p == want, reaping meanwhile; bounded by the deadline and the
  * stop flag (read every PQ_STOP_EVERY polls). A failure poisons the pair.
+ * (NVIDIA's claim; AMD's and the host's claim loop is pq_claim_wave().)
  */
 GPUNVME_HD int32_t pq_spin(const pqueue &q, const uint32_t *p, uint32_t want,
 			   const pq_held *h = nullptr)
@@ -1073,9 +1128,11 @@ GPUNVME_HD int32_t pq_spin(const pqueue &q, const uint32_t *p, uint32_t want,
 			pq_pause();
 	}
 }
+#endif
 
 /* Take a ticket: its command slot, the seq the slot is free at, and its
  * SQ position; waits until the slot is free. */
+#if defined(GPUNVME_DEV_NVIDIA)
 GPUNVME_HD int32_t pq_claim(const pqueue &q, uint32_t *slot, uint32_t *seq,
 			    uint64_t *pos, const pq_held *h = nullptr)
 {
@@ -1096,6 +1153,112 @@ GPUNVME_HD int32_t pq_claim(const pqueue &q, uint32_t *slot, uint32_t *seq,
 	*pos = base + c;
 	return pq_spin(q, &q.slots[*slot].seq, *seq, h);
 }
+#else
+/*
+ * AMD (and the host, whose threads are one-lane waves unless a harness
+ * joins them, wave.h): the claim of every active lane of the wave at once.
+ * Every active lane calls it; want: this lane takes a ticket (a lane that
+ * takes none still serves its held tickets while the others claim).
+ *
+ * 1. One block per pair: the lowest lane left broadcasts its pair, the
+ *    lanes on it take one contiguous block of tickets with ONE atomic add
+ *    (by lane order), and the loop goes on with the lanes on other pairs.
+ *    More lanes on one pair than it has command slots: each of them gets
+ *    ERR_INVAL at once, nothing taken (they would wait for each other).
+ * 2. The wave stays in the claim loop until every lane's slot is free:
+ *    a lane whose slot is free keeps serving its held tickets (and
+ *    reaping) instead of sitting masked, so a lane of the wave can wait
+ *    for a ticket another lane holds; the loop exits by ballot, so all
+ *    lanes leave it together.
+ * Why nothing waits for itself: ticket c waits for ticket c - (depth-1)
+ * to be taken; with the block at most depth-1 long, that ticket is older
+ * than the block, so it is either held by a lane in this loop (served
+ * here, if passed as held), by another wave or thread (it progresses on
+ * its own), or waited for by a lane that is in pq_wait() (which waits only
+ * for its own completion).
+ */
+GPUNVME_HD int32_t pq_claim_wave(const pqueue &q, bool want, uint32_t *slot,
+				 uint32_t *seq, uint64_t *pos, const pq_held *h)
+{
+	const bool valid = q.depth >= 2 && q.tick_hz != 0 && q.st;
+	const bool need = want && valid;
+	const uint32_t nslots = valid ? q.depth - 1 : 1;
+	int32_t rc = want && !valid ? ERR_INVAL : OK;
+	/* Error word and base issued before the add (no load waits for
+	 * another); a ticket taken on a poisoned pair is never posted. */
+	const bool failed = need && pq_failed(q);
+	const uint64_t base = need ? atom::ld64(&q.st->sq_base) : 0;
+	const uint32_t me = wave::lane();
+	uint64_t c = 0;
+
+	for (uint64_t todo = wave::ballot(need); todo;) {
+		const uint32_t lead = (uint32_t)__builtin_ctzll(todo);
+		const uint64_t key = wave::bcast64((uint64_t)(uintptr_t)q.st, lead);
+		const uint64_t same =
+			wave::ballot(need && (uint64_t)(uintptr_t)q.st == key) & todo;
+		const uint32_t n = (uint32_t)__builtin_popcountll(same);
+		uint64_t b = ~0ull; /* refused */
+		if (me == lead && n <= nslots)
+			b = atom::add64(&q.st->cid_ticket, n);
+		b = wave::bcast64(b, lead);
+		if ((same >> me) & 1u) {
+			if (b == ~0ull)
+				rc = ERR_INVAL;
+			else
+				c = b + wave::rank(same);
+		}
+		todo &= ~same;
+	}
+	bool pending = need && rc == OK;
+	if (pending && failed) {
+		rc = ERR_IO;
+		pending = false;
+	}
+	if (pending) {
+		*slot = (uint32_t)(c % nslots);
+		*seq = (uint32_t)(c / nslots) * 4u;
+		*pos = base + c;
+	}
+	const bool serve = valid && h && h->n;
+	deadline d = deadline_start(wall_ticks(), q.timeout_ticks, q.tick_hz);
+
+	for (uint32_t i = 1;; i++) {
+		if (pending && atom::ld32_acquire(&q.slots[*slot].seq) == *seq)
+			pending = false;
+		for (uint32_t k = 0; serve && k < h->n; k++)
+			if (h->rc[k] == ERR_AGAIN &&
+			    atom::ld32_acquire(&q.slots[h->t[k].slot].seq) == h->t[k].seq + 1)
+				h->rc[k] = pq_take(q, h->t[k], nullptr);
+		if (!wave::ballot(pending))
+			return rc; /* every lane of the wave at once */
+		/* The reap's peek reads the pair's error word too: a poisoned
+		 * pair ends here with ERR_IO. */
+		const int32_t r = pending || serve ? pq_reap(q) : 0;
+		if (!pending)
+			continue;
+		if (r < 0) {
+			rc = r;
+			pending = false;
+		} else if (r > 0 && atom::ld32_acquire(&q.slots[*slot].seq) == *seq) {
+			pending = false;
+		} else {
+			const int32_t err = pq_wait_go_on(q, d, i);
+			if (err != ERR_AGAIN) {
+				rc = err;
+				pending = false;
+			} else if (r == 0 && q.backoff) {
+				pq_pause();
+			}
+		}
+	}
+}
+
+GPUNVME_HD int32_t pq_claim(const pqueue &q, uint32_t *slot, uint32_t *seq,
+			    uint64_t *pos, const pq_held *h = nullptr)
+{
+	return pq_claim_wave(q, true, slot, seq, pos, h);
+}
+#endif
 
 /* Post a claimed slot's command (e.cid is set here) and ring. */
 GPUNVME_HD void pq_post(const pqueue &q, uint32_t slot, uint32_t seq,
@@ -1174,19 +1337,28 @@ GPUNVME_HD int32_t pq_io_check(const pqueue &q, uint64_t npages, uint64_t off,
  * MAP_DMABUF return them), through PRP1, PRP2 or a PRP list the device
  * builds in the command slot's part of the pair's PRP pool.
  */
-GPUNVME_HD int32_t pq_submit_io(const pqueue &q, uint8_t opc, uint32_t nsid,
-				uint64_t slba, uint16_t nlb0,
-				const uint64_t *page_dma, uint64_t npages,
-				uint64_t off, uint32_t len, pq_ticket *t,
-				const pq_held *held = nullptr)
+GPUNVME_HD int32_t pq_submit_io_if(const pqueue &q, bool want, uint8_t opc,
+				   uint32_t nsid, uint64_t slba, uint16_t nlb0,
+				   const uint64_t *page_dma, uint64_t npages,
+				   uint64_t off, uint32_t len, pq_ticket *t,
+				   const pq_held *held)
 {
-	int32_t rc = pq_io_check(q, npages, off, len);
-
-	if (rc != OK)
+	int32_t rc = want ? pq_io_check(q, npages, off, len) : OK;
+	uint32_t slot = 0, seq = 0;
+	uint64_t pos = 0;
+#if defined(GPUNVME_DEV_NVIDIA)
+	if (!want || rc != OK)
 		return rc;
-	uint32_t slot, seq;
-	uint64_t pos;
 	rc = pq_claim(q, &slot, &seq, &pos, held);
+#else
+	/* Every active lane joins the wave's claim, the ones without a
+	 * command (or with a bad one) to serve their held tickets. */
+	const int32_t crc = pq_claim_wave(q, want && rc == OK, &slot, &seq, &pos, held);
+	if (!want)
+		return OK;
+	if (rc == OK)
+		rc = crc;
+#endif
 	if (rc != OK)
 		return rc;
 	const uint64_t pg = off / 4096;
@@ -1208,6 +1380,16 @@ GPUNVME_HD int32_t pq_submit_io(const pqueue &q, uint8_t opc, uint32_t nsid,
 	return OK;
 }
 
+GPUNVME_HD int32_t pq_submit_io(const pqueue &q, uint8_t opc, uint32_t nsid,
+				uint64_t slba, uint16_t nlb0,
+				const uint64_t *page_dma, uint64_t npages,
+				uint64_t off, uint32_t len, pq_ticket *t,
+				const pq_held *held = nullptr)
+{
+	return pq_submit_io_if(q, true, opc, nsid, slba, nlb0, page_dma, npages,
+			       off, len, t, held);
+}
+
 /* A completion's dwords 0, 2 and 3 to *out (if given); OK or its status. */
 GPUNVME_HD int32_t pq_result(uint32_t dw0, uint32_t dw2, uint32_t dw3, cqe *out)
 {
@@ -1222,7 +1404,14 @@ GPUNVME_HD int32_t pq_result(uint32_t dw0, uint32_t dw2, uint32_t dw3, cqe *out)
 	return status_ok(cqe_status(dw3)) ? OK : (int32_t)cqe_status(dw3);
 }
 
-/* Completed: copy it out and free the slot for its next round. */
+/*
+ * Completed: copy it out and free the slot for its next round. The slot
+ * is freed by a compare-and-swap from the completed seq (t.seq + 1), after
+ * the fields were read: a second waiter on the same ticket, which read
+ * the fields after the first had freed the slot and a new round had
+ * completed, fails it and gets ERR_INVAL instead of the next round's
+ * result (and never rewinds the slot).
+ */
 GPUNVME_HD int32_t pq_take(const pqueue &q, pq_ticket t, cqe *out)
 {
 	pq_slot *sl = &q.slots[t.slot];
@@ -1230,7 +1419,8 @@ GPUNVME_HD int32_t pq_take(const pqueue &q, pq_ticket t, cqe *out)
 	const uint32_t dw2 = atom::ld32(&sl->dw2);
 	const uint32_t v = atom::ld32(&sl->dw3);
 
-	atom::st32_release(&sl->seq, t.seq + 3);
+	if (!atom::cas32_release(&sl->seq, t.seq + 1, t.seq + 3))
+		return ERR_INVAL; /* taken already: a spent ticket */
 	return pq_result(dw0, dw2, v, out);
 }
 
@@ -1253,8 +1443,11 @@ GPUNVME_DEV int32_t pq_test_warp(const pqueue &q, pq_ticket t, cqe *out, bool li
 		return ERR_AGAIN;
 	if (d.got) {
 		/* Free for its next round (after the reap's warp barrier,
-		 * which ordered the poller's acquire before this). */
-		atom::st32_release(&q.slots[t.slot].seq, t.seq + 3);
+		 * which ordered the poller's acquire before this): from the
+		 * live seq, never routed; a second lane on the same ticket
+		 * fails it (ERR_INVAL), as in pq_take(). */
+		if (!atom::cas32_release(&q.slots[t.slot].seq, t.seq, t.seq + 3))
+			return ERR_INVAL;
 		return pq_result(d.w0, d.w2, d.w3, out);
 	}
 	if (seq == t.seq + 1) {
@@ -1303,21 +1496,22 @@ GPUNVME_HD int32_t pq_test(const pqueue &q, pq_ticket t, cqe *out)
 /*
  * Wait for ticket t, bounded (clock.h) and abortable (stop flag).
  *
- * linger (NVIDIA): the lanes of a warp that enter pq_wait() together leave
- * it together once all of them are done, or, when some are still waiting
- * linger polls after the first of them was done, the done ones leave
- * then. A done lane keeps polling for the others meanwhile. So a warp's
- * lanes stay one group for their next claim, ring and reap instead of
- * splitting as their completions arrive; the price is that a lane may
- * return up to linger polls after its own completion. Bounded, so a lane
- * whose own progress after the wait is what another lane waits for (it
- * takes another ticket of its own, say) holds it up for at most linger
- * polls, never into its deadline. 0: leave as soon as the own completion
- * is taken. Elsewhere it does nothing (an AMD wavefront's lanes leave a
+ * linger_ns (NVIDIA): the lanes of a warp that enter pq_wait() together
+ * leave it together once all of them are done, or, when some are still
+ * waiting linger_ns nanoseconds (the fixed-rate clock, tick_hz) after the
+ * first of them was seen done, the done ones leave then. A done lane keeps
+ * polling for the others meanwhile. So a warp's lanes stay one group for
+ * their next claim, ring and reap instead of splitting as their
+ * completions arrive; the price is that a lane may return up to linger_ns
+ * after its own completion. Bounded, so a lane whose own progress after
+ * the wait is what another lane waits for (it takes another ticket of its
+ * own, say) holds it up for at most linger_ns, never into its deadline.
+ * 0: leave as soon as the own completion is taken (the behaviour before
+ * the linger). Elsewhere it does nothing (an AMD wavefront's lanes leave a
  * loop together anyway; the host's lanes are threads).
  */
 GPUNVME_HD int32_t pq_wait(const pqueue &q, pq_ticket t, cqe *out,
-			   uint32_t linger = PQ_LINGER_POLLS)
+			   uint32_t linger_ns = PQ_LINGER_NS)
 {
 	if (q.tick_hz == 0)
 		return ERR_INVAL;
@@ -1325,7 +1519,11 @@ GPUNVME_HD int32_t pq_wait(const pqueue &q, pq_ticket t, cqe *out,
 #if defined(GPUNVME_DEV_NVIDIA)
 	if (t.slot >= q.depth - 1)
 		return ERR_INVAL;
-	uint32_t mask = warp::active(), lingered = 0;
+	uint32_t mask = warp::active();
+	/* At most 4.3 s asked, tick_hz at most a few GHz: no overflow. */
+	const uint64_t linger = (uint64_t)linger_ns * q.tick_hz / 1000000000ull;
+	uint64_t since = 0;
+	bool lingering = false;
 	int32_t rc = ERR_AGAIN;
 
 	for (uint32_t i = 1;; i++) {
@@ -1338,17 +1536,27 @@ GPUNVME_HD int32_t pq_wait(const pqueue &q, pq_ticket t, cqe *out,
 		const uint32_t pending = warp::ballot(mask, rc == ERR_AGAIN);
 		if (pending == 0)
 			return rc;
-		if (pending != mask && ++lingered > linger) {
-			if (rc != ERR_AGAIN)
-				return rc;
-			mask = pending;
-			lingered = 0;
+		if (pending != mask) {
+			/* From when the first lane was seen done; the lanes
+			 * read their clocks apart, so they leave when any of
+			 * them sees the linger over (a ballot: all agree). */
+			const uint64_t now = wall_ticks();
+			if (!lingering) {
+				lingering = true;
+				since = now;
+			}
+			if (warp::ballot(mask, now - since >= linger)) {
+				if (rc != ERR_AGAIN)
+					return rc;
+				mask = pending;
+				lingering = false;
+			}
 		}
 		if (q.backoff)
 			pq_pause();
 	}
 #else
-	(void)linger;
+	(void)linger_ns;
 	for (uint32_t i = 1;; i++) {
 		int32_t rc = pq_test(q, t, out);
 		if (rc != ERR_AGAIN)
@@ -1396,24 +1604,30 @@ GPUNVME_HD int32_t pq_io(const pqueue &q, uint8_t opc, uint32_t nsid,
 	int32_t first = OK;
 
 	for (uint64_t done = 0; done < len || live;) {
-		if (done < len && live < window && first == OK) {
-			uint64_t n = len - done < chunk ? len - done : chunk;
-			/* Our live tickets, in ring order from head, so the
-			 * claim can take one that stands in its own way. */
-			pq_ticket ht[8];
-			int32_t hrc[8];
-			for (uint32_t i = 0; i < live; i++) {
-				ht[i] = t[(head + i) % 8];
-				hrc[i] = trc[(head + i) % 8];
-			}
-			pq_held held = {ht, hrc, live};
-			const uint32_t at = (head + live) % 8;
-			int32_t rc = pq_submit_io(q, opc, nsid, slba + (done >> lba_shift),
-						  (uint16_t)((n >> lba_shift) - 1),
-						  page_dma, npages, off + done,
-						  (uint32_t)n, &t[at], &held);
-			for (uint32_t i = 0; i < live; i++)
-				trc[(head + i) % 8] = hrc[i];
+		/* Every lane still in this loop joins one claim per pass (AMD:
+		 * the lanes of a wave; pq_claim_wave()), the ones with nothing
+		 * to submit now serving their held tickets meanwhile, so no
+		 * lane claims while another lane of its wave holds a live
+		 * ticket it could not serve. */
+		const bool sub = done < len && live < window && first == OK;
+		const uint64_t n = len - done < chunk ? len - done : chunk;
+		/* Our live tickets, in ring order from head, so the claim can
+		 * take one that stands in its own way. */
+		pq_ticket ht[8];
+		int32_t hrc[8];
+		for (uint32_t i = 0; i < live; i++) {
+			ht[i] = t[(head + i) % 8];
+			hrc[i] = trc[(head + i) % 8];
+		}
+		pq_held held = {ht, hrc, live};
+		const uint32_t at = (head + live) % 8;
+		int32_t rc = pq_submit_io_if(q, sub, opc, nsid, slba + (done >> lba_shift),
+					     (uint16_t)((n >> lba_shift) - 1),
+					     page_dma, npages, off + done,
+					     (uint32_t)n, &t[at], &held);
+		for (uint32_t i = 0; i < live; i++)
+			trc[(head + i) % 8] = hrc[i];
+		if (sub) {
 			if (rc != OK) {
 				first = rc;
 				continue;
@@ -1425,7 +1639,7 @@ GPUNVME_HD int32_t pq_io(const pqueue &q, uint8_t opc, uint32_t nsid,
 		}
 		if (!live)
 			break;
-		int32_t rc = trc[head] != ERR_AGAIN ? trc[head] : pq_wait(q, t[head], nullptr);
+		rc = trc[head] != ERR_AGAIN ? trc[head] : pq_wait(q, t[head], nullptr);
 		if (rc != OK && first == OK)
 			first = rc;
 		if (rc < 0)

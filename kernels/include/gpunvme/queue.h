@@ -92,9 +92,13 @@ GPUNVME_HD void sqe_store(sqe *dst, const sqe &e)
 			     :: "l"((char *)dst + 16 * i), "l"(w[2 * i]),
 			     "l"(w[2 * i + 1]) : "memory");
 #elif defined(GPUNVME_DEV_AMD)
-	/* Global address space: global_store_dwordx4/b128, not flat. */
+	/* Global address space: global_store_dwordx4/b128, not flat. The
+	 * marker (no instructions; the clobber keeps the stores after it)
+	 * tells make isa-check where SQE stores begin: every path from here
+	 * to an SQ doorbell must pass a release_system(). */
 	typedef uint64_t v2u64 __attribute__((ext_vector_type(2)));
 	typedef __attribute__((address_space(1))) v2u64 global_v2u64;
+	asm volatile("; gpunvme:sqe" ::: "memory");
 	for (int i = 0; i < 4; i++) {
 		v2u64 v = {w[2 * i], w[2 * i + 1]};
 		((global_v2u64 *)dst)[i] = v;
@@ -124,7 +128,7 @@ GPUNVME_HD void sq_ring(qpair &q, uint32_t n, bool ringer)
 	q.sq_tail = (q.sq_tail + n) % q.depth;
 	q.inflight += n;
 	if (ringer)
-		fence::doorbell_write(q.sq_db, q.sq_tail);
+		fence::sq_doorbell_write(q.sq_db, q.sq_tail);
 }
 
 /* CQ slot and the phase it must carry: flips once per wrap past the end. */
@@ -229,7 +233,7 @@ GPUNVME_HD void cq_release(qpair &q, uint32_t n, bool ringer)
 	q.cq_head = head;
 	q.inflight -= n;
 	if (ringer)
-		fence::doorbell_write(q.cq_db, q.cq_head);
+		fence::cq_doorbell_write(q.cq_db, q.cq_head);
 }
 
 /*

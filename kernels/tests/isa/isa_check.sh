@@ -21,7 +21,21 @@
 # bypasses doorbell_write() is indistinguishable from a data store on
 # gfx90a and is not caught there. Example kernels that touch payload must
 # hold the payload-contract sites (read_verify, pthread_io, guide_read:
-# payload-acquire; write, pthread_io: payload-release).
+# payload-acquire; write, pthread_io: payload-release), and every one of
+# them, as it submits and reaps, release and acquire sites.
+#
+# Where those sites are, per function, on its control flow graph
+# (ring_order.awk; the doorbell markers name their ring, "; gpunvme:
+# doorbell sq" / "cq", and queue.h marks where SQE stores begin, "; gpunvme:
+# sqe"): every path from an SQE store to an SQ doorbell passes a release
+# site (the ringer's own release covers only its own lane), every CQ poll
+# (a 16-byte one) has a path to an acquire site before the next CQ poll, a
+# function that writes SQEs also releases them and rings, and an example
+# kernel names the ring of each of its doorbells. What this does not prove:
+# that the acquire is on the phase-hit branch rather than on another path
+# out of the poll (it proves a path to one exists), and anything across a
+# call (every example kernel is one function; a call would make the
+# submitting function fail the check, never pass it).
 #
 # usage: isa_check.sh TARGET:OBJECT [TARGET:OBJECT...]  (sm_NN:file.ptx for NVIDIA)
 # env:   OBJDUMP (default llvm-objdump-19)
@@ -161,7 +175,7 @@ sites() { # asm-file
 		}
 		{ t = $0; sub(/^[ \t]+/, "", t); sub(/[ \t]+$/, "", t); gsub(/[ \t]+/, " ", t) }
 		t ~ /^[A-Za-z_][A-Za-z0-9_.$]*:/ && t !~ /^\.L/ { fn = t; sub(/:.*/, "", fn) }
-		t ~ /^; gpunvme:[a-z-]+$/ { flush(); kind = substr(t, 11); at = NR; body = ""; next }
+		t ~ /^; gpunvme:[a-z-]+( (sq|cq))?$/ { flush(); kind = substr(t, 11); sub(/ .*/, "", kind); at = NR; body = ""; next }
 		kind != "" && t == ";;#ASMEND" { flush(); next }
 		kind != "" && t != "" && t !~ /^;/ { body = body (body == "" ? "" : " | ") t }
 	' "$1"
@@ -295,15 +309,64 @@ family() { # target
 	esac
 }
 
-# What each example kernel must hold besides doorbells and polls.
+# What each example kernel must hold besides doorbells and polls: every
+# one submits and reaps, so release and acquire sites, and its payload
+# contract's sites.
 needs() { # object name
 	case $1 in
-	read_verify | guide_read) echo payload-acquire ;;
-	write) echo payload-release ;;
-	pthread_io) echo payload-acquire payload-release ;;
+	read_verify | guide_read) echo release acquire payload-acquire ;;
+	sweep) echo release acquire ;;
+	write) echo release acquire payload-release ;;
+	pthread_io) echo release acquire payload-acquire payload-release ;;
 	esac
 }
 
+# Where the release and acquire sites are, per function, on its control
+# flow graph (ring_order.awk): every path from an SQE store to an SQ
+# doorbell passes a release, every CQ poll has an acquire after it, every
+# SQE marker is followed by its stores; a function that writes SQEs rings
+# them and releases them itself; and a library example kernel names the
+# ring of every doorbell and both submits and reaps.
+check_order() { # tag asm-file example(0/1)
+	local tag=$1 asm=$2 ex=$3
+	local line fn sqe rel dbsq dbcq dbnone cqpoll acq unrel unacq badsqe
+	local sub=0 reap=0 e_rel="" e_acq="" e_sqe="" e_fn="" e_ring="" fns=""
+	awk -f "$here/ring_order.awk" "$asm" >"$tmp/order"
+	while read -r _ fn _ sqe _ rel _ dbsq _ dbcq _ dbnone _ cqpoll _ acq _ unrel _ unacq _ badsqe; do
+		fns="$fns${fns:+ }$fn"
+		[ "$unrel" = - ] || e_rel="$e_rel${e_rel:+; }$fn at .s line(s) $unrel"
+		[ "$unacq" = - ] || e_acq="$e_acq${e_acq:+; }$fn at .s line(s) $unacq"
+		[ "$badsqe" = - ] || e_sqe="$e_sqe${e_sqe:+; }$fn at .s line(s) $badsqe"
+		if [ "$sqe" -gt 0 ] || [ "$dbsq" -gt 0 ]; then
+			sub=$((sub + 1))
+			if [ "$sqe" -eq 0 ] || [ "$dbsq" -eq 0 ] || [ "$rel" -eq 0 ]; then
+				e_fn="$e_fn${e_fn:+; }$fn: $sqe SQE marker(s), $rel release(s), $dbsq SQ doorbell(s)"
+			fi
+		fi
+		[ "$cqpoll" -gt 0 ] && reap=$((reap + 1))
+		[ "$ex" = 1 ] && [ "$dbnone" -gt 0 ] && e_ring="$e_ring${e_ring:+; }$fn: $dbnone"
+	done <"$tmp/order"
+	if [ "$ex" = 1 ] && [ "$sub" -eq 0 ]; then
+		e_fn="${e_fn}${e_fn:+; }no function writes SQEs and rings an SQ doorbell"
+	fi
+	if [ "$ex" = 1 ] && [ "$reap" -eq 0 ]; then
+		e_acq="${e_acq}${e_acq:+; }no function polls a CQ"
+	fi
+	report "$([ -z "$e_fn" ] && echo 0 || echo 1)" \
+		"$tag: each submitting function writes SQEs, releases them and rings the SQ ($sub in ${fns:-no function})" "$e_fn"
+	report "$([ -z "$e_rel" ] && echo 0 || echo 1)" \
+		"$tag: every path from an SQE store to an SQ doorbell passes a release" "unreleased SQ doorbell in $e_rel"
+	report "$([ -z "$e_acq" ] && echo 0 || echo 1)" \
+		"$tag: every CQ poll has an acquire after it ($reap reaping function(s))" "CQ poll without an acquire after it: $e_acq"
+	report "$([ -z "$e_sqe" ] && echo 0 || echo 1)" \
+		"$tag: every SQE marker is followed by its 4 16-byte stores" "marker without its stores in $e_sqe"
+	if [ "$ex" = 1 ]; then
+		report "$([ -z "$e_ring" ] && echo 0 || echo 1)" \
+			"$tag: every doorbell names its ring (sq_/cq_doorbell_write)" "doorbell_write() with no ring named in $e_ring"
+	fi
+}
+
+here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -330,6 +393,9 @@ for spec in "$@"; do
 			check_count "$tag: per-thread API: SQE as 4 x 16-byte stores" "$dis" 4 '^st(\.global)?\.v2\.u64 '
 			check_present "$tag: per-thread API: 64-bit ticket add" "$dis" '^atom(\.global)?\.relaxed\.gpu(\.global)?\.add\.u64 '
 			check_present "$tag: per-thread API: lock CAS with acquire" "$dis" '^atom(\.global)?\.acquire\.gpu(\.global)?\.cas\.b32 '
+			check_present "$tag: per-thread API: a take frees its slot by CAS with release" "$dis" '^atom(\.global)?\.release\.gpu(\.global)?\.cas\.b32 '
+			check_chain_min "$tag: per-thread API: fence.sc.sys after the SQ and CQ doorbell stores (before unlock)" \
+				"$dis" 2 1 '^(st\.volatile|st\.mmio\.relaxed\.sys)\.u32 \[' '^fence\.sc\.sys;$'
 			check_present "$tag: per-thread API: ring re-check fence.sc.gpu" "$dis" '^fence\.sc\.gpu;$'
 			check_present "$tag: per-thread API: warp reaper agrees by vote.sync.ballot" "$dis" '^vote\.sync\.ballot\.b32 '
 			check_present "$tag: per-thread API: warp-aggregated claims and ring (bar.warp.sync)" "$dis" '^bar\.warp\.sync '
@@ -358,6 +424,8 @@ for spec in "$@"; do
 	count_doorbell=0 count_poll=0
 	# shellcheck disable=SC2046 # needs prints words
 	check_sites "$tag" "$asm" doorbell poll $(needs "$name")
+	case $name in read_verify | write | sweep | pthread_io | guide_read) ex=1 ;; *) ex=0 ;; esac
+	check_order "$tag" "$asm" "$ex"
 	db=("${REL[@]}" "$ST" "${ST_WAIT[@]}" "${POST[@]}" "${INV[@]}")
 	pl=("${INV[@]}" "($LD|$LD16)")
 	# The object: as many fenced doorbells and invalidating polls as markers.

@@ -29,6 +29,16 @@
 #     left cacheable (no glc slc dlc), read_verify (the group API's
 #     cq_wait()) for gfx1100: isa_check.sh
 #     must FAIL at the poll sites.
+#  9. The release and acquire sites, on every AMD family (gfx1100,
+#     gfx1201, gfx90a, gfx942), real headers with one fence deleted:
+#     release_system() removed from sq_put() (read_verify) and from
+#     pq_post() (pthread_io), acquire_system() removed after the phase in
+#     cq_wait() (read_verify) and in pq_reap_one() (pthread_io):
+#     isa_check.sh must FAIL at the path check (an SQ doorbell reached from
+#     an SQE store without a release; a CQ poll with no acquire after it).
+# 10. Order, not presence: sq_put()'s release moved before its SQE stores
+#     (read_verify, gfx11-generic): every release site is still there and
+#     well formed, and isa_check.sh must FAIL at the path check.
 #
 # usage: isa_negative.sh BUILD_DIR   (env: CLANG, OBJDUMP)
 set -u
@@ -52,7 +62,7 @@ res() { # ok(0/1/skip) desc [diag]
 }
 
 echo "KTAP version 1"
-echo "1..17"
+echo "1..35"
 
 # build target src obj-without-.o [include-dir]: object and assembly.
 build() {
@@ -216,6 +226,56 @@ elif build gfx1100 "$kdir/examples/read_verify.hip" "$o" "$np"; then
 	must_fail "gfx1100: cacheable 16-byte CQE poll rejected" gfx1100 "$o" 'poll'
 else
 	res 1 "gfx1100: cacheable 16-byte CQE poll rejected" "compile failed: $(head -1 "$o.log")"
+fi
+
+# 9: one release or acquire site deleted from the real headers.
+# negative_edit name file sed-script want-lines: a copy of the headers with
+# file edited; fails (returns 1) unless sed changed exactly want-lines lines.
+negative_edit() {
+	local d=$out/$1-include
+	rm -rf "$d" && cp -r "$kdir/include" "$d"
+	sed -i -e "$3" "$d/gpunvme/$2"
+	[ "$(diff "$kdir/include/gpunvme/$2" "$d/gpunvme/$2" | grep -c '^[<>]')" -eq "$4" ]
+}
+for v in "norel-sqput queue.h read_verify /^\tfence::release_system();\$/d 1 passes a release" \
+	"norel-post pqueue.h pthread_io /^\tfence::release_system();.*SQE.*mark/d 1 passes a release" \
+	"noacq-cqwait queue.h read_verify /^\t\t\tfence::acquire_system();\$/d 2 acquire after it" \
+	"noacq-reap pqueue.h pthread_io /^\t\tfence::acquire_system();\$/d 2 acquire after it"; do
+	read -r name file ex script lines want <<<"$v"
+	desc="$name: $file without the fence ($ex) rejected"
+	if ! negative_edit "$name" "$file" "$script" "$lines"; then
+		for t in gfx1100 gfx1201 gfx90a gfx942; do
+			res 1 "$t $desc" "sed did not change $lines line(s) of $file"
+		done
+		continue
+	fi
+	for t in gfx1100 gfx1201 gfx90a gfx942; do
+		o=$out/$name-$t/$ex
+		if build $t "$kdir/examples/$ex.hip" "$o" "$out/$name-include"; then
+			must_fail "$t $desc" $t "$o" "$want"
+		else
+			res 1 "$t $desc" "compile failed: $(head -1 "$o.log")"
+		fi
+	done
+done
+
+# 10: the release before the SQE stores instead of after them.
+o=$out/release-first-gfx11-generic/read_verify
+desc="gfx11-generic: sq_put() releasing before its SQE stores rejected"
+if ! negative_edit release-first queue.h \
+	'/^\tsqe_store(&q\.sq\[sq_slot(q, i)\], e);$/{i\	fence::release_system(); /* before the stores */
+n;/^\tfence::release_system();$/d;}' 2; then
+	res 1 "$desc" "sed did not move sq_put()'s release"
+elif build gfx11-generic "$kdir/examples/read_verify.hip" "$o" "$out/release-first-include"; then
+	must_fail "$desc" gfx11-generic "$o" 'passes a release'
+	if grep -Eq '^ok .*every release site is the' "$o.ktap"; then
+		res 0 "gfx11-generic: ... while its release site is present and well formed"
+	else
+		res 1 "gfx11-generic: ... while its release site is present and well formed" "the site check failed too: the order check is not what caught it"
+	fi
+else
+	res 1 "$desc" "compile failed: $(head -1 "$o.log")"
+	res 1 "gfx11-generic: ... while its release site is present and well formed" "compile failed"
 fi
 
 if [ "$skip" -gt 0 ]; then

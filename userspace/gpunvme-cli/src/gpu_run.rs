@@ -333,6 +333,7 @@ fn import_pair<'g>(
                         route: "GPUNVME_IOC_EXPORT",
                         ok: false,
                         detail: e.to_string(),
+                        mem_type: None,
                     }],
                 });
                 None
@@ -713,6 +714,9 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
                 .read_volatile()
         })
         .collect();
+    // Per pair: each imported region's route and the GPU memory type it
+    // was mapped with (uncached on RDNA2/3: mem_type.rs). The line starts
+    // "qN <mode>:" (tests/hardware/validate.sh reads the mode there).
     let routes: Vec<String> = queues
         .iter()
         .map(|g| {
@@ -720,9 +724,14 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
                 "q{} {}: {}",
                 g.qp.qid(),
                 g.qp.mode(),
-                g.imports
+                g.reports
                     .iter()
-                    .map(|i| i.route)
+                    .filter_map(|r| {
+                        let m = r.mem_type().map(|m| m.to_string());
+                        r.route().map(|rt| {
+                            format!("{rt} [memory type {}]", m.as_deref().unwrap_or("unknown"))
+                        })
+                    })
                     .collect::<Vec<_>>()
                     .join(" / ")
             )

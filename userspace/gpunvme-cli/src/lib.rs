@@ -632,6 +632,7 @@ fn probe(sysfs: &Sysfs, json: bool) -> Res {
                 d.doorbell
             );
             println!("      CQ: {} ({})", d.cq, d.cq_reason);
+            println!("      queue memory: {}", d.queue_memory);
         }
     }
     println!("Doorbell mapping: {}", r.doorbell);

@@ -441,7 +441,15 @@ impl Gpu {
     /// write them, so the [`launch`](Self::launch) contract covers them:
     /// no Rust reference to them while a kernel may run.
     pub unsafe fn import(&self, region: &Region<'_>) -> (Option<Imported<'_>>, ImportReport) {
-        let (got, attempts) = try_routes(self.backend.import_routes(region));
+        let (kind, arch) = (self.runtime.kind, self.device.arch.as_str());
+        // Routes that cannot set the memory type this GPU needs are
+        // refused (mem_type.rs), never tried.
+        let routes =
+            crate::mem_type::gate(kind, arch, region.what, self.backend.import_routes(region));
+        let (got, mut attempts) = try_routes(routes);
+        for a in attempts.iter_mut().filter(|a| a.ok) {
+            a.mem_type = Some(crate::mem_type::of_route(kind, arch, a.route, region.mmio));
+        }
         let report = ImportReport {
             what: region.what.to_string(),
             attempts,
@@ -830,6 +838,49 @@ mod tests {
     }
 
     #[test]
+    fn import_on_rdna_maps_uncached_through_libdrm_and_refuses_the_rest() {
+        use crate::mem_type::{MemType, LIBDRM_ROUTE};
+        let (mut gpu, log) = gpu(false);
+        let region = |what| Region {
+            what,
+            dmabuf: None,
+            cpu: None,
+            len: 4096,
+            mmio: false,
+        };
+        // SAFETY: the fake maps nothing.
+        let (imp, rep) = unsafe { gpu.import(&region("q1 shadow SQ (shared)")) };
+        let imp = imp.expect("libdrm maps it");
+        assert_eq!((imp.device_ptr, imp.route), (0x6000, LIBDRM_ROUTE));
+        drop(imp);
+        assert_eq!(rep.mem_type(), Some(MemType::Uncached));
+        assert!(!rep.attempts[0].ok && rep.attempts[0].detail.contains("q1 shadow SQ (shared)"));
+        assert!(
+            rep.describe()
+                .contains("memory type uncached (AMDGPU_VM_MTYPE_UC)"),
+            "{}",
+            rep.describe()
+        );
+        // No libdrm route: nothing maps it, and the report says why.
+        // SAFETY: as above.
+        let (imp, rep) = unsafe { gpu.import(&region("q2 CQ mirror, no libdrm")) };
+        assert!(imp.is_none());
+        drop(imp);
+        assert!(rep.describe().contains(LIBDRM_ROUTE), "{}", rep.describe());
+        assert!(!log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l == "route hipHostRegister"));
+        // On CDNA the first route that works is taken, its type the runtime's.
+        gpu.device.arch = "gfx942".into();
+        // SAFETY: as above.
+        let (imp, rep) = unsafe { gpu.import(&region("q1 SQ")) };
+        assert_eq!(imp.expect("mapped").route, "hipHostRegister");
+        assert_eq!(rep.mem_type(), Some(MemType::RuntimeChosen));
+    }
+
+    #[test]
     fn alloc_payload_takes_uncached_memory_on_rdna() {
         let (gpu, log) = gpu(false);
         assert_eq!(
@@ -985,8 +1036,27 @@ mod tests {
         fn destroy_stream(&self, s: usize) {
             self.note(format!("destroy_stream {s}"));
         }
-        fn import_routes<'a>(&'a self, _: &Region<'a>) -> Vec<Route<'a>> {
-            Vec::new()
+        fn import_routes<'a>(&'a self, r: &Region<'a>) -> Vec<Route<'a>> {
+            // A route that cannot set the memory type, then (unless the
+            // region's name says there is none) the libdrm route; each
+            // notes in the log that it ran.
+            let mut v: Vec<Route<'a>> = vec![(
+                "hipHostRegister",
+                Box::new(move || {
+                    self.note("route hipHostRegister");
+                    Ok((0x5000, Undo::HostRegister { cpu: 5 }))
+                }),
+            )];
+            if !r.what.contains("no libdrm") {
+                v.push((
+                    crate::mem_type::LIBDRM_ROUTE,
+                    Box::new(move || {
+                        self.note("route libdrm");
+                        Ok((0x6000, Undo::HostRegister { cpu: 6 }))
+                    }),
+                ));
+            }
+            v
         }
         fn release_import(&self, _: Undo) {}
     }
@@ -1016,6 +1086,7 @@ mod tests {
                 reason: String::new(),
                 cq: crate::probe::CqPlacement::None,
                 cq_reason: String::new(),
+                queue_memory: String::new(),
             },
             runtime: RuntimeInfo {
                 kind: RuntimeKind::Hip,

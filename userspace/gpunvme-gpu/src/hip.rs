@@ -139,6 +139,8 @@ pub(crate) struct Hip {
     rt: Runtime,
     dev: c_int,
     bus_id: Option<String>,
+    /// The GPU's target: the libdrm route's memory type depends on it.
+    arch: String,
     hsa: Option<Library>,
     set_device: HipSetDevice,
     attribute: HipDeviceGetAttribute,
@@ -168,6 +170,7 @@ impl Hip {
             rt,
             dev: index as c_int,
             bus_id: device.pci_bus_id.clone(),
+            arch: device.arch.clone(),
             hsa: open_first(HSA_LIBRARIES).ok(),
         };
         me.bind()?;
@@ -302,8 +305,9 @@ impl Hip {
     fn route_libdrm<'a>(&'a self, region: &Region<'a>) -> Option<Route<'a>> {
         let fd = region.dmabuf?;
         let (len, mmio) = (region.len as u64, region.mmio);
+        let arch = self.arch.clone();
         Some((
-            "amdgpu_bo_import + GPU VA map (libdrm)",
+            crate::mem_type::LIBDRM_ROUTE,
             Box::new(move || {
                 let lib = open_first(DRM_LIBRARIES)?;
                 // Keep libdrm loaded for the mapping's life: HIP already
@@ -387,9 +391,14 @@ impl Hip {
                         std::io::Error::last_os_error()
                     ));
                 }
+                // MMIO, and on gfx10/11 every queue region: uncached
+                // (mem_type.rs); otherwise the driver's default.
+                let uc =
+                    crate::mem_type::libdrm_mem_type(crate::probe::RuntimeKind::Hip, &arch, mmio)
+                        == crate::mem_type::MemType::Uncached;
                 let flags = AMDGPU_VM_PAGE_READABLE
                     | AMDGPU_VM_PAGE_WRITEABLE
-                    | if mmio { AMDGPU_VM_MTYPE_UC } else { 0 };
+                    | if uc { AMDGPU_VM_MTYPE_UC } else { 0 };
                 // SAFETY: live BO and device; va is page aligned and reserved.
                 let r = unsafe { va_op(dev, res.bo, 0, len, va as u64, flags, AMDGPU_VA_OP_MAP) };
                 if r != 0 {

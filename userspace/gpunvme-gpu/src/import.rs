@@ -18,12 +18,19 @@
 //!   mmap of the region (MMIO with `hipHostRegisterIoMemory`).
 //! - CUDA: `cuImportExternalMemory`, `cuMemHostRegister` of the mmap
 //!   (MMIO with `CU_MEMHOSTREGISTER_IOMEMORY`).
+//!
+//! On RDNA2/3 (gfx10, gfx11) only the libdrm route may map a region: it
+//! maps every queue region uncached (`AMDGPU_VM_MTYPE_UC`), and the other
+//! routes, which cannot choose the memory type, are refused there with an
+//! error naming the region and the alternative ([`crate::mem_type`]). The
+//! memory type each region got is in its report ([`ImportReport::mem_type`]).
 
 use std::os::fd::BorrowedFd;
 
 use serde::Serialize;
 
 use crate::gpu::Gpu;
+use crate::mem_type::MemType;
 
 /// Something to import: a dma-buf, this process's mapping of the same
 /// memory, or both (routes use what they need).
@@ -50,6 +57,9 @@ pub struct RouteAttempt {
     pub ok: bool,
     /// The address, or the runtime's error.
     pub detail: String,
+    /// The memory type the region was mapped with (a successful attempt
+    /// through [`crate::Gpu::import`]; see [`crate::mem_type`]).
+    pub mem_type: Option<MemType>,
 }
 
 /// Every route tried for one region.
@@ -67,6 +77,11 @@ impl ImportReport {
         self.attempts.iter().find(|a| a.ok).map(|a| a.route)
     }
 
+    /// The memory type the region was mapped with, if it was.
+    pub fn mem_type(&self) -> Option<MemType> {
+        self.attempts.iter().find(|a| a.ok).and_then(|a| a.mem_type)
+    }
+
     /// One line per attempt.
     pub fn describe(&self) -> String {
         let mut s = format!("{}:", self.what);
@@ -77,6 +92,9 @@ impl ImportReport {
                 a.route,
                 a.detail
             );
+            if let Some(m) = a.mem_type {
+                s += &format!(", memory type {m}");
+            }
         }
         if self.attempts.is_empty() {
             s += "\n  no route applies (no dma-buf and no CPU mapping given)";
@@ -123,6 +141,7 @@ pub(crate) fn try_routes(
                     route: name,
                     ok: true,
                     detail: format!("GPU address 0x{ptr:x}"),
+                    mem_type: None,
                 });
                 return (Some((ptr, undo, name)), attempts);
             }
@@ -130,6 +149,7 @@ pub(crate) fn try_routes(
                 route: name,
                 ok: false,
                 detail: e,
+                mem_type: None,
             }),
         }
     }

@@ -49,6 +49,7 @@ mod gpu;
 mod hip;
 pub mod import;
 pub mod kernel_abi;
+pub mod mem_type;
 mod probe;
 mod runtime;
 

@@ -105,6 +105,9 @@ pub struct GpuDevice {
     pub cq: CqPlacement,
     /// Why.
     pub cq_reason: String,
+    /// The GPU memory type its queue regions are mapped with, and which
+    /// import routes may map them ([`crate::mem_type::describe_policy`]).
+    pub queue_memory: String,
 }
 
 /// Where a queue pair's CQ lives, chosen apart from the doorbell.

@@ -68,6 +68,7 @@ fn gpu_device(
     });
     let (doorbell, reason) = classify(kind, &arch, peer_mmio_register);
     let (cq, cq_reason) = crate::probe::recommend_cq(kind, &arch, doorbell);
+    let queue_memory = crate::mem_type::describe_policy(kind, &arch);
     GpuDevice {
         index: index as u32,
         name: cstr_buf(name),
@@ -77,6 +78,7 @@ fn gpu_device(
         reason,
         cq,
         cq_reason,
+        queue_memory,
     }
 }
 
