@@ -42,8 +42,20 @@ pub(crate) fn may_own(dev: &Device, node_nsid: u32, allow_unsafe: bool, log: boo
         }
         return Err(EPERM);
     }
-    // SAFETY: capable() only reads the current task's credentials.
-    if !unsafe { bindings::capable(bindings::CAP_SYS_RAWIO as i32) } {
+    let cap = bindings::CAP_SYS_RAWIO as i32;
+    // A claim is audited (capable()); GET_INFO only asks whether one would
+    // pass, so it must not log an LSM denial on every call (noaudit).
+    let rawio = if log {
+        // SAFETY: capable() only reads the current task's credentials.
+        unsafe { bindings::capable(cap) }
+    } else {
+        // SAFETY: as capable(), against the initial user namespace, a
+        // static the kernel never frees; only its address is taken.
+        unsafe {
+            bindings::ns_capable_noaudit(core::ptr::addr_of_mut!(bindings::init_user_ns), cap)
+        }
+    };
+    if !rawio {
         if log {
             dev_warn!(dev, "CLAIM_OWNER: CAP_SYS_RAWIO required\n");
         }
