@@ -84,6 +84,19 @@ impl Buffers {
     /// Record the pages of mapping `handle` (one DMA address per 4 KiB
     /// page), merging runs of contiguous pages.
     pub(crate) fn add(&self, handle: u32, pages: &[u64]) -> Result {
+        self.add_unless_revoked(handle, pages, || false)
+    }
+
+    /// As `add`, but ENODEV (nothing added) if `revoked()` says so under
+    /// the lock an exporter's revoke takes to remove the pages: a revoke
+    /// that set its flag before this saw nothing to remove, and one after
+    /// it removes what this added, so unmapped pages are never published.
+    pub(crate) fn add_unless_revoked(
+        &self,
+        handle: u32,
+        pages: &[u64],
+        revoked: impl Fn() -> bool,
+    ) -> Result {
         let mut runs: KVec<Range> = KVec::new();
         for &p in pages {
             match runs.last_mut() {
@@ -99,6 +112,9 @@ impl Buffers {
             }
         }
         let mut g = self.ranges.lock();
+        if revoked() {
+            return Err(ENODEV);
+        }
         g.list.reserve(runs.len(), GFP_KERNEL)?;
         for r in runs {
             let at = g.list.partition_point(|x| x.start <= r.start);
@@ -240,6 +256,15 @@ impl Pages<'_> {
 mod tests {
     use super::*;
     use kernel::sync::Arc;
+
+    #[test]
+    fn a_revoked_import_adds_nothing() {
+        let b = Arc::pin_init(Buffers::new(), GFP_KERNEL).unwrap();
+        assert_eq!(b.add_unless_revoked(1, &[0x10000], || true), Err(ENODEV));
+        assert!(!b.owns_page(0x10000));
+        b.add_unless_revoked(1, &[0x10000], || false).unwrap();
+        assert!(b.owns_page(0x10000));
+    }
 
     #[test]
     fn pages_are_owned_until_removed() {

@@ -745,16 +745,20 @@ impl OpenState {
             self.not_owned_by_another("MAP_DMABUF")?;
             self.maps_within_quota("MAP_DMABUF")?;
             let (import, len) = Import::new(&sh.dev, req.fd, &mut addrs, &self.buffers, handle)?;
-            self.buffers.add(handle, &addrs[..(len / 4096) as usize])?;
-            // A revoke that came before the pages were added removed nothing.
-            if import.revoked() {
-                self.buffers.remove(handle);
-                dev_warn!(
-                    sh.dev,
-                    "MAP_DMABUF: the exporter revoked the buffer while it was being imported\n"
-                );
-                return Err(ENODEV);
-            }
+            // A revoke that came before the pages are added removes nothing
+            // (and may have unmapped them): checked under the lock it takes.
+            self.buffers
+                .add_unless_revoked(handle, &addrs[..(len / 4096) as usize], || {
+                    import.revoked()
+                })
+                .inspect_err(|e| {
+                    if *e == ENODEV {
+                        dev_warn!(
+                            sh.dev,
+                            "MAP_DMABUF: the exporter revoked the buffer while it was being imported\n"
+                        );
+                    }
+                })?;
             sh.dma
                 .lock()
                 .maps
