@@ -84,8 +84,10 @@ demo: deps module userspace hostrun
 		--file $(ROOT)/kernels/build/hostrun/gpunvme_hostrun \
 		--script $(ROOT)/tests/vm/demo.sh
 
-# Polled path vs the kernel nvme driver, one VM run: table, JSON and SVG.
+# Polled path vs the kernel nvme driver, one VM run: table, JSON and SVG;
+# then tenant isolation on one relay thread (a second boot).
 bench: deps module userspace
+	$(MAKE) -C $(ROOT)/tests/bench
 	bash $(ROOT)/tests/bench/run.sh
 
 check: deps
@@ -107,6 +109,6 @@ dkms-debian: deps selftests userspace
 
 clean:
 	rm -rf $(ROOT)/tests/selftests/build $(ROOT)/kernels/build $(ROOT)/tests/standin/build \
-		$(ROOT)/tests/fuzz/build
+		$(ROOT)/tests/fuzz/build $(ROOT)/tests/bench/build
 	-[ -d "$$(bash $(ROOT)/tests/kernel/build.sh 2>/dev/null)" ] && \
 		$(MAKE) -C "$$(bash $(ROOT)/tests/kernel/build.sh)" M=$(ROOT) LLVM=$(KLLVM) clean
