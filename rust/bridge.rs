@@ -75,6 +75,10 @@ pub(crate) trait Port {
     /// Check `sqe`; the PRP list, if any, goes to command `cid`'s kernel
     /// list. What passes is counted in flight in the returned epoch.
     fn validate(&self, sqe: &Sqe, cid: u16) -> Result<(Sqe, Epoch), Reject>;
+    /// What checking `sqe` costs at most, in page checks (`BUDGET`).
+    fn cost(&self, _sqe: &Sqe) -> u32 {
+        1
+    }
     /// A command counted in epoch `e` completed.
     fn completed(&self, e: Epoch);
     /// Test knob: leave the real CQ alone (completions stay unseen).
@@ -86,17 +90,19 @@ pub(crate) trait Port {
     fn mirror_cqe(&self, slot: u32, cqe: &Cqe);
 }
 
-/// Shadow SQEs one pass takes at most: a relay thread serves all its pairs
-/// in turn, so one file's full queue (each SQE up to 512 PRP-list entries
-/// to check) cannot hold the others' commands back for a whole queue.
-pub(crate) const BATCH: u32 = 32;
+/// Page checks one pass spends on a pair at most (each SQE costs one plus
+/// the PRP entries it may name, `validate::check_cost`; the first SQE of a
+/// pass is always taken): a relay thread serves all its pairs in turn, so
+/// one file's full queue of long PRP lists cannot hold the others' commands
+/// back for a whole queue's worth of checking.
+pub(crate) const BUDGET: u32 = 256;
 
 /// Relay state for one queue pair, for its whole lifetime.
 pub(crate) struct Relay {
     qid: u16,
     depth: u32,
-    /// Shadow SQEs one `step` takes at most (`BATCH`).
-    batch: u32,
+    /// Page checks one `step` spends at most (`BUDGET`).
+    budget: u32,
     /// Next shadow SQ slot to take.
     sq_head: u32,
     /// Last in-range shadow tail the file wrote.
@@ -126,7 +132,7 @@ impl Relay {
         Ok(Self {
             qid,
             depth,
-            batch: BATCH,
+            budget: BUDGET,
             sq_head: 0,
             tail: 0,
             real_tail: 0,
@@ -256,14 +262,14 @@ impl Relay {
             dma_mb(Read);
         }
         let mut submitted = false;
-        let mut taken = 0;
+        let mut spent = 0u32;
         // The mirror must hold a completion for this command and for every
         // one in flight; as it holds at most depth - 1, so many are in
         // flight at most, and a free command ID always exists.
-        while self.tail != self.sq_head && self.in_flight < self.cq_room() && taken < self.batch {
-            taken += 1;
+        while self.tail != self.sq_head && self.in_flight < self.cq_room() && spent < self.budget {
             let Some(cid) = self.alloc_cid() else { break };
             let sqe = port.shadow_sqe(self.sq_head);
+            spent = spent.saturating_add(port.cost(&sqe));
             self.sq_head = self.next(self.sq_head);
             progress = true;
             match port.validate(&sqe, cid) {
@@ -388,6 +394,9 @@ impl Port for KernelPort {
             self.mem.lists_dma + at as u64 * 8,
         )?;
         Ok((real, reach.1.admit()))
+    }
+    fn cost(&self, sqe: &Sqe) -> u32 {
+        validate::check_cost(sqe, &self.limits)
     }
     fn completed(&self, e: Epoch) {
         self.buffers.complete(e, 1);
@@ -731,13 +740,13 @@ mod tests {
     }
 
     #[test]
-    fn a_pass_takes_at_most_a_batch() {
+    fn a_pass_spends_at_most_its_budget() {
         let (m, mut r, mut c) = (
             model(),
             Relay::new(1, D as u32).unwrap(),
             Counters::default(),
         );
-        r.batch = 2;
+        r.budget = 2;
         for s in 0..3 {
             submit(&m, s, 0x02, s as u16);
         }

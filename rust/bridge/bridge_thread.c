@@ -84,7 +84,7 @@ static int gpunvme_relay_fn(void *data)
 
 			progress |= gpunvme_bridge_step(b->ctx);
 			b->counters[C_RELAY_NS] += ktime_get_ns() - start;
-			/* Each step is bounded (BATCH SQEs): yield between pairs. */
+			/* Each step is bounded (BUDGET page checks): yield between pairs. */
 			cond_resched();
 		}
 		mutex_unlock(&t->lock);

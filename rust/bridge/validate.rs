@@ -200,6 +200,22 @@ pub(crate) fn list_entries(max_transfer: u64) -> u64 {
     max_transfer.div_ceil(PAGE).clamp(1, ENTRIES_PER_PAGE)
 }
 
+/// What checking `sqe` costs the relay at most, in page checks: one, plus
+/// one per page a Read or Write of a known namespace may name (its PRP
+/// entries), its length capped at the largest transfer checked. The relay
+/// bounds its work per pair per pass by this, not by commands.
+pub(crate) fn check_cost(sqe: &Sqe, lim: &Limits) -> u32 {
+    if sqe.opcode != opcode::READ && sqe.opcode != opcode::WRITE {
+        return 1;
+    }
+    let Some(ns) = lim.ns.iter().find(|n| n.nsid == sqe.nsid) else {
+        return 1;
+    };
+    let len = (u64::from(sqe.cdw12 & 0xffff) + 1) << ns.lba_shift;
+    // A first page at an offset adds one.
+    1 + (len.min(lim.max_transfer) / PAGE + 1) as u32
+}
+
 #[kernel::prelude::kunit_tests(gpunvme_validate)]
 mod tests {
     use super::*;
@@ -236,6 +252,23 @@ mod tests {
             ns,
             max_transfer: 512 * 1024,
         }
+    }
+
+    #[test]
+    fn check_cost_counts_the_pages_a_command_may_name() {
+        let lim = limits();
+        // 8 blocks of 512 B: one page, perhaps two with an offset.
+        assert_eq!(check_cost(&read(0, 8, 0, 0), &lim), 3);
+        // 1024 blocks = 512 KiB (the largest transfer): 128 pages + 1.
+        assert_eq!(check_cost(&read(0, 1024, 0, 0), &lim), 130);
+        // Longer than checked: capped at the largest transfer.
+        assert_eq!(check_cost(&read(0, 65535, 0, 0), &lim), 130);
+        let mut flush = read(0, 1, 0, 0);
+        flush.opcode = opcode::FLUSH;
+        assert_eq!(check_cost(&flush, &lim), 1);
+        let mut other_ns = read(0, 1024, 0, 0);
+        other_ns.nsid = 7;
+        assert_eq!(check_cost(&other_ns, &lim), 1);
     }
 
     fn read(slba: u64, blocks: u32, prp1: u64, prp2: u64) -> Sqe {
