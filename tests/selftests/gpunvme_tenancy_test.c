@@ -35,6 +35,21 @@ static int write_verify(struct qp *q, struct hostbuf *b, uint32_t nsid, uint32_t
 	return pattern_check(b->p + pages * 4096, pages * 4096, seed, lba, lbs) == -1 ? 0 : -EIO;
 }
 
+/* A new file of the controller that owns it: the fd, or -errno (-EPERM
+ * where owner mode is refused). */
+static int open_owner(void)
+{
+	int fd = gpunvme_open_bound();
+	if (fd < 0)
+		return fd;
+	int r = claim_owner(fd, NULL);
+	if (r) {
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
 TEST(owner_leftovers_are_reset_before_a_shared_file)
 {
 	struct gpunvme_info info;
@@ -42,12 +57,10 @@ TEST(owner_leftovers_are_reset_before_a_shared_file)
 	struct qp kept, left, s1, s2;
 	uint32_t seed = 90 + (getpid() & 7);
 
-	int own = gpunvme_open_bound();
-	ASSERT_LE(0, own);
-	int r = claim_owner(own, NULL);
-	if (r == -EPERM)
+	int own = open_owner();
+	if (own == -EPERM)
 		SKIP(return, "owner mode is refused here (IOMMU, lockdown or capability)");
-	ASSERT_EQ(0, r);
+	ASSERT_LE(0, own);
 	ASSERT_EQ(0, get_info(own, &info));
 	uint32_t nsid = info.ns[0].nsid, lbs = info.ns[0].lba_size;
 	ASSERT_EQ(0, hostbuf_map(own, 8 * 4096, &hb));
@@ -99,12 +112,10 @@ TEST(owner_leftovers_are_reset_before_a_shared_file)
 TEST(a_clean_owner_is_reset_too)
 {
 	struct qp q;
-	int own = gpunvme_open_bound();
-	ASSERT_LE(0, own);
-	int r = claim_owner(own, NULL);
-	if (r == -EPERM)
+	int own = open_owner();
+	if (own == -EPERM)
 		SKIP(return, "owner mode is refused here (IOMMU, lockdown or capability)");
-	ASSERT_EQ(0, r);
+	ASSERT_LE(0, own);
 	ASSERT_EQ(0, qp_create_flags(own, 8, GPUNVME_QPAIR_RAW, &q));
 	EXPECT_EQ(0, qp_destroy(&q));
 	int resets = klog_count("its owner left: resetting the controller", NULL);
