@@ -157,6 +157,21 @@ inline Reject check_prps(uint64_t prp1, uint64_t prp2, uint64_t len, const Mem &
 	return Reject::Ok;
 }
 
+// `check_cost`: what checking s costs at most, in page checks: one, plus
+// one per page a Read or Write of a known namespace may name, its length
+// capped at the largest transfer checked.
+inline uint32_t check_cost(const sqe &s, const Limits &lim)
+{
+	if (s.opc != READ && s.opc != WRITE)
+		return 1;
+	for (const Ns &n : lim.ns)
+		if (n.nsid == s.nsid) {
+			const uint64_t len = (uint64_t)((s.cdw12 & 0xffff) + 1) << n.lba_shift;
+			return 1 + (uint32_t)(std::min(len, lim.max_transfer) / PAGE + 1);
+		}
+	return 1;
+}
+
 // `check`: on Ok, *out is the SQE to put in the real SQ (its command ID
 // still to be set), built field by field, never copied whole.
 template <class Mem>
@@ -384,9 +399,12 @@ inline bool cqe_phase(const cqe &c) { return c.sf & 1u; }
 // the Rust `Port` trait (statically dispatched there too: `&impl Port`):
 //   uint32_t shadow_sq_tail(); uint32_t shadow_cq_head();
 //   sqe shadow_sqe(slot);      // a copy, read once
-//   Reject validate(const sqe &, uint16_t cid, sqe *out);
+//   Reject validate(const sqe &, uint16_t cid, sqe *out); uint32_t cost(const sqe &);
 //   void write_real_sqe(slot, const sqe &); void ring_sq(tail); void ring_cq(head);
 //   cqe real_cqe(slot); void mirror_cqe(slot, const cqe &);
+// `BUDGET`: page checks one pass spends on a pair at most.
+constexpr uint32_t BUDGET = 256;
+
 class Relay {
 public:
 	// `Relay::new`
@@ -394,6 +412,8 @@ public:
 
 	// Commands started on the controller and not yet completed.
 	uint32_t in_flight() const { return in_flight_; }
+	// Tests only, as `r.budget = ...` in bridge.rs's tests.
+	void set_budget(uint32_t b) { budget_ = b; }
 
 	// `step`: one pass; true when anything moved.
 	template <class Port>
@@ -449,8 +469,11 @@ public:
 			// dma_mb(Read): the shadow SQEs up to the tail were written before it.
 			std::atomic_thread_fence(std::memory_order_acquire);
 		bool submitted = false;
-		while (tail_ != sq_head_ && in_flight_ + 1 < depth_ && in_flight_ < cq_room()) {
+		uint32_t spent = 0; // page checks this pass (`budget`)
+		while (tail_ != sq_head_ && in_flight_ + 1 < depth_ && in_flight_ < cq_room() &&
+		       spent < budget_) {
 			const sqe s = port.shadow_sqe(sq_head_);
+			spent += port.cost(s); // saturating in Rust; far below 2^32 here
 			sq_head_ = next(sq_head_);
 			progress = true;
 			// let Some(cid) = self.alloc_cid() else { break }; (the loop
@@ -522,6 +545,7 @@ private:
 
 	uint16_t qid_;
 	uint32_t depth_;
+	uint32_t budget_ = BUDGET;
 	uint32_t sq_head_ = 0;   // next shadow SQ slot to take
 	uint32_t tail_ = 0;      // last in-range shadow tail the file wrote
 	uint32_t real_tail_ = 0;
@@ -594,6 +618,7 @@ struct PairPort {
 		__builtin_memcpy(&s, w, sizeof(s));
 		return s;
 	}
+	uint32_t cost(const sqe &s) const { return validate::check_cost(s, *limits); }
 	validate::Reject validate(const sqe &s, uint16_t cid, sqe *out) const
 	{
 		const size_t at = (size_t)cid * list_entries;

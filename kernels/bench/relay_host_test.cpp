@@ -75,6 +75,7 @@ struct Model {
 	uint32_t shadow_sq_tail() const { return tail; }
 	uint32_t shadow_cq_head() const { return head; }
 	sqe shadow_sqe(uint32_t s) const { return shadow_sq[s]; }
+	uint32_t cost(const sqe &) const { return 1; }
 	Reject validate(const sqe &s, uint16_t, sqe *out) const
 	{
 		if (s.opc == 0x7f)
@@ -134,6 +135,23 @@ static void accepted_commands_go_out_under_kernel_ids_and_come_back_under_the_fi
 	CHECK_EQ(sh[1].cid, 0x1234);
 	CHECK(m.cq_rings == std::vector<uint32_t>{2});
 	CHECK_EQ(r.in_flight(), 0u);
+}
+
+static void a_pass_spends_at_most_its_budget()
+{
+	Model m;
+	relay::Relay r(1, D);
+	relay::Counters c;
+	r.set_budget(2);
+	for (uint32_t s = 0; s < 3; s++)
+		submit(m, s, 0x02, (uint16_t)s);
+	m.tail = 3;
+	CHECK(r.step(m, c));
+	CHECK_EQ(c.sqes_accepted, 2u);
+	CHECK(m.sq_rings == std::vector<uint32_t>{2});
+	CHECK(r.step(m, c));
+	CHECK_EQ(c.sqes_accepted, 3u);
+	CHECK((m.sq_rings == std::vector<uint32_t>{2, 3}));
 }
 
 static void rejected_commands_never_reach_the_controller()
@@ -406,6 +424,20 @@ static void a_list_longer_than_the_kernel_slot_is_refused()
 	CHECK(check(read(0, 40, 0x10000, 0x80000), limits(), m, list, 3, 0xd000, &o) == Reject::Field);
 }
 
+static void check_cost_counts_the_pages_a_command_may_name()
+{
+	const Limits lim = limits();
+	CHECK_EQ(check_cost(read(0, 8, 0, 0), lim), 3u);
+	CHECK_EQ(check_cost(read(0, 1024, 0, 0), lim), 130u);
+	CHECK_EQ(check_cost(read(0, 65535, 0, 0), lim), 130u);
+	sqe flush = read(0, 1, 0, 0);
+	flush.opc = FLUSH;
+	CHECK_EQ(check_cost(flush, lim), 1u);
+	sqe other = read(0, 1024, 0, 0);
+	other.nsid = 7;
+	CHECK_EQ(check_cost(other, lim), 1u);
+}
+
 } // namespace validate_tests
 
 // ================================================= buffers.rs KUnit tests
@@ -501,6 +533,8 @@ struct Rig {
 		foreign = mb::page_addr(0, 3, false); // a gap between owned pages
 		// Pool: two pages per SQ slot, so a list may chain.
 		mb::init_pair(p, 5, D, &buffers, &limits, 2 * D);
+		// Flow control is what this rig exercises: no per-pass budget.
+		p.relay->set_budget(UINT32_MAX);
 	}
 	uint64_t rnd(uint64_t n) { return rng() % n; }
 	uint64_t owned() { return mb::page_addr(0, (uint32_t)rnd(NPAGES), true); }
@@ -866,6 +900,7 @@ int main()
 	const T tests[] = {
 #define T_(ns, f) {#ns "::" #f, ns::f}
 		T_(bridge_tests, accepted_commands_go_out_under_kernel_ids_and_come_back_under_the_files),
+		T_(bridge_tests, a_pass_spends_at_most_its_budget),
 		T_(bridge_tests, rejected_commands_never_reach_the_controller),
 		T_(bridge_tests, rings_only_on_change),
 		T_(bridge_tests, a_full_shadow_cq_holds_back_new_commands),
@@ -878,6 +913,7 @@ int main()
 		T_(validate_tests, lists_chain_across_pool_pages),
 		T_(validate_tests, transfer_limit_and_status),
 		T_(validate_tests, a_list_longer_than_the_kernel_slot_is_refused),
+		T_(validate_tests, check_cost_counts_the_pages_a_command_may_name),
 		T_(buffers_tests, pages_are_owned_until_removed),
 		T_(buffers_tests, long_range_found_behind_short_ones),
 		T_(e2e, random_commands_come_back_once_with_their_verdict),
