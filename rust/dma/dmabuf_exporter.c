@@ -26,6 +26,8 @@
 #include <linux/dma-buf-mapping.h>
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
+#include <linux/mm.h>
+#include <linux/scatterlist.h>
 #include <linux/pci.h>
 #include <linux/pci-p2pdma.h>
 #include <linux/slab.h>
@@ -70,6 +72,44 @@ static int gpunvme_export_attach(struct dma_buf *dmabuf, struct dma_buf_attachme
 	return 0;
 }
 
+/*
+ * The queue memory's pages, in segments no longer than the importer may be
+ * handed: dma_get_sgtable() gives one segment for a contiguous allocation,
+ * and mapping a 2 MiB one for a device limited to 64 KiB is a DMA-API
+ * violation (the debug kernel warns; an IOMMU may merge past the limit).
+ */
+static int gpunvme_export_sgtable(struct gpunvme_export *exp, struct device *importer,
+				  struct sg_table *sgt)
+{
+	unsigned int count = exp->size >> PAGE_SHIFT, n = 0;
+	unsigned int max = dma_get_max_seg_size(importer) & PAGE_MASK;
+	struct sg_page_iter it;
+	struct sg_table whole;
+	struct page **pages;
+	int ret;
+
+	ret = dma_get_sgtable(exp->dev, &whole, exp->cpu, exp->dma, exp->size);
+	if (ret)
+		return ret;
+	pages = kvmalloc_array(count, sizeof(*pages), GFP_KERNEL);
+	if (!pages) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for_each_sgtable_page(&whole, &it, 0) {
+		if (n == count)
+			break;
+		pages[n++] = sg_page_iter_page(&it);
+	}
+	ret = n != count ? -EINVAL :
+		sg_alloc_table_from_pages_segment(sgt, pages, count, 0, exp->size,
+						  max ? max : PAGE_SIZE, GFP_KERNEL);
+	kvfree(pages);
+out:
+	sg_free_table(&whole);
+	return ret;
+}
+
 static struct sg_table *gpunvme_export_map(struct dma_buf_attachment *attach,
 					   enum dma_data_direction dir)
 {
@@ -96,7 +136,7 @@ static struct sg_table *gpunvme_export_map(struct dma_buf_attachment *attach,
 	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL);
 	if (!sgt)
 		return ERR_PTR(-ENOMEM);
-	ret = dma_get_sgtable(exp->dev, sgt, exp->cpu, exp->dma, exp->size);
+	ret = gpunvme_export_sgtable(exp, attach->dev, sgt);
 	if (ret)
 		goto free;
 	ret = dma_map_sgtable(attach->dev, sgt, dir, 0);

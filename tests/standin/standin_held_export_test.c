@@ -371,4 +371,32 @@ TEST_F_TIMEOUT(held, owner_export_held_keeps_files_out_until_reset, 60)
 	close(sh);
 }
 
+/*
+ * A queue pair's PRP pool at the largest depth is one contiguous 2 MiB
+ * allocation or more. Exported to edu (whose DMA segments are at most
+ * 64 KiB, the default for a device that sets none), its mapping must come
+ * in segments edu may take: the export used to hand over one segment for
+ * the whole pool (the debug kernel's DMA-API check warned, in the fuzzer).
+ */
+TEST_F_TIMEOUT(held, a_large_export_is_mapped_within_the_importers_segment_size, 60)
+{
+	struct gpunvme_info info;
+	struct standin_import d;
+	struct qp q;
+	int fd = -1;
+
+	ASSERT_EQ(0, get_info(self->nv, &info));
+	ASSERT_EQ(0, qp_create_flags(self->nv, info.max_queue_entries, 0, &q));
+	ASSERT_LT(65536, q.c.prp_size) TH_LOG("the pool is not larger than one 64 KiB segment");
+	ASSERT_EQ(0, export_fd(self->nv, q.c.qid, GPUNVME_EXPORT_PRP_POOL, &fd));
+	ASSERT_EQ(0, standin_import(self->sd, fd, &d));
+	close(fd);
+	TH_LOG("pool %llu bytes: %u segment(s), the first %llu bytes", (unsigned long long)q.c.prp_size,
+	       d.nents, (unsigned long long)d.len);
+	EXPECT_GE(65536, d.len) TH_LOG("a segment longer than edu supports");
+	EXPECT_LE(q.c.prp_size / 65536, d.nents);
+	EXPECT_EQ(0, standin_release(self->sd, d.handle));
+	EXPECT_EQ(0, qp_destroy(&q));
+}
+
 TEST_HARNESS_MAIN
