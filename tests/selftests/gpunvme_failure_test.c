@@ -455,6 +455,40 @@ TEST(unmap_refused_while_a_delete_is_unconfirmed)
 	new_file_works(_metadata, seed);
 }
 
+/* L7: a CREATE_QPAIR whose Create got no answer may still make the queue
+ * on the controller later, so its qid stays held: the file's buffers stay
+ * mapped (UNMAP is refused) until the controller is re-initialised. The
+ * qid used to be released at once, and UNMAP then unpinned the buffer. */
+TEST(unmap_refused_after_a_create_got_no_answer)
+{
+	struct gpunvme_qpair_create c;
+	struct hostbuf hb;
+	uint32_t seed = 52 + (getpid() & 7);
+
+	struct gpunvme_info info;
+	struct qp q;
+	int fd = gpunvme_open_bound();
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, get_info(fd, &info));
+	ASSERT_EQ(0, hostbuf_map(fd, 32 * 4096, &hb));
+	/* The data new_file_works() reads back afterwards. */
+	ASSERT_EQ(0, qp_create(fd, 16, &q));
+	ASSERT_EQ(0, write_verify(&q, &hb, info.ns[0].nsid, info.ns[0].lba_size, 6000,
+				  pages_within_limit(&info, 16), seed));
+	ASSERT_EQ(0, qp_destroy(&q));
+	ASSERT_EQ(0, drop_admin_doorbells(1));
+	UAPI_INIT(c);
+	c.depth = 8;
+	EXPECT_EQ(-1, ioctl(fd, GPUNVME_IOC_CREATE_QPAIR, &c));
+	EXPECT_EQ(ETIMEDOUT, errno);
+	drop_admin_doorbells(0);
+	EXPECT_EQ(-EBUSY, hostbuf_unmap(fd, &hb)) TH_LOG("a buffer was unmapped while a queue may be created late");
+	int reinit = klog_count("controller re-initialised", NULL);
+	close(fd);
+	EXPECT_LT(reinit, klog_wait_more("controller re-initialised", NULL, reinit, 10000));
+	new_file_works(_metadata, seed);
+}
+
 /* H1: a destroy that timed out before close (not during it). Another file
  * keeps a live pair, so the controller is not re-initialised at the close:
  * the closing file's buffers must stay pinned and mapped (the quarantine
