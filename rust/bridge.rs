@@ -81,6 +81,11 @@ pub(crate) trait Port {
     }
     /// A command counted in epoch `e` completed.
     fn completed(&self, e: Epoch);
+    /// Kernel command `cid` is no longer in flight: its PRP list slot goes
+    /// back to zero, so a controller that computes a longer transfer than
+    /// was checked (a namespace reformatted under the relay) finds zero
+    /// entries past a command's list, never another command's stale ones.
+    fn retire(&self, _cid: u16) {}
     /// Test knob: leave the real CQ alone (completions stay unseen).
     fn hold_completions(&self) -> bool;
     fn write_real_sqe(&self, slot: u32, sqe: &Sqe);
@@ -240,6 +245,7 @@ impl Relay {
             };
             self.in_flight -= 1;
             self.post(port, user_cid, cqe.result, cqe.status);
+            port.retire(cqe.cid);
             port.completed(epoch);
             c.cqes_mirrored += 1;
         }
@@ -283,6 +289,8 @@ impl Relay {
                     submitted = true;
                 }
                 Err(why) => {
+                    // A list refused halfway was partly copied.
+                    port.retire(cid);
                     self.post(port, sqe.cid, 0, why.status());
                     c.sqes_rejected += 1;
                 }
@@ -397,6 +405,23 @@ impl Port for KernelPort {
     }
     fn cost(&self, sqe: &Sqe) -> u32 {
         validate::check_cost(sqe, &self.limits)
+    }
+    fn retire(&self, cid: u16) {
+        let n = self.mem.list_entries;
+        let at = usize::from(cid) * n;
+        // SAFETY: as in `validate`: the slot of `cid < depth` is inside the
+        // list area, and `cid` is not in flight (its completion was taken,
+        // or it was refused), so the controller does not read it now.
+        let list = unsafe { core::slice::from_raw_parts_mut(self.mem.lists.add(at), n) };
+        // Slots not in flight are all zero, and a command writes its
+        // entries from the start: the first zero ends what it wrote (the
+        // validator never passes a zero entry).
+        for e in list.iter_mut() {
+            if *e == 0 {
+                break;
+            }
+            *e = 0;
+        }
     }
     fn completed(&self, e: Epoch) {
         self.buffers.complete(e, 1);

@@ -26,6 +26,7 @@ use kernel::{
 };
 
 use crate::controller::admin::AdminQueue;
+use crate::controller::geometry::Geometry;
 use crate::controller::regs::{self, Cap, CC, CSTS};
 use crate::controller::{Bar0, BAR0_MIN};
 use crate::dma::registry::{DmaRegistry, FileId, Held, Mapped, Quarantined};
@@ -33,6 +34,8 @@ use crate::queues::qpair::QPair;
 use crate::shim;
 use crate::uapi;
 use crate::uapi::quota;
+
+mod ns_change;
 
 /// I/O queue IDs the module hands out (bounded by the controller's grant).
 const MAX_QUEUES: usize = 64;
@@ -136,8 +139,12 @@ unsafe impl Send for FilePtr {}
 pub(crate) struct Shared {
     /// The PCI device, for log lines; the reference stays valid after unbind.
     pub(crate) dev: ARef<Device>,
-    /// Identity read at probe; `size`/`version` are filled per call.
+    /// Identity read at probe; `size`/`version` are filled per call. Its
+    /// namespaces' sizes and formats are those of bind: what they are now
+    /// is in `geometry`.
     pub(crate) info: uapi::Info,
+    /// Each namespace's size and format now (the validator's view).
+    pub(crate) geometry: Arc<Geometry>,
     pub(crate) cap: Cap,
     /// BAR0, revoked by the driver core at unbind.
     pub(crate) bar: DevresBar<BAR0_MIN>,
@@ -203,9 +210,11 @@ impl Shared {
         bar_len: usize,
         admin: AdminQueue,
     ) -> Result<Arc<Self>> {
+        let geometry = Arc::new(Geometry::new(&info), GFP_KERNEL)?;
         Arc::pin_init(
             try_pin_init!(Self {
                 dev,
+                geometry,
                 info,
                 cap,
                 bar,
@@ -301,13 +310,7 @@ impl Shared {
         // lets the device become unbound. We hold the lock and saw the
         // state not GONE, so the device stays bound for the whole of `f`.
         let dev = unsafe { self.dev.as_bound() };
-        let ring = |offset: usize, value: u32| -> Result {
-            if offset == self.cap.sq_doorbell(0) && self.drop_admin_doorbell() {
-                return Ok(());
-            }
-            let bar = self.bar.try_access().ok_or(ENODEV)?;
-            bar.try_write32(value, offset)
-        };
+        let ring = |offset: usize, value: u32| self.ring_admin(offset, value);
         f(dev, admin, &ring)
     }
 
@@ -593,9 +596,9 @@ impl Shared {
 
     /// Disable the controller, free what was kept for its sake, forget
     /// queue IDs that might still have existed on it, enable it again
-    /// with a fresh admin queue and identify it again: a namespace whose
-    /// format or size is not what the files were told at bind keeps it
-    /// unusable until rebind. Called with the admin lock held. No user
+    /// with a fresh admin queue and identify it again (a smaller transfer
+    /// limit or fewer queues keep it unusable until rebind; namespaces are
+    /// taken as they are now). Called with the admin lock held. No user
     /// mapping reaches what is freed: a quarantined queue whose delete
     /// failed keeps its queue ID on its open file (which blocks a restart
     /// while the controller serves files) until the file is released, and
@@ -634,9 +637,9 @@ impl Shared {
         up
     }
 
-    /// After an enable: the controller and namespaces are what the files
-    /// were told at bind (the validator and GET_INFO use that geometry),
-    /// and as many I/O queues are granted.
+    /// After an enable: the transfer limit and the I/O queues granted are
+    /// at least those of bind (pairs were sized by them), and each
+    /// namespace's size and format are taken as they are now.
     fn identify_again(
         &self,
         dev: &Device<Bound>,
@@ -656,7 +659,7 @@ impl Shared {
             }
             return res;
         }
-        if let Some(why) = crate::controller::identify::changed_since_bind(&self.info, &now) {
+        if let Some(why) = crate::controller::identify::shrank_since_bind(&self.info, &now) {
             dev_err!(
                 self.dev,
                 "identified again, the controller is not what it was at bind ({}): it stays unusable until rebind\n",
@@ -664,6 +667,7 @@ impl Shared {
             );
             return Err(EIO);
         }
+        self.apply_identified(&now);
         Ok(())
     }
 
@@ -936,6 +940,7 @@ impl Shared {
             let _ = self.reinit();
         }
         self.free_let_go();
+        self.watch_events();
         if self.owner_left() {
             // Its exports' importers may have let go this tick.
             self.recover_if_idle();

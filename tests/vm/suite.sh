@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only
 # The VM suite: the module, the CLI, the GPU stand-in, the device library run
-# as host C++ (kernels/hostrun) and every selftest, in ten boots.
+# as host C++ (kernels/hostrun) and every selftest, in eleven boots.
 #  1. the default bench: one namespace of 512-byte blocks per controller,
 #     IOMMU translating (strict); queue pairs are shared (validated) ones,
 #     the trust-model and failure tests run, and owner mode is claimable;
@@ -197,6 +197,11 @@ bash "$ROOT/tests/vm/run.sh" --hotplug --append "$km_append" --timeout 900 --tes
     --file "$S/gpunvme_standin.ko" --file "$work/slow-nsid:/opt/gpunvme/hotplug-slow-nsid" "$@" -- \
     "$B/boot/gpunvme_hotplug_test" 2>&1 | tee "$work/boot9.log"
 add "$work/boot9.log"
+
+echo "=== boot 11: a namespace shared with nvme.ko's controller of the same subsystem detached, reformatted and attached under an open shared pair"
+bash "$ROOT/tests/vm/run.sh" --subsys --file "$ROOT/gpunvme.ko" "$@" -- \
+    "$B/boot/gpunvme_ns_change_test" 2>&1 | tee "$work/boot11.log"
+add "$work/boot11.log"
 
 fuzz_s=30
 [ "${KERNEL_VARIANT:-default}" = debug ] && fuzz_s=180
