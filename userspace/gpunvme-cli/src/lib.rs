@@ -5,6 +5,7 @@
 
 mod bench;
 mod blockio;
+mod gpu_mem;
 mod gpu_run;
 pub mod habits;
 mod sriov;
