@@ -192,14 +192,20 @@ enum Cmd {
         #[arg(short = 'b', long = "block-size", value_name = "SIZE", default_value = "512", value_parser = parse_size)]
         block_size: u64,
     },
-    /// 4 KiB random-read benchmark: IOPS and latency p50/p99/p99.9/max at
-    /// each queue depth (default 1, 8, 32) with each number of queue pairs
-    /// (default 1, 4) on shared queue pairs (with --owner also on raw ones);
-    /// with --block-device, the same matrix on a kernel nvme device (O_DIRECT
-    /// io_uring with interrupt completions and, polled like gpunvme, with
-    /// IORING_SETUP_IOPOLL; or pread threads with --pread). Table on stdout.
+    /// Storage benchmark with fio's knobs: --rw randread|randwrite|read|
+    /// write|randrw (--rwmixread), --bs, --runtime 30s, --ramp-time,
+    /// --cpus-allowed, at each queue depth (--qd/--iodepth, default 1, 8,
+    /// 32) with each number of queue pairs (--qpairs/--numjobs, default 1,
+    /// 4) on shared queue pairs (with --owner also on raw ones; with --gpu
+    /// the library's transfers into GPU memory against host memory, GB/s
+    /// GPU/host); with --block-device, the same on a kernel nvme device
+    /// (O_DIRECT io_uring with interrupt completions and, polled like
+    /// gpunvme, IORING_SETUP_IOPOLL; or pread/pwrite threads with
+    /// --pread). Tables (IOPS, MiB/s, GB/s, min/mean/p50-p99.99/max
+    /// latency, CPU use, a latency histogram) on stdout; -o json adds fio's
+    /// jobs[] (fio's field names, json+ bins) for fio's tools.
     #[command(override_usage = "gpunvme bench [DEVICE] [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme bench 0000:01:00.0\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1 4\n  gpunvme bench /dev/gpunvme0 --qd 1,32 --qpairs 1 --range 16M --ops 10000 -o json > bench.json\n  gpunvme bench 0000:01:00.0 --owner --block-device /dev/nvme1n1 --duration-ms 300\n  gpunvme bench --block-device /dev/nvme1n1 --kernel-mode poll  # the kernel driver only"))]
+    #[command(after_help = examples("  gpunvme bench 0000:01:00.0\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1 4\n  gpunvme bench 0000:01:00.0 --rw randrw --rwmixread 70 --bs 16k --runtime 30s --ramp-time 2s --cpus-allowed 2-5\n  gpunvme bench /dev/gpunvme0 --rw read --bs 128k --qd 32 --qpairs 1 --gpu 0  # GPU memory vs host memory\n  gpunvme bench /dev/gpunvme0 --qd 1,32 --qpairs 1 --range 16M --ops 10000 -o json > bench.json\n  gpunvme bench 0000:01:00.0 --owner --block-device /dev/nvme1n1 --runtime 300ms\n  gpunvme bench --block-device /dev/nvme1n1 --kernel-mode poll --rw randwrite  # the kernel driver only"))]
     Bench(bench::BenchArgs),
     /// Run an example GPU kernel (write, read-verify, sweep; with --api
     /// thread, write and read-verify through the per-thread API) against a
