@@ -445,3 +445,15 @@ fn registering_something_else_fails_clearly() {
     let e = GpuBuffer::register(&ctrl, &big).unwrap_err();
     assert!(e.to_string().contains("multiple of 4 KiB"), "{e}");
 }
+
+/// What a binding (pyo3's `#[pyclass]` needs `Send + Sync`) holds: owned
+/// handles with no lifetime, shareable across threads.
+#[test]
+fn the_handles_are_owned_send_and_sync() {
+    fn owned_send_sync<T: Send + Sync + 'static>() {}
+    owned_send_sync::<Transfers>();
+    owned_send_sync::<Transfer>();
+    owned_send_sync::<GpuBuffer>();
+    owned_send_sync::<GpuBufferCache>();
+    owned_send_sync::<Completed>();
+}
