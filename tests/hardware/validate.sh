@@ -268,7 +268,7 @@ sys.exit(1)' "$BDF" "$NSID"
 step "gpunvme list (before)" "the CLI cannot read sysfs: see the log" "$GPUNVME" list
 if KBLK=$(kernel_block_device) && [ -b "$KBLK" ]; then
     step "kernel nvme baseline bench (read-only)" "the kernel's own driver cannot read $KBLK: the SSD or its slot has a problem before gpunvme is involved" \
-        "$GPUNVME" bench --block-device "$KBLK" --qd 1,32 --qpairs 1 --duration-ms 1000 -o json > "$RESULTS/bench-kernel.json"
+        "$GPUNVME" bench --block-device "$KBLK" --qd 1,32 --qpairs 1 --runtime 1s -o json > "$RESULTS/bench-kernel.json"
 else
     log "# no kernel block device for namespace $NSID of $BDF now: no baseline"
 fi
@@ -395,14 +395,14 @@ if [ -n "$OWNER_RUN" ]; then
     step "a shared pair reads what the owner wrote" "after the owner's file closed, a shared pair could not be created (ownership outlived the file) or read other data: see the log" \
         "$GPUNVME" verify "${R[@]}" --pattern $((SEED + 2))
     step "gpunvme bench (shared and raw pairs)" "the polled benchmark failed: see the log ($OWNER_FAIL)" \
-        "$GPUNVME" bench "$BDF" --namespace-id "$NSID" --qd 1,8,32 --qpairs 1,4 --owner --duration-ms 1000 -o json > "$RESULTS/bench.json"
+        "$GPUNVME" bench "$BDF" --namespace-id "$NSID" --qd 1,8,32 --qpairs 1,4 --owner --runtime 1s -o json > "$RESULTS/bench.json"
     has_owner_ratios() {
         python3 -c 'import json, sys; r = json.load(open(sys.argv[1])).get("owner_ratios"); sys.exit(0 if r else 1)' "$RESULTS/bench.json"
     }
     check "bench.json has shared/raw ratios" "bench --owner wrote no owner_ratios to $RESULTS/bench.json" has_owner_ratios
 else
     step "gpunvme bench (shared pairs)" "the polled benchmark failed: see the log" \
-        "$GPUNVME" bench "$BDF" --namespace-id "$NSID" --qd 1,8,32 --qpairs 1,4 --duration-ms 1000 -o json > "$RESULTS/bench.json"
+        "$GPUNVME" bench "$BDF" --namespace-id "$NSID" --qd 1,8,32 --qpairs 1,4 --runtime 1s -o json > "$RESULTS/bench.json"
 fi
 
 # ---- 6. the GPU path ----------------------------------------------------------------

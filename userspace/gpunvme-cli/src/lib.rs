@@ -5,6 +5,7 @@
 
 mod bench;
 mod blockio;
+mod gpu_mem;
 mod gpu_run;
 pub mod habits;
 mod sriov;
@@ -38,6 +39,8 @@ fn examples(lines: &str) -> String {
         -n/--namespace-id, -s/--start-block (first LBA), -c/--block-count (a number of blocks, 1-based: -c 8 is eight \
         blocks, unlike nvme-cli's 0-based count), --qd (commands in flight per queue pair, like fio's iodepth), \
         --qpairs (queue pairs), -p/--pattern SEED (the data pattern of write, verify, pattern and the GPU examples), \
+        --gpu SOURCE (read, write, verify and bench through GPU memory registered once: a GPU index, or the VM's \
+        udmabuf and edu stand-ins), \
         -o/--output-format normal|json. Lists take commas or spaces (--qd 1,8,32 or --qd 1 8 32); sizes take binary \
         suffixes (512, 4k, 1M, 1MiB, 2G). A progress bar is drawn on stderr when it is a terminal. Ctrl-C stops \
         submitting, reaps what is in flight (gpu-run: raises the GPU's stop flag) and exits 130.",
@@ -124,9 +127,10 @@ enum Cmd {
         out: Output,
     },
     /// Read blocks through a queue pair of this process (shared, or raw
-    /// with --owner): to --data FILE, or a hex dump on stdout.
+    /// with --owner), into host memory or (--gpu) GPU memory: to --data
+    /// FILE, or a hex dump on stdout.
     #[command(override_usage = "gpunvme read <DEVICE> --start-block <LBA> [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme read 0000:01:00.0 -s 0 -c 8\n  gpunvme read /dev/gpunvme0 --start-block 2048 --block-count 256 --data blocks.bin\n  gpunvme read gpunvme0n1 -s 0 -c 2048 -d out.bin -o json  # summary as JSON, data to the file"))]
+    #[command(after_help = examples("  gpunvme read 0000:01:00.0 -s 0 -c 8\n  gpunvme read /dev/gpunvme0 --start-block 2048 --block-count 256 --data blocks.bin\n  gpunvme read gpunvme0n1 -s 0 -c 2048 -d out.bin -o json  # summary as JSON, data to the file\n  gpunvme read 0000:01:00.0 -s 0 -c 256 --gpu 0 -d vram.bin  # SSD -> VRAM of GPU 0 -> file"))]
     Read {
         #[command(flatten)]
         range: blockio::Range,
@@ -143,7 +147,7 @@ enum Cmd {
     #[command(
         override_usage = "gpunvme write <DEVICE> --start-block <LBA> --pattern <SEED> [OPTIONS]"
     )]
-    #[command(after_help = examples("  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme write /dev/gpunvme0 --start-block 4096 --block-count 512 --pattern 7 --qd 8 --owner"))]
+    #[command(after_help = examples("  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme write /dev/gpunvme0 --start-block 4096 --block-count 512 --pattern 7 --qd 8 --owner\n  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42 --gpu 0  # from VRAM of GPU 0"))]
     Write {
         #[command(flatten)]
         range: blockio::Range,
@@ -158,7 +162,7 @@ enum Cmd {
     #[command(
         override_usage = "gpunvme verify <DEVICE> --start-block <LBA> --pattern <SEED> [OPTIONS]"
     )]
-    #[command(after_help = examples("  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme verify gpunvme0n1 -n 1 -s 0 -c 8 --pattern 42 -o json"))]
+    #[command(after_help = examples("  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme verify gpunvme0n1 -n 1 -s 0 -c 8 --pattern 42 -o json\n  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42 --gpu udmabuf  # through a udmabuf (the VM's VRAM stand-in)"))]
     Verify {
         #[command(flatten)]
         range: blockio::Range,
@@ -191,14 +195,20 @@ enum Cmd {
         #[arg(short = 'b', long = "block-size", value_name = "SIZE", default_value = "512", value_parser = parse_size)]
         block_size: u64,
     },
-    /// 4 KiB random-read benchmark: IOPS and latency p50/p99/p99.9/max at
-    /// each queue depth (default 1, 8, 32) with each number of queue pairs
-    /// (default 1, 4) on shared queue pairs (with --owner also on raw ones);
-    /// with --block-device, the same matrix on a kernel nvme device (O_DIRECT
-    /// io_uring with interrupt completions and, polled like gpunvme, with
-    /// IORING_SETUP_IOPOLL; or pread threads with --pread). Table on stdout.
+    /// Storage benchmark with fio's knobs: --rw (randread, randwrite, read,
+    /// write, randrw with --rwmixread), --bs, --runtime 30s, --ramp-time,
+    /// --cpus-allowed, at each queue depth (--qd/--iodepth, default 1, 8,
+    /// 32) with each number of queue pairs (--qpairs/--numjobs, default 1,
+    /// 4) on shared queue pairs (with --owner also on raw ones; with --gpu
+    /// the library's transfers into GPU memory against host memory, GB/s
+    /// GPU/host); with --block-device, the same on a kernel nvme device
+    /// (O_DIRECT io_uring with interrupt completions and, polled like
+    /// gpunvme, IORING_SETUP_IOPOLL; or pread/pwrite threads with
+    /// --pread). Tables (IOPS, MiB/s, GB/s, min/mean/p50-p99.99/max
+    /// latency, CPU use, a latency histogram) on stdout; -o json adds fio's
+    /// jobs[] (fio's field names, json+ bins) for fio's tools.
     #[command(override_usage = "gpunvme bench [DEVICE] [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme bench 0000:01:00.0\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1 4\n  gpunvme bench /dev/gpunvme0 --qd 1,32 --qpairs 1 --range 16M --ops 10000 -o json > bench.json\n  gpunvme bench 0000:01:00.0 --owner --block-device /dev/nvme1n1 --duration-ms 300\n  gpunvme bench --block-device /dev/nvme1n1 --kernel-mode poll  # the kernel driver only"))]
+    #[command(after_help = examples("  gpunvme bench 0000:01:00.0\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1 4\n  gpunvme bench 0000:01:00.0 --rw randrw --rwmixread 70 --bs 16k --runtime 30s --ramp-time 2s --cpus-allowed 2-5\n  gpunvme bench /dev/gpunvme0 --rw read --bs 128k --qd 32 --qpairs 1 --gpu 0  # GPU memory vs host memory\n  gpunvme bench /dev/gpunvme0 --qd 1,32 --qpairs 1 --range 16M --ops 10000 -o json > bench.json\n  gpunvme bench 0000:01:00.0 --owner --block-device /dev/nvme1n1 --runtime 300ms\n  gpunvme bench --block-device /dev/nvme1n1 --kernel-mode poll --rw randwrite  # the kernel driver only"))]
     Bench(bench::BenchArgs),
     /// Run an example GPU kernel (write, read-verify, sweep; with --api
     /// thread, write and read-verify through the per-thread API) against a
