@@ -206,6 +206,24 @@ impl Gpu {
         })
     }
 
+    /// A `Gpu` over a test backend (the fakes of this crate's unit tests).
+    #[cfg(test)]
+    pub(crate) fn with_backend(
+        backend: Box<dyn Backend>,
+        device: GpuDevice,
+        runtime: RuntimeInfo,
+        drop_deadline: Duration,
+    ) -> Gpu {
+        Gpu {
+            backend: ManuallyDrop::new(backend),
+            device,
+            runtime,
+            live: AtomicUsize::new(0),
+            drop_deadline,
+            quarantine: Mutex::new(Vec::new()),
+        }
+    }
+
     /// The device.
     pub fn device(&self) -> &GpuDevice {
         &self.device

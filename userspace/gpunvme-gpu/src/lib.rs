@@ -23,6 +23,11 @@
 //!   launch with a deadline.
 //! - [`fine_grain`]: `HSA_FORCE_FINE_GRAIN_PCIE` for consumer RDNA, set
 //!   before HIP loads.
+//! - [`selftest`]: the round-trip self-test of queue memory before a
+//!   launch: for every region a kernel will use, the GPU stores a value
+//!   the CPU must see and the CPU one the GPU must see, through the very
+//!   mappings, with deadlines (the protocol and its CPU half are the
+//!   device library's `selftest.h`).
 //! - [`code_object`]: which file of `make kernels` fits a GPU.
 //! - [`kernel_abi`]: the argument blocks of the example kernels, pinned to
 //!   the C++ layout by asserts on both sides.
@@ -52,6 +57,7 @@ pub mod kernel_abi;
 pub mod mem_type;
 mod probe;
 mod runtime;
+pub mod selftest;
 
 pub use error::{GpuError, Result};
 pub use gpu::{
