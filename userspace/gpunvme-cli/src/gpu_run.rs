@@ -210,13 +210,16 @@ pub fn resolve_cq(
         (Some(CqPlace::Host), true) => (
             CqPlace::Host,
             Some(format!(
-                "warning: --owner --cq host on {arch} (RDNA): the controller writes this CQ in host                  memory peer to peer, and a GPU poll of such memory was found stale on RDNA (the                  field report); --cq gpu puts it in GPU memory"
+                "warning: --owner --cq host on {arch} (RDNA): the controller writes this CQ in host \
+                 memory peer to peer, and a GPU poll of such memory was found stale on RDNA (the \
+                 field report); --cq gpu puts it in GPU memory"
             )),
         ),
         (None, true) => (
             CqPlace::Gpu,
             Some(format!(
-                "--owner on {arch} (RDNA): CQs in GPU memory (--cq gpu), not a host CQ the                  controller writes peer to peer (found stale on RDNA); --cq host to override"
+                "--owner on {arch} (RDNA): CQs in GPU memory (--cq gpu), not a host CQ the \
+                 controller writes peer to peer (found stale on RDNA); --cq host to override"
             )),
         ),
         (arg, _) => (arg.unwrap_or(CqPlace::Host), None),
@@ -613,7 +616,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let hz = gpu.tick_hz()?;
 
     // Data buffer in VRAM, imported by the module for the controller's DMA;
-    // uncached on RDNA (the payload contract of kernels/include/gpunvme/fence.h).
+    // uncached on AMD (the payload contract of kernels/include/gpunvme/fence.h).
     let vram = gpu.alloc_payload(bytes as usize)?;
     eprintln!("gpu-run: payload memory {:?}", gpu.payload_memory());
     let dmabuf = gpu
@@ -1198,12 +1201,18 @@ mod tests {
         use gpunvme_gpu::RuntimeKind::{Cuda, Hip};
         let (c, n) = resolve_cq(None, true, Hip, "gfx1101");
         assert_eq!(c, CqPlace::Gpu);
-        assert!(n.unwrap().contains("found stale on RDNA"));
+        let n = n.unwrap();
+        assert!(
+            n.contains("found stale on RDNA") && !n.contains("  "),
+            "{n}"
+        );
         let (c, n) = resolve_cq(Some(CqPlace::Host), true, Hip, "gfx1030");
         assert_eq!(c, CqPlace::Host);
-        assert!(n
-            .unwrap()
-            .starts_with("warning: --owner --cq host on gfx1030"));
+        let n = n.unwrap();
+        assert!(
+            n.starts_with("warning: --owner --cq host on gfx1030") && !n.contains("  "),
+            "{n}"
+        );
         // Shared pairs (the relay's mirror), CDNA and NVIDIA: host, silently.
         for (owner, kind, arch) in [
             (false, Hip, "gfx1101"),

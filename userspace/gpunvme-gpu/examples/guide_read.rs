@@ -46,7 +46,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let module = gpu.load_module(&image)?;
     let hz = gpu.tick_hz()?;
 
-    // The payload: VRAM (uncached on RDNA) the controller DMAs into.
+    // The payload: VRAM (uncached on AMD) the controller DMAs into.
     let bytes = (THREADS * BLOCKS) as usize * ns.lba_size as usize;
     let buf = gpu.alloc_payload(bytes)?;
     let dmabuf = gpu.export_dmabuf(&buf)?;

@@ -15,7 +15,7 @@
 //!   the controller) or `none`. Shared pairs, the default, work with
 //!   either.
 //! - [`Gpu`]: one opened GPU: VRAM allocation (payload buffers through
-//!   [`Gpu::alloc_payload`]: uncached on RDNA, see [`PayloadMemory`]) and its export as a dma-buf
+//!   [`Gpu::alloc_payload`]: uncached on AMD, see [`PayloadMemory`]) and its export as a dma-buf
 //!   (for `GPUNVME_IOC_MAP_DMABUF`), host memory mapped for the GPU, import
 //!   of the module's doorbell/SQ/CQ dma-bufs into the GPU's address space
 //!   ([`import`]: every route is tried in order and the report says which
