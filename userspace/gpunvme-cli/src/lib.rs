@@ -210,8 +210,12 @@ enum Cmd {
     /// thread, write and read-verify through the per-thread API) against a
     /// controller bound to gpunvme: VRAM exported to the controller, queue
     /// pairs (shared, or raw with --owner) imported into the GPU, every
-    /// import route reported. Needs a GPU, ROCm or the NVIDIA driver, and
-    /// access to the node (root for --owner).
+    /// import route reported, and before the kernel the round-trip
+    /// self-test of every imported region (the GPU and the CPU each store
+    /// a value the other must see; a failure refuses the launch, naming
+    /// region, route and memory type; --skip-self-test skips it and says
+    /// so). Needs a GPU, ROCm or the NVIDIA driver, and access to the node
+    /// (root for --owner).
     #[command(override_usage = "gpunvme gpu-run <DEVICE> --kernel <KERNEL> [OPTIONS]")]
     #[command(after_help = examples("  gpunvme gpu-run 0000:01:00.0 --kernel write -p 7\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --qpairs 4 --qd 63 --cmds 64 --cmd-blocks 8 -s 0\n  gpunvme gpu-run /dev/gpunvme0 --kernel sweep --rounds 32 -o json\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --owner --cq gpu\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --api thread --qpairs 2 --cmds 64"))]
     GpuRun(gpu_run::GpuRunArgs),
