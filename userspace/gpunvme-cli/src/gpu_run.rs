@@ -758,6 +758,17 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
             return Err(format!("gpu-run: {}", st.refusal().unwrap_or_default()).into());
         }
         if let Some(why) = st.refusal() {
+            if a.out.json() {
+                // The report still says which region failed, and how.
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({
+                        "gpu": dev, "ok": false, "refused": why,
+                        "self_test": crate::self_test::json(Some(&st), false),
+                        "imports": all_reports,
+                    }))?
+                );
+            }
             return Err(format!("gpu-run: {why}").into());
         }
         Some(st)

@@ -294,7 +294,7 @@ fn print_report(
     }
     println!("{}", fg.describe());
     match tested {
-        Tested::Skipped => println!("Self-test: {}", crate::self_test::SKIPPED),
+        Tested::Skipped => println!("{}", crate::self_test::SKIPPED),
         Tested::NotRun(why) => println!("Self-test: not run: {why}"),
         Tested::Ran { gpu, st } => {
             println!(
