@@ -449,10 +449,11 @@ routes_are() { # KIND: the last log has route lines, each for a KIND (shared or 
     awk -v k="$1:" '/^route q[0-9]+ / { n++; if ($3 != k) bad++ } END { exit !(n > 0 && bad == 0) }' "$LAST_LOG"
 }
 if [ -z "$SKIP_GPU" ]; then
-    step "gpunvme probe" "the probe itself failed: see the log" "$GPUNVME" probe
+    step "gpunvme probe, with the round-trip self-test on a shared pair" "the probe failed: if a 'FAILED' self-test line is in the log, the GPU and the CPU do not see each other's stores in that region through that route and memory type (tests/hardware/README.md, step 6); otherwise see the log" \
+        "$GPUNVME" probe "$BDF" --code-objects "$CODE_OBJECTS"
     check "a GPU runtime and a GPU were found" "no GPU: install ROCm (libamdhip64.so) or the NVIDIA driver (libcuda.so.1) and check access to /dev/kfd and /dev/dri (render group) or /dev/nvidia*; or rerun with --skip-gpu" \
         grep -q '^GPUs:$' "$LAST_LOG"
-    "$GPUNVME" probe -o json > "$RESULTS/probe.json" 2>&1
+    "$GPUNVME" probe "$BDF" --code-objects "$CODE_OBJECTS" -o json > "$RESULTS/probe.json" 2>&1
     BLOCKS=${BLOCKS:-$((4096 / LBA_SIZE > 0 ? 4096 / LBA_SIZE : 1))}
     CMDS=$((COUNT / (QUEUES * BLOCKS)))
     check "the GPU run fits the scratch range" "--count $COUNT is too small for $QUEUES queues x $BLOCKS blocks per command" test "$CMDS" -ge 1

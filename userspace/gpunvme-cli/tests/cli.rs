@@ -429,6 +429,38 @@ fn probe_always_reports() {
 }
 
 #[test]
+fn probe_says_what_became_of_the_self_test() {
+    let root = fake_sysfs("probe-selftest");
+    let r = root.to_str().unwrap();
+    let o = gpunvme(&["probe", "--skip-self-test", "--sysfs-root", r]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("\nself-test SKIPPED (--skip-self-test): nothing checked"),
+        "{}",
+        stdout(&o)
+    );
+    let o = gpunvme(&["probe", "--skip-self-test", "-o", "json", "--sysfs-root", r]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["self_test"]["skipped"], true, "{v}");
+    // Without the flag it ran (a GPU and the code objects here) or says why not.
+    let o = gpunvme(&["probe", "-o", "json", "--sysfs-root", r]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let st = &v["self_test"];
+    assert_eq!(st["skipped"], false, "{v}");
+    assert!(st["not_run"].is_string() || st["cells"].is_array(), "{v}");
+    // A named device must be tested: it cannot be here, so probe fails,
+    // after its report.
+    let o = gpunvme(&["probe", "0000:99:00.0", "--sysfs-root", r]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stdout(&o).contains("Doorbell mapping: "), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("self-test could not run"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn probe_reports_each_bound_controller() {
     // Bound to gpunvme, but its node cannot be opened here: probe still
     // answers, naming the controller and why it has no IOMMU mode for it.
