@@ -40,7 +40,7 @@ use kernel::{
 
 use crate::controller::regs::Cap;
 use crate::controller::shared::Shared;
-use crate::dma::buffers::{Buffers, Epoch, Pages};
+use crate::dma::buffers::{shard_of, Buffers, Epoch, Owned, View};
 use crate::queues::command::{Cqe, Sqe};
 use validate::{Limits, Reject};
 
@@ -338,12 +338,14 @@ struct KernelPort {
     qid: u16,
     mem: PairMemory,
     buffers: Arc<Buffers>,
+    /// This relay's copy of the file's pages (only its thread uses it).
+    view: core::cell::RefCell<View>,
     limits: Limits,
 }
 
-/// What a validation may read: the file's pages (locked for the whole
-/// command) and the pair's PRP pool.
-struct Reach<'a>(&'a KernelPort, Pages<'a>);
+/// What a validation may read: the file's pages (as of the command's
+/// check) and the pair's PRP pool.
+struct Reach<'a>(&'a KernelPort, Owned<'a>);
 
 impl validate::Memory for Reach<'_> {
     fn owns_page(&self, page: u64) -> bool {
@@ -393,15 +395,12 @@ impl Port for KernelPort {
         // which is not in flight (the relay only hands out free IDs), so
         // neither the controller nor anyone else reads it now.
         let list = unsafe { core::slice::from_raw_parts_mut(self.mem.lists.add(at), n) };
-        let reach = Reach(self, self.buffers.lock());
-        let real = validate::check(
-            sqe,
-            &self.limits,
-            &reach,
-            list,
-            self.mem.lists_dma + at as u64 * 8,
-        )?;
-        Ok((real, reach.1.admit()))
+        let list_dma = self.mem.lists_dma + at as u64 * 8;
+        let mut view = self.view.borrow_mut();
+        self.buffers
+            .admit_checked(&mut view, shard_of(self.qid), |owned| {
+                validate::check(sqe, &self.limits, &Reach(self, owned), list, list_dma)
+            })
     }
     fn cost(&self, sqe: &Sqe) -> u32 {
         validate::check_cost(sqe, &self.limits)
@@ -424,7 +423,7 @@ impl Port for KernelPort {
         }
     }
     fn completed(&self, e: Epoch) {
-        self.buffers.complete(e, 1);
+        self.buffers.complete(e, 1, shard_of(self.qid));
     }
     fn hold_completions(&self) -> bool {
         // SAFETY: `shared` outlives every bridge (type invariant).
@@ -549,6 +548,7 @@ impl Bridge {
                     qid,
                     mem,
                     buffers,
+                    view: core::cell::RefCell::new(View::new()),
                     limits,
                 },
             },
@@ -586,12 +586,13 @@ impl Bridge {
 pub(crate) struct Outstanding {
     buffers: Arc<Buffers>,
     n: [u32; 2],
+    shard: usize,
 }
 
 impl Outstanding {
     pub(crate) fn release(self) {
         for (e, n) in self.n.iter().enumerate() {
-            self.buffers.complete(e as Epoch, *n);
+            self.buffers.complete(e as Epoch, *n, self.shard);
         }
     }
 }
@@ -609,6 +610,7 @@ impl Bridge {
         Outstanding {
             buffers: ctx.port.buffers.clone(),
             n: ctx.relay.outstanding(),
+            shard: shard_of(ctx.port.qid),
         }
     }
 }
