@@ -258,13 +258,16 @@ impl Namespace {
                 Python::attach(|_| drop(target));
                 return;
             }
-            let r = sh
-                .check()
-                .and_then(|()| {
-                    sh.lanes
-                        .with_lane(|cfg, lane| lane.run(cfg, &plan, &mut target))
-                })
-                .map(|()| plan.bytes);
+            // A panic must still complete the future (and is a bug).
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                sh.check()
+                    .and_then(|()| {
+                        sh.lanes
+                            .with_lane(|cfg, lane| lane.run(cfg, &plan, &mut target))
+                    })
+                    .map(|()| plan.bytes)
+            }))
+            .unwrap_or_else(|_| Err(fail(Kind::Invalid, "internal error: the transfer panicked")));
             worker::finish(done, r, target);
         });
         self.sh.workers.submit(job).map_err(|f| f.into_py(py))?;
