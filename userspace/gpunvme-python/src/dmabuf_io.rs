@@ -3,13 +3,15 @@
 //! ([`DmabufMapping`]: GPU memory, or a udmabuf standing in for it).
 //!
 //! [`DmabufTransfers`] is what this package needs from the library. Issue
-//! 27 item 2 gives `gpunvme::Io` that ability (CPU-initiated transfers
-//! into GPU memory); until it lands, [`DmabufIo`] does it here over the
-//! library's public `unsafe` queue-pair entry points, the way `Io` does
-//! for a [`DmaBuffer`]: split at MDTS (at the module's cap on a shared
-//! pair), pipelined up to the queue's capacity, PRP lists in the shared
-//! pair's pool or, on a raw pair, in list pages of its own. Once `Io` has
-//! it, this file shrinks to `impl DmabufTransfers for Io`.
+//! 27 item 2 gives `gpunvme::Io` that ability (`Io::transfer_gpu` on a
+//! registered `GpuBuffer`, CPU-initiated transfers into GPU memory, on
+//! the user-gpu branch); until it lands here, [`DmabufIo`] does it over
+//! the library's public `unsafe` queue-pair entry points, the way `Io`
+//! does for a [`DmaBuffer`]: split at MDTS (at the module's cap on a
+//! shared pair), pipelined up to the queue's capacity, PRP lists in the
+//! shared pair's pool or, on a raw pair, in list pages of its own. Then
+//! this file shrinks to `impl DmabufTransfers for Io` (calling
+//! `transfer_gpu`), and a lane needs no second queue pair.
 //!
 //! Why it is sound: a dma-buf mapping hands out no Rust reference to its
 //! memory (the exporter owns it), and the module keeps its own reference
@@ -32,14 +34,15 @@ pub(crate) trait DmabufTransfers {
     /// Moves `count` blocks at `lba` between the namespace and `map` at
     /// byte `offset` (dword aligned): `op` is [`opcode::READ`] (into the
     /// mapping) or [`opcode::WRITE`]. Returns once every command
-    /// completed; after a timeout the queue pair is poisoned.
-    fn dmabuf_transfer(
+    /// completed; after a timeout the queue pair is poisoned. (The shape
+    /// of `gpunvme::Io::transfer_gpu` of issue 27 item 2.)
+    fn transfer_gpu(
         &mut self,
         op: u8,
         lba: u64,
         count: u64,
         map: &DmabufMapping,
-        offset: u64,
+        offset: usize,
     ) -> Result<()>;
 
     /// Whether the queue pair takes no more commands (a wait timed out).
@@ -226,14 +229,15 @@ impl DmabufIo {
 }
 
 impl DmabufTransfers for DmabufIo {
-    fn dmabuf_transfer(
+    fn transfer_gpu(
         &mut self,
         op: u8,
         lba: u64,
         count: u64,
         map: &DmabufMapping,
-        offset: u64,
+        offset: usize,
     ) -> Result<()> {
+        let offset = offset as u64;
         self.check(op, lba, count, map, offset)?;
         let lba_size = self.ns.lba_size as u64;
         let per_cmd = self.max_bytes as u64 / lba_size;

@@ -9,9 +9,13 @@
 //! `hipMemGetAddressRange`, `hsa_amd_portable_export_dmabuf`), in chunks
 //! of at most `GPUNVME_MAX_MAP_BYTES` for large caching-allocator
 //! segments. That is `gpunvme-gpu`'s part of issue 27 item 2 and is not in
-//! the library yet, so [`exporter`] has none and GPU arrays raise
-//! `GpuUnavailableError`; a dma-buf from anywhere else works today
-//! through `Device.register_dmabuf`.
+//! the library yet (its `Gpu::export_dmabuf` exports its own
+//! `DeviceMemory`, not a pointer another runtime allocated, and its
+//! handles borrow the `Gpu`, which a Python object cannot), so
+//! [`exporter`] has none and GPU arrays raise `GpuUnavailableError`; a
+//! dma-buf from anywhere else works today through
+//! `Device.register_dmabuf`. With the library's `GpuBufferCache` this
+//! registry becomes that cache, keyed by the allocation's base.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};

@@ -162,13 +162,13 @@ impl Lane {
                     )?);
                 }
                 let dma = self.dma.as_mut().expect("made above");
-                dma.dmabuf_transfer(
-                    op,
-                    plan.lba,
-                    plan.count,
-                    map,
-                    *base + plan.buf_offset as u64,
-                )?;
+                let offset = usize::try_from(*base + plan.buf_offset as u64).map_err(|_| {
+                    fail(
+                        Kind::OutOfRange,
+                        "a dma-buf offset beyond the address space",
+                    )
+                })?;
+                dma.transfer_gpu(op, plan.lba, plan.count, map, offset)?;
                 Ok(())
             }
         }

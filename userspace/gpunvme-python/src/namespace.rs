@@ -49,7 +49,9 @@ impl NsShared {
         }
         let threads = self.workers.close();
         py.detach(|| {
-            for t in threads {
+            let me = std::thread::current().id();
+            // (A future's done-callback runs on a worker: never join that one.)
+            for t in threads.into_iter().filter(|t| t.thread().id() != me) {
                 let _ = t.join();
             }
             self.lanes.close();

@@ -23,8 +23,11 @@ pytestmark = pytest.mark.device
 CHILD_DEADLINE = 120  # seconds
 
 
-def child_checks(device_path, dev, ns, hb, lba):
-    """Runs in the child; returns a dict of what it saw."""
+def child_checks(device_path, parents, lba):
+    """Runs in the child, given the parent's objects in ``parents`` (and
+    nowhere else, so dropping them here really drops them); returns what
+    it saw."""
+    dev, ns, hb = parents["dev"], parents["busy"], parents["hb"]
     seen = {}
     calls = {
         "info": lambda: dev.info(),
@@ -34,6 +37,7 @@ def child_checks(device_path, dev, ns, hb, lba):
         "read_async": lambda: ns.read_async(bytearray(ns.lba_size), 0),
         "write": lambda: ns.write(bytes(ns.lba_size), 0),
         "flush": lambda: ns.flush(),
+        "idle_read": lambda: parents["idle"].read(bytearray(ns.lba_size), 0),
         "hostbuffer_view": lambda: memoryview(hb),
         "hostbuffer_read": lambda: ns.read(hb, 0),
     }
@@ -45,10 +49,15 @@ def child_checks(device_path, dev, ns, hb, lba):
             seen[name] = "forked" if (e.opened_by, e.pid) == (os.getppid(), os.getpid()) else "wrong pids"
         except BaseException as e:  # noqa: BLE001 - report it
             seen[name] = repr(e)
-    # Dropping the parent's objects here must not reach the module.
+    # Closing and dropping the parent's objects here must not reach the
+    # module: the idle namespace's queue pair and the HostBuffer's mapping
+    # are freed in this process (the busy one is still referenced by the
+    # parent's in-flight jobs); the parent checks them afterwards.
     ns.close()
     dev.close()
-    del dev, ns, hb, calls
+    calls.clear()
+    parents.clear()
+    dev = ns = hb = None
     gc.collect()
     # The child's own file works.
     with gpunvme.open(device_path) as mine:
@@ -73,27 +82,32 @@ def wait_child(pid):
     pytest.fail(f"the child did not finish in {CHILD_DEADLINE} s")
 
 
-def test_fork_during_transfers(device_path, dev):
-    ns = dev.namespace(qpairs=2)
+def test_fork_during_transfers(device_path):
+    # Only this dict refers to the objects (the child drops them all).
+    objs = {"dev": gpunvme.open(device_path)}
+    objs["busy"] = objs["dev"].namespace(qpairs=2)
+    objs["idle"] = objs["dev"].namespace()
+    objs["hb"] = objs["dev"].alloc(4096)
+    ns = objs["busy"]
     bs = ns.lba_size
     base = region_lba(ns, 23)
     n = 512 << 10
     lbas = [base, base + n // bs]
     for i, lba in enumerate(lbas):
         ns.write(patterned(500 + i, lba, bs, n), lba)
-    qids_before = sorted(ns._qids())
-    hb = dev.alloc(bs)
+    busy_qids, idle_qids = sorted(ns._qids()), objs["idle"]._qids()
     bufs = [np.zeros(n, dtype=np.uint8) for _ in lbas]
     # Transfers in flight on both queue pairs when the fork comes.
     futs = [ns.read_async(b, lba) for b, lba in zip(bufs, lbas)]
     futs += [ns.read_async(np.zeros(n, dtype=np.uint8), lbas[0]) for _ in range(4)]
-    child_lba = region_lba(ns, 24)
+    del ns
+    child_lba = region_lba(objs["idle"], 24)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
         try:
-            out = child_checks(device_path, dev, ns, hb, child_lba)
+            out = child_checks(device_path, objs, child_lba)
         except BaseException as e:  # noqa: BLE001
             out = {"child failed": repr(e)}
         os.write(w, json.dumps(out).encode())
@@ -105,7 +119,7 @@ def test_fork_during_transfers(device_path, dev):
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     seen = json.loads(report or b"{}")
     expected = {k: "forked" for k in ("info", "namespace", "alloc", "read", "read_async", "write", "flush",
-                                      "hostbuffer_view", "hostbuffer_read")}
+                                      "idle_read", "hostbuffer_view", "hostbuffer_read")}
     expected["own_device"] = "ok"
     assert seen == expected
 
@@ -115,10 +129,13 @@ def test_fork_during_transfers(device_path, dev):
         assert first_mismatch(b, patterned(500 + i, lba, bs, n)) is None, i
     # Its queue pairs are the same ones and still work (the child's drops
     # destroyed nothing); so does its HostBuffer.
-    assert sorted(ns._qids()) == qids_before
+    ns, idle, hb = objs["busy"], objs["idle"], objs["hb"]
+    assert sorted(ns._qids()) == busy_qids and idle._qids() == idle_qids
     for i, lba in enumerate(lbas):
         back = np.zeros(n, dtype=np.uint8)
-        ns.read(back, lba)
+        idle.read(back, lba)
         assert first_mismatch(back, patterned(500 + i, lba, bs, n)) is None
-    assert ns.read(hb, lbas[0]) == bs
-    ns.close()
+    assert ns.read(hb, lbas[0]) == 4096
+    with memoryview(hb) as m:
+        assert first_mismatch(m, patterned(500, lbas[0], bs, 4096)) is None
+    objs["dev"].close()
