@@ -85,6 +85,11 @@ impl NvmeStatus {
         self.lib().to_string()
     }
 
+    /// Pickles as its raw field (which holds every bit of it).
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (u16,))> {
+        Ok((slf.get_type().getattr("from_raw")?, (slf.get().raw(),)))
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "NvmeStatus({:#x}, {:#04x}, crd={}, more={}, dnr={})",

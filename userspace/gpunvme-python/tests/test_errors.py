@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 
 import pytest
 
@@ -72,6 +73,17 @@ def test_timeout_poison_and_fork_details():
     f = s["forked"]
     assert (f.opened_by, f.pid) == (100, 101)
     assert "open the device again" in str(f)
+
+
+def test_errors_pickle_whole():
+    # multiprocessing (a DataLoader's pool) sends exceptions by pickle.
+    for name, e in samples().items():
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is type(e) and str(back) == str(e), name
+        assert (back.errno, back.status) == (e.errno, e.status), name
+        assert {k: v for k, v in vars(back).items()} == vars(e), name
+    st = gpunvme.NvmeStatus(2, 0x86, crd=1, more=True, dnr=True)
+    assert pickle.loads(pickle.dumps(st)) == st
 
 
 def test_nvme_status_round_trips_and_checks_its_fields():

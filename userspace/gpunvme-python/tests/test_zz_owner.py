@@ -26,6 +26,9 @@ def test_owner_mode_round_trips(device_path):
     except gpunvme.DeviceError as e:
         if e.errno in (errno.EPERM, errno.EACCES):
             pytest.skip(f"owner mode is not claimable here: {e}")
+        if e.errno == errno.EBUSY:
+            pytest.fail(f"{e}: another file still has queue pairs or buffers (objects of an earlier "
+                        "test kept alive, by a failure's traceback for instance)")
         raise
     try:
         assert dev.owner

@@ -54,6 +54,17 @@ class GpunvmeError(Exception):
         for name, value in details.items():
             setattr(self, name, value)
 
+    def __reduce__(self):
+        # Pickled whole (multiprocessing sends exceptions between
+        # processes): OSError's errno is not in __dict__.
+        details = {k: v for k, v in vars(self).items() if k not in ("errno", "status")}
+        message = self.args[0] if self.args else ""
+        return (_rebuild, (type(self), message, self.errno, self.status, details))
+
+
+def _rebuild(cls, message, errno, status, details):
+    return cls(message, errno=errno, status=status, **details)
+
 
 class DeviceError(GpunvmeError, OSError):
     """Opening the device node or an ioctl on it failed (``errno``;
