@@ -598,6 +598,14 @@ impl Outstanding {
 }
 
 impl Bridge {
+    /// Nanoseconds the relay pool has spent on this pair so far.
+    pub(crate) fn relay_ns(&self) -> u64 {
+        // SAFETY: `ctx` is live while the `Bridge` is (type invariant); the
+        // pool thread updates the counter meanwhile, so it is read once,
+        // volatile, as the debugfs counters are.
+        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*self.ctx).counters.relay_ns)) }
+    }
+
     /// Take the pair off the relay pool; returns what it left in flight.
     pub(crate) fn stop(self) -> Outstanding {
         let this = core::mem::ManuallyDrop::new(self);

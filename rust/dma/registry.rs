@@ -285,6 +285,32 @@ impl DmaRegistry {
         )
     }
 
+    /// Relay CPU time per file over its live shared pairs, a line each
+    /// (debugfs `relay_time`): which tenant keeps the relay threads busy.
+    pub(crate) fn relay_time(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
+        let mut done: KVec<FileId> = KVec::new();
+        for e in self.queues.iter() {
+            if e.bridge.is_none() || done.contains(&e.file) {
+                continue;
+            }
+            let (mut pairs, mut ns) = (0u32, 0u64);
+            for x in self.queues.iter().filter(|x| x.file == e.file) {
+                if let Some(b) = &x.bridge {
+                    pairs += 1;
+                    ns = ns.saturating_add(b.relay_ns());
+                }
+            }
+            writeln!(
+                f,
+                "file {}: {} shared pair(s), relay {} ns",
+                e.file, pairs, ns
+            )?;
+            // Without room to remember it, the file may be listed again.
+            let _ = done.push(e.file, GFP_KERNEL);
+        }
+        Ok(())
+    }
+
     /// Does anything wait for an importer to let go of an export (whose
     /// memory, or at least the module's reference on the export, can go
     /// once it does)? The watch then asks every tick.
