@@ -256,6 +256,15 @@ GPUNVME_HD uint64_t array_lba(const array_desc &d, uint32_t c, uint64_t lp)
 	return d.ctrl[c].base_lba + (lp << (d.page_shift - d.ctrl[c].lba_shift));
 }
 
+/* Where byte x of the array lives: its controller (for REPLICATE the
+ * first replica; every replica holds it at the same place) and its byte
+ * offset in that controller's namespace. */
+GPUNVME_HD uint64_t array_disk_offset(const array_desc &d, uint64_t x, uint32_t *ctrl)
+{
+	const uint64_t lp = array_local_page(d, x >> d.page_shift, ctrl);
+	return (array_lba(d, *ctrl, lp) << d.ctrl[*ctrl].lba_shift) + (x & ((1ull << d.page_shift) - 1));
+}
+
 /* Local pages the array needs on each controller. */
 GPUNVME_HD uint64_t array_local_pages(const array_desc &d)
 {

@@ -20,8 +20,9 @@
 # no system-scope store outside a fenced doorbell. A plain store that
 # bypasses doorbell_write() is indistinguishable from a data store on
 # gfx90a and is not caught there. Example kernels that touch payload must
-# hold the payload-contract sites (read_verify, pthread_io, guide_read:
-# payload-acquire; write, pthread_io: payload-release), and every one of
+# hold the payload-contract sites (read_verify, pthread_io, guide_read,
+# guide_array: payload-acquire; write, pthread_io, guide_array:
+# payload-release), and every one of
 # them, as it submits and reaps, release and acquire sites.
 #
 # Where those sites are, per function, on its control flow graph
@@ -317,7 +318,7 @@ needs() { # object name
 	read_verify | guide_read) echo release acquire payload-acquire ;;
 	sweep) echo release acquire ;;
 	write) echo release acquire payload-release ;;
-	pthread_io) echo release acquire payload-acquire payload-release ;;
+	pthread_io | guide_array) echo release acquire payload-acquire payload-release ;;
 	esac
 }
 
@@ -424,7 +425,7 @@ for spec in "$@"; do
 	count_doorbell=0 count_poll=0
 	# shellcheck disable=SC2046 # needs prints words
 	check_sites "$tag" "$asm" doorbell poll $(needs "$name")
-	case $name in read_verify | write | sweep | pthread_io | guide_read) ex=1 ;; *) ex=0 ;; esac
+	case $name in read_verify | write | sweep | pthread_io | guide_read | guide_array) ex=1 ;; *) ex=0 ;; esac
 	check_order "$tag" "$asm" "$ex"
 	db=("${REL[@]}" "$ST" "${ST_WAIT[@]}" "${POST[@]}" "${INV[@]}")
 	pl=("${INV[@]}" "($LD|$LD16)")
@@ -458,7 +459,7 @@ for spec in "$@"; do
 	*) clk="^s_memrealtime " clkname=s_memrealtime ;;
 	esac
 	check_present "$tag: wall clock ${clkname}" "$dis" "$clk"
-	case $name in read_verify | write | sweep | pthread_io | guide_read) # the library's examples
+	case $name in read_verify | write | sweep | pthread_io | guide_read | guide_array) # the library's examples
 		check_chain "$tag: CQ poll: invalidate, then ONE 16-byte system-scope load" "$dis" 1 "${INV[@]}" "$LD16" ;;
 	esac
 	if [ "$name" = pthread_io ]; then
