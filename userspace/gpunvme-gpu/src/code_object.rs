@@ -19,10 +19,12 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("sweep", "gpunvme_sweep"),
     ("pthread_io", "gpunvme_pthread_io"),
     ("guide_read", "gpunvme_guide_read"),
+    // Also gpunvme_array_fill and gpunvme_array_flush.
+    ("guide_array", "gpunvme_array_check"),
 ];
 
 /// The entry point of an example kernel (`write`, `read_verify`, `sweep`,
-/// `pthread_io`, `guide_read`).
+/// `pthread_io`, `guide_read`, `guide_array`: its check kernel).
 pub fn entry_point(kernel: &str) -> Option<&'static str> {
     KERNELS.iter().find(|(k, _)| *k == kernel).map(|(_, e)| *e)
 }
@@ -73,7 +75,12 @@ pub fn candidates(kind: RuntimeKind, arch: &str, kernel: &str) -> Vec<PathBuf> {
 pub fn load(dir: &Path, kind: RuntimeKind, arch: &str, kernel: &str) -> Result<(PathBuf, Vec<u8>)> {
     if entry_point(kernel).is_none() {
         return Err(GpuError(format!(
-            "unknown kernel `{kernel}`: the examples are write, read_verify and sweep"
+            "unknown kernel `{kernel}`: the examples are {}",
+            KERNELS
+                .iter()
+                .map(|(k, _)| *k)
+                .collect::<Vec<_>>()
+                .join(", ")
         )));
     }
     let cands = candidates(kind, arch, kernel);
