@@ -26,7 +26,7 @@
 //! - [`code_object`]: which file of `make kernels` fits a GPU.
 //! - [`kernel_abi`]: the argument blocks of the example kernels, pinned to
 //!   the C++ layout by asserts on both sides.
-//! - [`array`]: a storage array for `gpunvme::array<T>` (array.h): the
+//! - [`mod@array`]: a storage array for `gpunvme::array<T>` (array.h): the
 //!   frames mapped into every controller, the queue pairs, the descriptor.
 //!
 //! Both modes need the gpunvme kernel module (it relays shared pairs and
