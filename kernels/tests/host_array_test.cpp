@@ -9,6 +9,7 @@
 // with the library's own mapping. KTAP out.
 
 #include <gpunvme/array.h>
+#include <gpunvme/array_host.h>
 
 #include "host_nvme_model.h"
 #include "host_wave.h"
@@ -914,9 +915,123 @@ static void test_stop_flag()
 	       "stop_flag_ends_loads_and_waits_with_err_stopped", why);
 }
 
+// The C header's structs are array.h's and pqueue.h's, field by field.
+#define SAME(ct, cf, t, f) static_assert(offsetof(ct, cf) == offsetof(t, f), #t "::" #f)
+SAME(gpunvme_array_desc_c, ctrl, array_desc, ctrl);
+SAME(gpunvme_array_desc_c, frames, array_desc, frames);
+SAME(gpunvme_array_desc_c, frame_dma, array_desc, frame_dma);
+SAME(gpunvme_array_desc_c, state, array_desc, state);
+SAME(gpunvme_array_desc_c, ferr, array_desc, ferr);
+SAME(gpunvme_array_desc_c, set_lock, array_desc, set_lock);
+SAME(gpunvme_array_desc_c, hand, array_desc, hand);
+SAME(gpunvme_array_desc_c, stats, array_desc, stats);
+SAME(gpunvme_array_desc_c, error, array_desc, error);
+SAME(gpunvme_array_desc_c, stop, array_desc, stop);
+SAME(gpunvme_array_desc_c, bytes, array_desc, bytes);
+SAME(gpunvme_array_desc_c, timeout_ticks, array_desc, timeout_ticks);
+SAME(gpunvme_array_desc_c, tick_hz, array_desc, tick_hz);
+SAME(gpunvme_array_desc_c, n_ctrl, array_desc, n_ctrl);
+SAME(gpunvme_array_desc_c, layout, array_desc, layout);
+SAME(gpunvme_array_desc_c, chunk_pages, array_desc, chunk_pages);
+SAME(gpunvme_array_desc_c, page_shift, array_desc, page_shift);
+SAME(gpunvme_array_desc_c, n_frames, array_desc, n_frames);
+SAME(gpunvme_array_desc_c, ways, array_desc, ways);
+SAME(gpunvme_array_desc_c, n_sets, array_desc, n_sets);
+SAME(gpunvme_array_desc_c, frame_pages, array_desc, frame_pages);
+SAME(gpunvme_array_ctrl_c, qps, array_ctrl, qps);
+SAME(gpunvme_array_ctrl_c, base_lba, array_ctrl, base_lba);
+SAME(gpunvme_array_ctrl_c, lbas, array_ctrl, lbas);
+SAME(gpunvme_array_ctrl_c, nqp, array_ctrl, nqp);
+SAME(gpunvme_array_ctrl_c, nsid, array_ctrl, nsid);
+SAME(gpunvme_array_ctrl_c, lba_shift, array_ctrl, lba_shift);
+SAME(gpunvme_array_stats_c, dead, array_stats, dead);
+SAME(gpunvme_pqueue_c, sq, pqueue, sq);
+SAME(gpunvme_pqueue_c, cq, pqueue, cq);
+SAME(gpunvme_pqueue_c, sq_db, pqueue, sq_db);
+SAME(gpunvme_pqueue_c, cq_db, pqueue, cq_db);
+SAME(gpunvme_pqueue_c, stop, pqueue, stop);
+SAME(gpunvme_pqueue_c, st, pqueue, st);
+SAME(gpunvme_pqueue_c, ready, pqueue, ready);
+SAME(gpunvme_pqueue_c, slots, pqueue, slots);
+SAME(gpunvme_pqueue_c, prp_va, pqueue, prp_va);
+SAME(gpunvme_pqueue_c, prp_page_dma, pqueue, prp_page_dma);
+SAME(gpunvme_pqueue_c, prp_dma, pqueue, prp_dma);
+SAME(gpunvme_pqueue_c, timeout_ticks, pqueue, timeout_ticks);
+SAME(gpunvme_pqueue_c, tick_hz, pqueue, tick_hz);
+SAME(gpunvme_pqueue_c, depth, pqueue, depth);
+SAME(gpunvme_pqueue_c, prp_stride, pqueue, prp_stride);
+SAME(gpunvme_pqueue_c, max_transfer, pqueue, max_transfer);
+SAME(gpunvme_pqueue_c, backoff, pqueue, backoff);
+static_assert(sizeof(gpunvme_array_desc_c) == sizeof(array_desc) &&
+		      sizeof(gpunvme_array_ctrl_c) == sizeof(array_ctrl) &&
+		      sizeof(gpunvme_array_stats_c) == sizeof(array_stats) &&
+		      sizeof(gpunvme_pqueue_c) == sizeof(pqueue),
+	      "the C header's structs are the device library's");
+
+// And their geometry is array.h's: the bookkeeping for many cache shapes,
+// a pair's shared state, the check on every bad descriptor of the test
+// above, on the rig's own descriptor.
+static void test_c_header_matches()
+{
+	uint32_t meta_bad = 0, pq_bad = 0, check_bad = 0;
+	for (uint32_t ways : {1u, 2u, 8u, 16u})
+		for (uint32_t sets : {1u, 3u, 64u, 1000u}) {
+			array_desc d{};
+			d.n_frames = sets * ways;
+			d.n_sets = sets;
+			uint8_t *base = (uint8_t *)(uintptr_t)0x100000;
+			array_meta_attach(d, base);
+			gpunvme_array_desc_c c{};
+			c.n_frames = sets * ways;
+			c.n_sets = sets;
+			gpunvme_array_meta_attach(&c, 0x100000);
+			meta_bad += (uint64_t)(uintptr_t)d.state != c.state ||
+				    (uint64_t)(uintptr_t)d.ferr != c.ferr ||
+				    (uint64_t)(uintptr_t)d.set_lock != c.set_lock ||
+				    (uint64_t)(uintptr_t)d.hand != c.hand ||
+				    (uint64_t)(uintptr_t)d.stats != c.stats ||
+				    (uint64_t)(uintptr_t)d.error != c.error ||
+				    array_meta_bytes(d.n_frames, sets) != gpunvme_array_meta_bytes(c.n_frames, sets);
+		}
+	for (uint32_t depth : {2u, 33u, 65u, 1024u}) {
+		pqueue q{};
+		q.depth = depth;
+		pq_attach(q, (void *)(uintptr_t)0x200000);
+		gpunvme_qpair_create qc{};
+		qc.depth = depth;
+		gpunvme_pqueue_c c;
+		gpunvme_pq_fill(&c, &qc, 0, 0, 0, 0, 0x200000, 0, 1, 1, 0);
+		std::vector<uint8_t> a(pq_bytes(depth)), b(gpunvme_pq_bytes(depth), 0xff);
+		pq_init(a.data(), depth, 0, 0, 1);
+		gpunvme_pq_shared_init(b.data(), depth);
+		pq_bad += (uint64_t)(uintptr_t)q.ready != c.ready ||
+			  (uint64_t)(uintptr_t)q.slots != c.slots || a != b ||
+			  pq_prp_stride(4096ull * depth / 3, depth) != gpunvme_pq_prp_stride(4096ull * depth / 3, depth);
+	}
+	cfg x;
+	x.n_ctrl = 2;
+	rig r(x);
+	array_desc bad[4] = {r.d, r.d, r.d, r.d};
+	bad[1].ways = 3;
+	bad[2].page_shift = 17;
+	bad[3].n_sets = 3;
+	for (const array_desc &d : bad) {
+		gpunvme_array_desc_c c;
+		std::memcpy(&c, &d, sizeof(c));
+		std::vector<gpunvme_array_ctrl_c> cc(r.d.n_ctrl);
+		std::memcpy(cc.data(), r.actrl.data(), sizeof(gpunvme_array_ctrl_c) * cc.size());
+		check_bad += (array_check(d) == OK) != (gpunvme_array_check(&c, cc.data()) == 0);
+	}
+	char why[120];
+	std::snprintf(why, sizeof(why), "meta layouts differing %u of 16, pair states %u of 4, checks %u of 4",
+		      meta_bad, pq_bad, check_bad);
+	result(meta_bad == 0 && pq_bad == 0 && check_bad == 0,
+	       "c_header_geometry_and_checks_are_array_h_s", why);
+}
+
 int main()
 {
-	std::printf("KTAP version 1\n1..21\n");
+	std::printf("KTAP version 1\n1..22\n");
 	test_every_element(1, 1, 12, ARRAY_STRIPE, "every_element_1_controller_4k_pages");
 	test_every_element(2, 1, 12, ARRAY_STRIPE, "every_element_2_controllers_stripe_chunk_1");
 	test_every_element(4, 1, 12, ARRAY_STRIPE, "every_element_4_controllers_stripe_chunk_1");
@@ -938,5 +1053,6 @@ int main()
 	test_bad_input();
 	test_read_block();
 	test_stop_flag();
+	test_c_header_matches();
 	return summary();
 }
