@@ -377,10 +377,30 @@ GPUNVME_HD int32_t ld32i(const int32_t *p) { return (int32_t)atom::ld32((const u
 
 } /* namespace arr_atom */
 
-GPUNVME_HD void array_count(const array_desc &d, uint64_t array_stats::*field)
+/* array_stats' counters by index (no pointer-to-member in device code). */
+enum : uint32_t {
+	AS_LOADS = 0,
+	AS_WRITEBACKS,
+	AS_EVICTIONS,
+	AS_WAITS,
+	AS_NOFRAME,
+	AS_FAILURES,
+	AS_DEAD,
+};
+
+static_assert(__builtin_offsetof(array_stats, loads) == 8 * AS_LOADS &&
+		      __builtin_offsetof(array_stats, writebacks) == 8 * AS_WRITEBACKS &&
+		      __builtin_offsetof(array_stats, evictions) == 8 * AS_EVICTIONS &&
+		      __builtin_offsetof(array_stats, waits) == 8 * AS_WAITS &&
+		      __builtin_offsetof(array_stats, noframe) == 8 * AS_NOFRAME &&
+		      __builtin_offsetof(array_stats, failures) == 8 * AS_FAILURES &&
+		      __builtin_offsetof(array_stats, dead) == 8 * AS_DEAD,
+	      "array_stats' counters in index order");
+
+GPUNVME_HD void array_count(const array_desc &d, uint32_t counter)
 {
 	if (d.stats)
-		atom::red64(&(d.stats->*field), 1);
+		atom::red64((uint64_t *)d.stats + counter, 1);
 }
 
 /* ---- the lanes that want the same page: one group, one leader -------- */
@@ -616,7 +636,7 @@ GPUNVME_HD int array_find(const array_desc &d, array_job &j)
 			j.hit = true;
 			array_finish(j, OK);
 		} else {
-			array_count(d, &array_stats::waits);
+			array_count(d, AS_WAITS);
 			j.st = AJ_WAIT;
 		}
 		return 1;
@@ -674,7 +694,7 @@ GPUNVME_HD void array_install(const array_desc &d, array_job &j)
 		atom::st32(&d.hand[j.set], (w + 1) & (d.ways - 1));
 		atom::unlock(lock);
 		if (s & fstate::VALID)
-			array_count(d, &array_stats::evictions);
+			array_count(d, AS_EVICTIONS);
 		j.frame = j.set * d.ways + w;
 		j.io_page = j.page;
 		j.write_back = false;
@@ -697,7 +717,7 @@ GPUNVME_HD void array_install(const array_desc &d, array_job &j)
 		return;
 	}
 	atom::unlock(lock);
-	array_count(d, &array_stats::noframe);
+	array_count(d, AS_NOFRAME);
 	const int32_t e = array_go_on(d, j, ERR_NOFRAME);
 	if (e != ERR_AGAIN)
 		array_finish(j, e);
@@ -757,7 +777,7 @@ GPUNVME_HD void array_io_done(const array_desc &d, array_job &j, int32_t rc)
 	uint64_t *sw = &d.state[j.frame];
 	const uint64_t tag = (j.io_page + 1) << fstate::TAG_SHIFT;
 	if (rc != OK)
-		array_count(d, &array_stats::failures);
+		array_count(d, AS_FAILURES);
 	if (!j.write_back) {
 		if (rc == OK) {
 			/* The SSD wrote the frame behind the GPU's caches. */
@@ -772,7 +792,7 @@ GPUNVME_HD void array_io_done(const array_desc &d, array_job &j, int32_t rc)
 		uint64_t v = fstate::ERROR - fstate::BUSY - tag - fstate::REF;
 		if (rc < 0) {
 			v += fstate::DEAD;
-			array_count(d, &array_stats::dead);
+			array_count(d, AS_DEAD);
 		}
 		arr_atom::add_release(sw, v);
 		array_finish(j, rc);
@@ -862,7 +882,7 @@ GPUNVME_HD int32_t array_submit(const array_desc &d, array_job &j, bool want,
 		fence::payload_release(); /* the frame's data (its writers
 					   * released it to this lane) out */
 	if (want)
-		array_count(d, j.write_back ? &array_stats::writebacks : &array_stats::loads);
+		array_count(d, j.write_back ? AS_WRITEBACKS : AS_LOADS);
 	return pq_submit_io_if(j.q, want, opc, x.nsid, lba, nlb0,
 			       d.frame_dma + (uint64_t)j.ctrl * d.frame_pages, d.frame_pages,
 			       (uint64_t)j.frame << d.page_shift, 1u << d.page_shift, &j.t, held,
@@ -880,7 +900,7 @@ GPUNVME_HD void array_submitted(const array_desc &d, array_job &j, int32_t rc)
 	}
 	/* Nothing went out: the frame can be reused (no DEAD), a load's
 	 * waiters get rc, a write-back's frame stays dirty. */
-	array_count(d, &array_stats::failures);
+	array_count(d, AS_FAILURES);
 	uint64_t *sw = &d.state[j.frame];
 	if (!j.write_back) {
 		arr_atom::st32i(&d.ferr[j.frame], rc);
