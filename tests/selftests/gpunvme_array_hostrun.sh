@@ -82,7 +82,7 @@ ktap_check "$A1 and $A2 back to the kernel's nvme driver" to_nvme
 dd_cmp() { # bdf seed lba count
 	d=$(bdev_of "$1")
 	[ -n "$d" ] || return 1
-	dd if="/dev/$d" of="$T/dd" bs="$LBA_SIZE" skip="$3" count="$4" iflag=direct 2>/dev/null || return 1
+	dd if="/dev/$d" of="$T/dd" bs="$LBA_SIZE" skip="$3" count="$4" 2>/dev/null || return 1
 	gpunvme pattern --pattern "$2" --start-block "$3" --block-count "$4" --block-size "$LBA_SIZE" > "$T/ref" || return 1
 	cmp "$T/dd" "$T/ref" || { echo "/dev/$d LBAs $3..$(($3 + $4)) differ from pattern $2"; return 1; }
 }
