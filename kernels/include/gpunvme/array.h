@@ -462,7 +462,12 @@ GPUNVME_HD uint64_t array_group_bcast(const array_group &g, bool want, uint64_t 
 #if defined(GPUNVME_DEV_NVIDIA)
 	if (!want)
 		return v;
-	return warp::shfl64(g.mask, v, g.leader);
+	const uint64_t x = warp::shfl64(g.mask, v, g.leader);
+	/* A shuffle orders no memory: the leader's acquire (the reference
+	 * add, the state it saw VALID) reaches the group's data loads through
+	 * a warp barrier, as pqueue.h's reap hands over a payload. */
+	asm volatile("bar.warp.sync %0;" :: "r"(g.mask) : "memory");
+	return x;
 #else
 	/* All singletons (every wanting lane leads itself): nothing to send. */
 	const uint64_t wanting = wave::ballot(want);
