@@ -535,6 +535,7 @@ struct array_job {
 	bool then_lookup;   /* after the write-back: look page up again */
 	bool fua;
 	bool hit;           /* done without a command or a wait */
+	bool timed;         /* d started (at the operation's first wait) */
 	pq_ticket t;
 	pqueue q;           /* the command's pair */
 	deadline d;         /* this operation's waits for others */
@@ -586,11 +587,10 @@ GPUNVME_HD void array_job_start(const array_desc &d, array_job &j, uint64_t page
 	j.then_lookup = false;
 	j.fua = false;
 	j.hit = false;
+	j.timed = false;
 	j.t = pq_ticket{0, 0};
 	j.q = pqueue{};
-	const uint64_t budget = clamp_budget(d.timeout_ticks, d.tick_hz);
-	j.d = deadline_start(wall_ticks(), 0, d.tick_hz);
-	j.d.budget = 3 * budget; /* a page another lane loads: its claim, command and set */
+	j.d = deadline{0, 0, 0, 0}; /* started at the first wait (a hit reads no clock) */
 	j.dq = j.d;
 }
 
@@ -603,6 +603,12 @@ GPUNVME_HD void array_finish(array_job &j, int32_t rc)
 /* Between passes that found nothing new: ERR_AGAIN to go on, or why not. */
 GPUNVME_HD int32_t array_go_on(const array_desc &d, array_job &j, int32_t expired)
 {
+	if (!j.timed) {
+		/* A page another lane loads: its claim, command and set. */
+		j.d = deadline_start(wall_ticks(), 0, d.tick_hz);
+		j.d.budget = 3 * clamp_budget(d.timeout_ticks, d.tick_hz);
+		j.timed = true;
+	}
 	j.polls++;
 	if (j.polls % PQ_STOP_EVERY == 0 && d.stop && fence::poll_load(d.stop) != 0)
 		return ERR_STOPPED;
