@@ -66,7 +66,7 @@ suite() {
 
 suite host count_cargo make -s -C "$ROOT" host-test
 suite lint count_plain bash "$ROOT"/tests/userspace/lint.sh
-suite gpu count_plain make -s -C "$ROOT"/kernels host-test
+suite gpu count_plain_all make -s -C "$ROOT"/kernels host-test
 suite relay count_plain make -s -C "$ROOT"/kernels bench-host-test
 suite isa count_plain_all make -s -C "$ROOT" isa-check
 suite guide count_plain make -s -C "$ROOT"/kernels guide-check
