@@ -25,7 +25,8 @@ KLLVM ?= -19
 CARGO ?= cargo
 
 .PHONY: all deps kernel module selftests userspace kernels vm-test host-test \
-	isa-check demo check clean dkms-install dkms-check dkms-debian bench standin hostrun fuzz fuzz-vm
+	isa-check demo check clean dkms-install dkms-check dkms-debian bench standin hostrun fuzz fuzz-vm \
+	python python-test python-vm
 
 all: module userspace
 
@@ -56,6 +57,20 @@ userspace:
 	cd $(ROOT)/userspace && $(CARGO) build --release --locked
 	cd $(ROOT)/userspace && $(CARGO) build --release --locked -p gpunvme --example cq_in_dmabuf
 
+# The Python package (userspace/gpunvme-python): an abi3 wheel for CPython
+# 3.11 and newer in userspace/target/wheels, built by maturin in the virtual
+# environment of tests/userspace/python_env.sh (pip install it from there).
+python:
+	bash $(ROOT)/tests/userspace/python.sh build
+
+# Its tests that need no device (pytest on the host, in make check).
+python-test:
+	bash $(ROOT)/tests/userspace/python.sh test
+
+# Its tests inside the VM against the real module, and the overhead bench.
+python-vm: deps module userspace
+	bash $(ROOT)/tests/vm/python.sh
+
 kernels:
 	$(MAKE) -C $(ROOT)/kernels
 
@@ -75,7 +90,7 @@ hostrun:
 	$(MAKE) -C $(ROOT)/kernels hostrun
 
 # The VM suite: every selftest against the emulated controllers.
-vm-test: module selftests standin userspace hostrun fuzz
+vm-test: module selftests standin userspace hostrun fuzz python
 	bash $(ROOT)/tests/vm/suite.sh
 
 demo: deps module userspace hostrun

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only
 # The VM suite: the module, the CLI, the GPU stand-in, the device library run
-# as host C++ (kernels/hostrun) and every selftest, in ten boots.
+# as host C++ (kernels/hostrun), every selftest and the Python package, in
+# twelve boots.
 #  1. the default bench: one namespace of 512-byte blocks per controller,
 #     IOMMU translating (strict); queue pairs are shared (validated) ones,
 #     the trust-model and failure tests run, and owner mode is claimable;
@@ -41,9 +42,13 @@
 #     processes, 3 minutes on the debug kernel (KERNEL_VARIANT=debug, with
 #     kmemleak=on), 30 s on the default one; then the controller must still
 #     write and verify patterns, and both modules must unload. FUZZ_SEED
-#     fixes the seed (default: from the clock; it is printed).
-# Expects `make module selftests userspace standin hostrun fuzz` to have run
-# (make vm-test does).
+#     fixes the seed (default: from the clock; it is printed);
+# 11. the Python package (tests/vm/python.sh): its pytest suite with the
+#     interpreter, NumPy and the wheel packed into the initramfs (host
+#     buffers, udmabuf-backed dma-bufs, async, a fork during transfers,
+#     timeouts under a held relay, owner mode), then its overhead bench.
+# Expects `make module selftests userspace standin hostrun fuzz python` to
+# have run (make vm-test does).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 [ -f "$ROOT/gpunvme.ko" ] || { echo "suite: $ROOT/gpunvme.ko missing (make module)" >&2; exit 1; }
@@ -210,6 +215,15 @@ echo "=== boot 10: fuzz for ${fuzz_s} s (4 processes), then write/verify and unl
 bash "$ROOT/tests/fuzz/vm.sh" --seconds "$fuzz_s" --procs 4 ${FUZZ_SEED:+--seed "$FUZZ_SEED"} -- "$@" \
     2>&1 | tee "$work/boot10.log"
 add "$work/boot10.log"
+
+echo "=== boot 11: a namespace shared with nvme.ko's controller of the same subsystem detached, reformatted and attached under an open shared pair"
+bash "$ROOT/tests/vm/run.sh" --subsys --file "$ROOT/gpunvme.ko" "$@" -- \
+    "$B/boot/gpunvme_ns_change_test" 2>&1 | tee "$work/boot11.log"
+add "$work/boot11.log"
+
+echo "=== boot 12: the Python package against the module (pytest, then the overhead bench)"
+bash "$ROOT/tests/vm/python.sh" "$@" 2>&1 | tee "$work/boot12.log"
+add "$work/boot12.log"
 
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
 [ "$fail" = 0 ]
