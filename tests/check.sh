@@ -7,7 +7,8 @@
 #   python the Python package's wheel built by maturin, and its tests that need
 #          no device (pytest: errors, buffer parsing with fake DLPack capsules,
 #          transfer checks, the .pyi against the module)
-#   gpu    the device library as host C++ (kernels/ host-test: queue, per-thread API, self-test harness)
+#   gpu    the device library as host C++ (kernels/ host-test: queue, per-thread API, self-test harness,
+#          the array over model controllers, array_host.h as C11)
 #   relay  the H200 bench's port of the shared-mode relay and checks, as host C++
 #   isa    every doorbell, poll, release, acquire and payload site of every AMD object (+ negative tests)
 #   guide  kernels/README.md's code is the code that is built and run

@@ -22,7 +22,11 @@
 #     the claim is refused again;
 #  6. nine controllers for eight device nodes: the ninth probe fails before
 #     it touches its controller, and binds once a node is free; then the
-#     device library's per-thread API on two controllers at once (hostrun);
+#     device library's per-thread API on two controllers at once (hostrun),
+#     and its array (array.h) over 1, 2 and 4 of them, shared and raw: every
+#     element against the CLI's pattern, eviction, one command for a page
+#     many threads want, a controller that stops answering, write-back
+#     read through the kernel's nvme driver after unbind (hostrun);
 #  7. bind safety (default kernel only): `gpunvme bind` refuses a disk the
 #     kernel uses (mounts, /dev/root, swap, dm, openers, other namespaces);
 #  8. SR-IOV (default kernel only): the PF keeps nvme.ko and a mounted ext4,
@@ -142,10 +146,12 @@ for i in 0 1 2 3 4 5 6 7; do
     truncate -s 16M "$work/extra$i.img"
     extra="$extra -drive file=$work/extra$i.img,if=none,id=extra$i,format=raw -device nvme,serial=extra$i,drive=extra$i,bus=pcie.0,addr=0x1$i.0"
 done
-# Then the device library's per-thread API on two of them at once (hostrun).
+# Then the device library's per-thread API on two of them at once, and its
+# array over four of them (hostrun).
 QEMU_EXTRA="${QEMU_EXTRA:-} $extra" \
 bash "$ROOT/tests/vm/run.sh" --file "$ROOT/gpunvme.ko" --file "$cli" --file "$H" "$@" -- \
-    "$B/boot/gpunvme_ninth_controller_test.sh" "$B/boot/gpunvme_two_controllers_hostrun.sh" 2>&1 | tee "$work/boot6.log"
+    "$B/boot/gpunvme_ninth_controller_test.sh" "$B/boot/gpunvme_two_controllers_hostrun.sh" \
+    "$B/boot/gpunvme_array_hostrun.sh" 2>&1 | tee "$work/boot6.log"
 add "$work/boot6.log"
 
 # Bind safety: the kernel-driven controller gets partitions, file systems,
