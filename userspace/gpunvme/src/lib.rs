@@ -19,6 +19,9 @@
 //!   the module's shared-mode cap), PRP lists in the pair's pool or, on a
 //!   raw pair, in a buffer of its own;
 //! - [`pattern`]: deterministic per-LBA data for integrity checks;
+//! - [`passthrough`]: the same queues on any namespace the kernel drives
+//!   (the system's SSD, NVMe over Fabrics), relayed through io_uring NVMe
+//!   passthrough, no module needed ([`Controller::open_passthrough`]);
 //! - [`sysfs`]: finding NVMe controllers and moving them between the kernel
 //!   `nvme` driver and `gpunvme` (driver_override, never class matching).
 //!
@@ -72,6 +75,7 @@ mod map;
 #[cfg(test)]
 mod model;
 pub mod pattern;
+pub mod passthrough;
 mod qpair;
 mod regs;
 mod status;

@@ -1,0 +1,2 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
+//! placeholder
