@@ -151,6 +151,18 @@ impl PairMemory {
         (self.at(self.layout.pool) as u64, self.layout.pool.1)
     }
 
+    /// The relay's view of the SQ, the mirror, the cells' page and the
+    /// pool (for code that plays the GPU in the same process: the
+    /// benchmark).
+    pub(crate) fn parts(&self) -> [*mut u8; 4] {
+        [
+            self.at(self.layout.sq),
+            self.at(self.layout.cq),
+            self.at(self.layout.db),
+            self.at(self.layout.pool),
+        ]
+    }
+
     fn cell(&self, off: u32) -> *const u32 {
         // SAFETY: both cells are inside the doorbell page.
         unsafe { self.at(self.layout.db).add(off as usize).cast() }
