@@ -31,15 +31,20 @@ use crate::habits::{
     human_count, human_us, interrupted, parse_count, parse_device, parse_size, Device, Interrupted,
     Output, Progress, Unit,
 };
+use crate::passthrough_args::PassthroughArgs;
 use crate::Res;
 
-const BS: usize = 4096;
+pub(crate) const BS: usize = 4096;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// The gpunvme controller: a PCI address (0000:01:00.0 or 01:00.0),
-    /// /dev/gpunvmeN or gpunvmeN. Without it (and without --owner) only
-    /// --block-device is measured.
+    /// /dev/gpunvmeN or gpunvmeN; or a namespace the kernel drives
+    /// (/dev/ngXnY, /dev/nvmeXnY, a partition) through the passthrough back
+    /// end, measured in the same run beside the kernel's own O_DIRECT
+    /// io_uring on the same blocks (its block device, unless
+    /// --block-device names another). Without DEVICE (and without --owner)
+    /// only --block-device is measured.
     #[arg(value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<Device>,
     /// Also (or, without DEVICE, only) measure this kernel nvme block
@@ -47,6 +52,15 @@ pub struct BenchArgs {
     /// per queue-pair thread, in each --kernel-mode.
     #[arg(long, value_name = "DEV")]
     pub block_device: Option<PathBuf>,
+    /// With a kernel namespace as DEVICE, also run fio (fio's own
+    /// io_uring_cmd engine, NVMe passthrough on the same /dev/ngXnY and
+    /// blocks, polled like --kernel-mode poll when the namespace has poll
+    /// queues) as a baseline nobody here wrote. FIO is the fio binary to
+    /// run (default: fio on PATH).
+    #[arg(long, value_name = "FIO", num_args = 0..=1, default_missing_value = "fio")]
+    pub fio: Option<PathBuf>,
+    #[command(flatten)]
+    pub passthrough: PassthroughArgs,
     /// How the kernel side completes: irq (interrupts), poll
     /// (IORING_SETUP_IOPOLL; needs nvme.ko loaded with poll_queues=N, else
     /// its cells are skipped with the reason). Ratios are published against
@@ -63,14 +77,10 @@ pub struct BenchArgs {
     /// checking relay costs.
     #[arg(long)]
     pub owner: bool,
-    /// Namespace ID on the gpunvme controller.
-    #[arg(
-        short = 'n',
-        long = "namespace-id",
-        value_name = "NSID",
-        default_value_t = 1
-    )]
-    pub nsid: u32,
+    /// Namespace ID on the gpunvme controller (default: the node's
+    /// namespace, else 1).
+    #[arg(short = 'n', long = "namespace-id", value_name = "NSID")]
+    pub nsid: Option<u32>,
     /// Read randomly within the first SIZE bytes of the namespace/device
     /// (4k, 16M, 1G, ...; default: all of it, at most 1 GiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -112,29 +122,29 @@ pub enum KernelMode {
 }
 
 #[derive(Debug, Clone, Serialize)]
-struct Cell {
-    qpairs: u32,
-    qd: u32,
-    ops: u64,
-    seconds: f64,
-    iops: f64,
-    mib_per_s: f64,
-    lat_us_p50: f64,
-    lat_us_p99: f64,
-    lat_us_p999: f64,
-    lat_us_max: f64,
-    lat_us_mean: f64,
+pub(crate) struct Cell {
+    pub(crate) qpairs: u32,
+    pub(crate) qd: u32,
+    pub(crate) ops: u64,
+    pub(crate) seconds: f64,
+    pub(crate) iops: f64,
+    pub(crate) mib_per_s: f64,
+    pub(crate) lat_us_p50: f64,
+    pub(crate) lat_us_p99: f64,
+    pub(crate) lat_us_p999: f64,
+    pub(crate) lat_us_max: f64,
+    pub(crate) lat_us_mean: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    skipped: Option<String>,
+    pub(crate) skipped: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
-struct Run {
-    target: &'static str,
-    device: String,
-    method: String,
-    range_bytes: u64,
-    results: Vec<Cell>,
+pub(crate) struct Run {
+    pub(crate) target: &'static str,
+    pub(crate) device: String,
+    pub(crate) method: String,
+    pub(crate) range_bytes: u64,
+    pub(crate) results: Vec<Cell>,
 }
 
 #[derive(Clone, Copy)]
@@ -209,7 +219,7 @@ fn cell(qpairs: u32, qd: u32, lat: &Lat, secs: f64) -> Cell {
     }
 }
 
-fn skipped(qpairs: u32, qd: u32, why: String) -> Cell {
+pub(crate) fn skipped(qpairs: u32, qd: u32, why: String) -> Cell {
     let mut c = cell(qpairs, qd, &Lat::new(), 0.0);
     c.iops = 0.0;
     c.skipped = Some(why);
@@ -280,7 +290,7 @@ fn gpunvme_worker(
 }
 
 /// Each worker's own LBA sequence: distinct per thread, fixed by --seed.
-fn worker_seed(a: &BenchArgs, i: u64) -> u64 {
+pub(crate) fn worker_seed(a: &BenchArgs, i: u64) -> u64 {
     a.randseed
         .wrapping_mul(0x9E37_79B9_7F4A_7C15)
         .wrapping_add(i + 1)
@@ -330,28 +340,42 @@ fn range_bytes(a: &BenchArgs, capacity: u64) -> u64 {
 }
 
 const TARGET_SHARED: &str = "gpunvme";
+const TARGET_PT: &str = "passthrough";
+pub(crate) const TARGET_FIO: &str = "fio-io_uring_cmd";
 const TARGET_RAW: &str = "gpunvme-raw";
 const TARGET_KERNEL_IRQ: &str = "kernel-irq";
 const TARGET_KERNEL_POLL: &str = "kernel-poll";
 const TARGET_KERNEL_PREAD: &str = "kernel-pread";
 
+/// The kernel's own path to the blocks a passthrough run read: the
+/// window's block device and the byte offset of the window in it, and the
+/// namespace's generic device with the window's byte offset there (fio).
+struct Baseline {
+    block_device: PathBuf,
+    offset: u64,
+    ng: PathBuf,
+    ng_offset: u64,
+    polled: bool,
+}
+
 fn gpunvme_run(
     sysfs: &gpunvme::sysfs::Sysfs,
     a: &BenchArgs,
     mode: Mode,
-) -> Result<Run, Box<dyn std::error::Error>> {
+) -> Result<(Run, Option<Baseline>), Box<dyn std::error::Error>> {
     let dev = a
         .device
         .as_ref()
         .ok_or("bench --owner measures a gpunvme controller: name it (DEVICE) first")?;
-    let ctrl = Arc::new(crate::blockio::open(sysfs, dev)?);
+    let ctrl = Arc::new(crate::blockio::open_io(sysfs, dev, &a.passthrough)?);
     let mode = crate::blockio::mode_for(&ctrl, mode == Mode::Raw, "bench")?;
     let info = ctrl.info()?;
+    let nsid = a.nsid.or(info.node_nsid).unwrap_or(1);
     let ns = *info
         .namespaces
         .iter()
-        .find(|n| n.nsid == a.nsid)
-        .ok_or_else(|| format!("no namespace {} on {}", a.nsid, info.bdf))?;
+        .find(|n| n.nsid == nsid)
+        .ok_or_else(|| format!("no namespace {nsid} on {}", info.bdf))?;
     let lba_size = ns.lba_size as u64;
     if lba_size > BS as u64 {
         return Err(format!("LBA size {lba_size} is larger than the 4 KiB read size").into());
@@ -361,15 +385,36 @@ fn gpunvme_run(
     if blocks4k == 0 {
         return Err("namespace smaller than 4 KiB".into());
     }
+    let pt = ctrl.passthrough().cloned();
+    let baseline = pt.as_ref().and_then(|d| {
+        let r = d.window_claim()?;
+        let w = d.window();
+        let (block_device, offset) = match &r.partition {
+            Some(p) => (PathBuf::from("/dev").join(p), 0),
+            None => (PathBuf::from("/dev").join(&r.disk), w.start * lba_size),
+        };
+        Some(Baseline {
+            block_device,
+            offset,
+            ng: PathBuf::from(format!(
+                "/dev/ng{}",
+                r.disk.strip_prefix("nvme").unwrap_or_default()
+            )),
+            ng_offset: w.start * lba_size,
+            polled: d.polled(),
+        })
+    });
     let mut results = Vec::new();
     let mut bar = Progress::new("bench", cells(a), Unit::Items);
+    let name = if pt.is_some() {
+        TARGET_PT
+    } else {
+        mode_name(mode)
+    };
     for &qpairs in &a.qpairs {
         for &qd in &a.qd {
             check_interrupt(&results)?;
-            bar.set_what(format!(
-                "bench {} {qpairs} qpair(s) QD {qd}",
-                mode_name(mode)
-            ));
+            bar.set_what(format!("bench {name} {qpairs} qpair(s) QD {qd}"));
             bar.set(results.len() as u64);
             if qpairs > info.io_queues {
                 results.push(skipped(
@@ -390,31 +435,55 @@ fn gpunvme_run(
             let stop = stop_for(a, qpairs);
             results.push(run_cell(qpairs, qd, qpairs as usize, |i| {
                 let seed = worker_seed(a, i as u64);
-                gpunvme_worker(&ctrl, a.nsid, lba_size, blocks4k, qd, stop, seed, mode)
+                gpunvme_worker(&ctrl, nsid, lba_size, blocks4k, qd, stop, seed, mode)
             })?);
         }
     }
     check_interrupt(&results)?;
-    let (target, method) = match mode {
-        Mode::Shared => (
+    let (target, method) = match (&pt, mode) {
+        (Some(d), _) => (
+            TARGET_PT,
+            format!(
+                "gpunvme passthrough back end on {} (no module): shadow queue pairs driven from \
+                 this process, polled, one thread per queue pair; a relay thread of the library \
+                 checks each SQE and submits it with io_uring NVME_URING_CMD_IO on the \
+                 namespace's /dev/ngXnY ({}), mirroring the completions",
+                ctrl.path().display(),
+                if d.polled() {
+                    "IORING_SETUP_IOPOLL on the driver's poll queues"
+                } else {
+                    "interrupt completions: the namespace has no poll queues"
+                }
+            ),
+        ),
+        (None, Mode::Shared) => (
             TARGET_SHARED,
             "gpunvme shared queue pairs mapped into this process, polled, one thread per queue \
              pair; a module thread per pair checks each SQE of the shadow SQ, copies it into the \
-             real SQ, rings the doorbell and mirrors the CQEs",
+             real SQ, rings the doorbell and mirrors the CQEs"
+                .to_string(),
         ),
-        Mode::Raw => (
+        (None, Mode::Raw) => (
             TARGET_RAW,
             "gpunvme raw queue pairs (owner mode, GPUNVME_QPAIR_RAW) mapped into this process, \
-             polled, one thread per queue pair: the real SQ, CQ and doorbells",
+             polled, one thread per queue pair: the real SQ, CQ and doorbells"
+                .to_string(),
         ),
     };
-    Ok(Run {
-        target,
-        device: info.bdf.clone(),
-        method: method.into(),
-        range_bytes: range,
-        results,
-    })
+    Ok((
+        Run {
+            target,
+            device: if pt.is_some() {
+                ctrl.path().display().to_string()
+            } else {
+                info.bdf.clone()
+            },
+            method,
+            range_bytes: range,
+            results,
+        },
+        baseline,
+    ))
 }
 
 /// Cells of one run's matrix.
@@ -430,7 +499,7 @@ fn mode_name(m: Mode) -> &'static str {
 }
 
 /// After Ctrl-C: the cell that was running has reaped its reads; stop.
-fn check_interrupt(done: &[Cell]) -> Result<(), Interrupted> {
+pub(crate) fn check_interrupt(done: &[Cell]) -> Result<(), Interrupted> {
     if interrupted() {
         return Err(Interrupted(format!(
             "bench stopped after {} cell(s) (every read in flight was reaped)",
@@ -505,6 +574,7 @@ fn push_read(
 /// `submit_and_wait` polls the driver's poll queue instead of sleeping.
 fn uring_worker(
     fd: i32,
+    base: u64,
     blocks4k: u64,
     qd: u32,
     stop: Stop,
@@ -524,7 +594,7 @@ fn uring_worker(
         if stop.done(issued) {
             break;
         }
-        let off = (rng.next() % blocks4k) * BS as u64;
+        let off = base + (rng.next() % blocks4k) * BS as u64;
         t0[slot] = Instant::now();
         push_read(&mut ring, fd, &buf, slot, off)?;
         issued += 1;
@@ -558,7 +628,7 @@ fn uring_worker(
             }
             lat.record(now - t0[slot]);
             if failure.is_none() && !stop.done(issued) {
-                let off = (rng.next() % blocks4k) * BS as u64;
+                let off = base + (rng.next() % blocks4k) * BS as u64;
                 t0[slot] = Instant::now();
                 push_read(&mut ring, fd, &buf, slot, off)?;
                 issued += 1;
@@ -572,7 +642,14 @@ fn uring_worker(
 }
 
 /// The pread fallback: qd x qpairs synchronous threads.
-fn pread_cell(a: &BenchArgs, fd: i32, blocks4k: u64, qpairs: u32, qd: u32) -> Result<Cell, String> {
+fn pread_cell(
+    a: &BenchArgs,
+    fd: i32,
+    base: u64,
+    blocks4k: u64,
+    qpairs: u32,
+    qd: u32,
+) -> Result<Cell, String> {
     let threads = qpairs * qd;
     let stop = Stop {
         deadline: a
@@ -588,7 +665,7 @@ fn pread_cell(a: &BenchArgs, fd: i32, blocks4k: u64, qpairs: u32, qd: u32) -> Re
         let mut lat = Lat::new();
         let mut n = 0u64;
         while !stop.done(n) && !failed.load(Ordering::Relaxed) {
-            let off = (rng.next() % blocks4k) * BS as u64;
+            let off = base + (rng.next() % blocks4k) * BS as u64;
             let t0 = Instant::now();
             // SAFETY: buf is BS bytes, ours; fd is open; pread is synchronous.
             let r = unsafe { libc::pread(fd, buf.block(0).cast(), BS, off as libc::off_t) };
@@ -635,6 +712,7 @@ fn poll_queues_missing(dev: &std::path::Path) -> Option<String> {
 fn kernel_run(
     a: &BenchArgs,
     dev: &PathBuf,
+    base: u64,
     mode: Option<KernelMode>,
 ) -> Result<Run, Box<dyn std::error::Error>> {
     use std::os::fd::AsRawFd;
@@ -646,10 +724,10 @@ fn kernel_run(
     let fd = f.as_raw_fd();
     // SAFETY: plain lseek on our descriptor.
     let size = unsafe { libc::lseek(fd, 0, libc::SEEK_END) };
-    if size < BS as i64 {
-        return Err(format!("{}: size {size}", dev.display()).into());
+    if size < BS as i64 || base % BS as u64 != 0 || base >= size as u64 {
+        return Err(format!("{}: size {size}, window at byte {base}", dev.display()).into());
     }
-    let range = range_bytes(a, size as u64);
+    let range = range_bytes(a, size as u64 - base);
     let blocks4k = range / BS as u64;
     // Without poll queues IOPOLL reads would complete by interrupt: say so
     // and skip instead of publishing an interrupt figure as a polled one.
@@ -676,10 +754,10 @@ fn kernel_run(
                 Some(m) => {
                     let stop = stop_for(a, qpairs);
                     run_cell(qpairs, qd, qpairs as usize, |i| {
-                        uring_worker(fd, blocks4k, qd, stop, worker_seed(a, i as u64), m)
+                        uring_worker(fd, base, blocks4k, qd, stop, worker_seed(a, i as u64), m)
                     })
                 }
-                None => pread_cell(a, fd, blocks4k, qpairs, qd),
+                None => pread_cell(a, fd, base, blocks4k, qpairs, qd),
             };
             // A mode the driver cannot do is a skipped cell with its reason,
             // not a failed bench: the other modes still run.
@@ -777,15 +855,15 @@ macro_rules! outln {
 /// kernel/gpunvme (above 1: gpunvme is ahead).
 fn kernel_ratios(g: &Run, k: &Run, show: bool) -> Vec<serde_json::Value> {
     outln!(show);
-    outln!(show, "gpunvme against {} ({})", k.target, k.method);
+    outln!(show, "{} against {} ({})", g.target, k.target, k.method);
     outln!(
         show,
         "{:>7} {:>4} {:>22} {:>22} {:>22}",
         "QPAIRS",
         "QD",
-        "IOPS gpunvme/kernel",
-        "P50 kernel/gpunvme",
-        "P99 kernel/gpunvme"
+        "IOPS ours/theirs",
+        "P50 theirs/ours",
+        "P99 theirs/ours"
     );
     let mut out = Vec::new();
     for (cg, ck) in matched(g, k) {
@@ -861,15 +939,31 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
     if want_gpunvme && a.device.is_none() {
         return Err("bench: name the gpunvme controller first (DEVICE), or measure a kernel device alone with --block-device".into());
     }
-    // JSON order: gpunvme (shared), kernel modes, then gpunvme-raw.
+    // JSON order: gpunvme (shared) or passthrough, kernel modes, fio,
+    // then gpunvme-raw.
     let mut runs = Vec::new();
+    let mut baseline = None;
     if want_gpunvme {
-        runs.push(gpunvme_run(sysfs, a, Mode::Shared)?);
+        let (run, b) = gpunvme_run(sysfs, a, Mode::Shared)?;
+        runs.push(run);
+        baseline = b;
         if show {
             print_run(runs.last().unwrap());
         }
     }
-    if let Some(dev) = &a.block_device {
+    if a.fio.is_some() && baseline.is_none() {
+        return Err(
+            "bench --fio: name a kernel namespace (/dev/ngXnY, a partition) as DEVICE".into(),
+        );
+    }
+    // A passthrough run is compared with the kernel's own path to the same
+    // blocks: its window's block device, unless --block-device says.
+    let kernel_dev = match (&a.block_device, &baseline) {
+        (Some(d), _) => Some((d.clone(), 0)),
+        (None, Some(b)) => Some((b.block_device.clone(), b.offset)),
+        (None, None) => None,
+    };
+    if let Some((dev, base)) = &kernel_dev {
         let modes: Vec<Option<KernelMode>> = if a.pread {
             vec![None]
         } else {
@@ -879,27 +973,43 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
             if !runs.is_empty() {
                 outln!(show);
             }
-            runs.push(kernel_run(a, dev, m)?);
+            runs.push(kernel_run(a, dev, *base, m)?);
             if show {
                 print_run(runs.last().unwrap());
             }
         }
     }
+    if let (Some(fio), Some(b)) = (&a.fio, &baseline) {
+        outln!(show);
+        runs.push(crate::fio::run(
+            a,
+            fio,
+            &b.ng,
+            b.ng_offset,
+            b.polled,
+            runs[0].range_bytes,
+        )?);
+        if show {
+            print_run(runs.last().unwrap());
+        }
+    }
     // Published ratios are against the polled kernel (both sides busy-poll);
     // the interrupt-mode ones are reported beside them.
-    let ratio_vs = |target| match (find(&runs, TARGET_SHARED), find(&runs, target)) {
+    let ours = find(&runs, TARGET_SHARED).or_else(|| find(&runs, TARGET_PT));
+    let ratio_vs = |target| match (ours, find(&runs, target)) {
         (Some(g), Some(k)) => Some(kernel_ratios(g, k, show)),
         _ => None,
     };
     let ratios = ratio_vs(TARGET_KERNEL_POLL);
     let ratios_irq = ratio_vs(TARGET_KERNEL_IRQ);
     let ratios_pread = ratio_vs(TARGET_KERNEL_PREAD);
+    let ratios_fio = ratio_vs(TARGET_FIO);
     let mut owner = Vec::new();
     if a.owner {
         outln!(show);
         // A file of its own, claimed as owner once the shared run's file
         // (and its queue pairs) are gone; closed at the end of the run.
-        runs.push(gpunvme_run(sysfs, a, Mode::Raw)?);
+        runs.push(gpunvme_run(sysfs, a, Mode::Raw)?.0);
         if show {
             print_run(runs.last().unwrap());
         }
@@ -923,6 +1033,9 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
         }
         if let Some(r) = ratios_pread {
             v["ratios_kernel_pread"] = json!(r);
+        }
+        if let Some(r) = ratios_fio {
+            v["ratios_fio"] = json!(r);
         }
         if a.owner {
             v["owner_ratios"] = json!(owner);

@@ -5,8 +5,10 @@
 
 mod bench;
 mod blockio;
+mod fio;
 mod gpu_run;
 pub mod habits;
+mod passthrough_args;
 mod sriov;
 
 use std::path::PathBuf;
@@ -62,9 +64,15 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// List NVMe controllers (PCI class 0x010802): address, IDs, driver,
-    /// driver_override, and the gpunvme nodes or nvme namespaces.
-    #[command(after_help = examples("  gpunvme list\n  gpunvme list -o json"))]
+    /// driver_override, and the gpunvme nodes or nvme namespaces; then every
+    /// namespace the kernel drives (PCIe or NVMe over Fabrics) and whether
+    /// read, write, verify, bench and gpu-run can use it through io_uring
+    /// passthrough (whole, or which partitions), and why not.
+    #[command(after_help = examples("  gpunvme list\n  gpunvme list -o json\n  gpunvme list --namespaces -o json  # the kernel namespaces alone"))]
     List {
+        /// Only the kernel's namespaces (with -o json: that list).
+        #[arg(long)]
+        namespaces: bool,
         #[command(flatten)]
         out: Output,
     },
@@ -271,7 +279,7 @@ fn run(cli: Cli) -> Res {
         habits::catch_sigint();
     }
     match cli.cmd {
-        Cmd::List { out } => list(&sysfs, out.json()),
+        Cmd::List { namespaces, out } => list(&sysfs, namespaces, out.json()),
         Cmd::Info { device, out } => info(&sysfs, &device, out.json()),
         Cmd::Bind { device } => {
             let bdf = habits::device_bdf(&sysfs, &device)?;
@@ -326,7 +334,16 @@ fn run(cli: Cli) -> Res {
     }
 }
 
-fn list(sysfs: &Sysfs, json: bool) -> Res {
+fn list(sysfs: &Sysfs, namespaces_only: bool, json: bool) -> Res {
+    if namespaces_only {
+        let c = gpunvme::passthrough::list(sysfs);
+        if json {
+            println!("{}", serde_json::to_string_pretty(&c)?);
+        } else {
+            print_namespaces(&c);
+        }
+        return Ok(());
+    }
     let ctrls = sysfs.list()?;
     if json {
         println!("{}", serde_json::to_string_pretty(&ctrls)?);
@@ -337,12 +354,12 @@ fn list(sysfs: &Sysfs, json: bool) -> Res {
             "no NVMe controllers (PCI class 0x010802) under {}",
             sysfs.root().display()
         );
-        return Ok(());
+    } else {
+        println!(
+            "{:<14} {:<9} {:<10} {:<10} USE",
+            "BDF", "ID", "DRIVER", "OVERRIDE"
+        );
     }
-    println!(
-        "{:<14} {:<9} {:<10} {:<10} USE",
-        "BDF", "ID", "DRIVER", "OVERRIDE"
-    );
     for c in &ctrls {
         println!(
             "{:<14} {:04x}:{:04x} {:<10} {:<10} {}",
@@ -354,7 +371,61 @@ fn list(sysfs: &Sysfs, json: bool) -> Res {
             usage(c)
         );
     }
+    let c = gpunvme::passthrough::list(sysfs);
+    if !c.is_empty() {
+        println!();
+        print_namespaces(&c);
+    }
     Ok(())
+}
+
+/// The kernel's namespaces and what the passthrough back end can do there.
+fn print_namespaces(list: &[gpunvme::passthrough::Candidate]) {
+    if list.is_empty() {
+        println!("no namespaces the kernel drives");
+        return;
+    }
+    println!("Namespaces the kernel drives (usable through io_uring passthrough: DEVICE /dev/ngXnY or a partition):");
+    for c in list {
+        let ns = &c.namespace;
+        let via: Vec<String> = ns
+            .controllers
+            .iter()
+            .map(|k| format!("{} {} {}", k.name, k.transport, k.address))
+            .collect();
+        println!(
+            "  {} ({}, nsid {}): {} blocks of {} bytes ({}) via {}",
+            ns.disk,
+            ns.ng.display(),
+            ns.nsid,
+            ns.capacity_lbas,
+            ns.lba_size,
+            human_bytes(ns.capacity_lbas * u64::from(ns.lba_size)),
+            if via.is_empty() {
+                "?".to_string()
+            } else {
+                via.join(", ")
+            }
+        );
+        match &c.whole {
+            Ok(()) => println!("    whole namespace: usable"),
+            Err(e) => println!("    whole namespace: no: {e}"),
+        }
+        for (name, r) in &c.partitions {
+            let p = ns.partitions.iter().find(|p| &p.name == name);
+            let at = p.map_or(String::new(), |p| {
+                format!(" (LBA {}, {} blocks)", p.start_lba, p.lbas)
+            });
+            match r {
+                Ok(()) => println!("    {name}{at}: usable (--partition /dev/{name})"),
+                Err(e) => println!("    {name}{at}: no: {e}"),
+            }
+        }
+        match &c.poll {
+            Ok(()) => println!("    completions: polled (poll queues)"),
+            Err(e) => println!("    completions: by interrupt ({e})"),
+        }
+    }
 }
 
 fn usage(c: &NvmeController) -> String {

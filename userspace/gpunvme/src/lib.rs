@@ -74,8 +74,8 @@ mod io;
 mod map;
 #[cfg(test)]
 mod model;
-pub mod pattern;
 pub mod passthrough;
+pub mod pattern;
 mod qpair;
 mod regs;
 mod status;

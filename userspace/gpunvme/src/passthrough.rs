@@ -142,19 +142,22 @@ fn cpus() -> usize {
 /// Whether this kernel can do io_uring NVMe passthrough: a ring with
 /// 128-byte SQEs and 32-byte CQEs that knows `IORING_OP_URING_CMD`.
 pub fn uring_support() -> std::result::Result<(), String> {
-    let ring = io_uring::IoUring::<io_uring::squeue::Entry128, io_uring::cqueue::Entry32>::builder()
-        .build(2)
-        .map_err(|e| {
-            format!(
+    let ring =
+        io_uring::IoUring::<io_uring::squeue::Entry128, io_uring::cqueue::Entry32>::builder()
+            .build(2)
+            .map_err(|e| {
+                format!(
                 "io_uring with 128-byte SQEs and 32-byte CQEs: {e} (needs Linux 5.19 or later with \
                  CONFIG_IO_URING, and io_uring not disabled by the kernel.io_uring_disabled sysctl)"
             )
-        })?;
+            })?;
     let mut probe = io_uring::Probe::new();
     if ring.submitter().register_probe(&mut probe).is_ok()
         && !probe.is_supported(io_uring::opcode::UringCmd80::CODE)
     {
-        return Err("this kernel's io_uring has no IORING_OP_URING_CMD (Linux 5.19 or later)".into());
+        return Err(
+            "this kernel's io_uring has no IORING_OP_URING_CMD (Linux 5.19 or later)".into(),
+        );
     }
     Ok(())
 }
@@ -254,7 +257,13 @@ pub fn open(device: &Path, opts: &Options) -> Result<Device> {
         threads,
         Some(resolved),
     )
-    .map_err(|e| Error::io("create the passthrough back end's memory (memfd)", device, e))
+    .map_err(|e| {
+        Error::io(
+            "create the passthrough back end's memory (memfd)",
+            device,
+            e,
+        )
+    })
 }
 
 /// A back end on a model namespace ([`ModelDisk`]): the whole relay (shadow
@@ -268,7 +277,11 @@ pub fn open_model(
     max_transfer: u64,
     relay_threads: usize,
 ) -> Result<Device> {
-    if window.start.checked_add(window.blocks).is_none_or(|e| e > disk.blocks) {
+    if window
+        .start
+        .checked_add(window.blocks)
+        .is_none_or(|e| e > disk.blocks)
+    {
         return Err(Error::Invalid(format!(
             "window {window:?} is not inside the model's {} blocks",
             disk.blocks

@@ -166,7 +166,11 @@ mod tests {
         assert!(!t.owns_page(0x7000_0000), "a host pointer names nothing");
         assert!(!t.owns_page(0));
         assert_eq!(t.translate(base + 0x1010, 16), Some((0x7000_1010, 0)));
-        assert_eq!(t.translate(base + 3 * PAGE - 8, 16), None, "runs off the end");
+        assert_eq!(
+            t.translate(base + 3 * PAGE - 8, 16),
+            None,
+            "runs off the end"
+        );
         assert_eq!(t.translate(Table::base(p), 8), None);
         // Freed slots are reused; the removed region names nothing.
         assert_eq!(t.remove(a).map(|r| r.host), Some(0x7000_0000));

@@ -35,9 +35,7 @@ fn parse_options(s: &str) -> Result<Options, String> {
             }
             "fixed" => o.fixed_buffers = v != "0",
             "threads" => {
-                o.relay_threads = v
-                    .parse()
-                    .map_err(|_| format!("threads={v}: a number"))?
+                o.relay_threads = v.parse().map_err(|_| format!("threads={v}: a number"))?
             }
             _ => return Err(format!("unknown option `{k}`")),
         }
@@ -53,16 +51,28 @@ fn open_model_spec(spec: &str, o: &Options) -> Result<Controller, String> {
         .split_once(':')
         .ok_or_else(|| format!("model:{spec}: expected model:BLOCKS:LBA_SIZE"))?;
     let (blocks, lba): (u64, usize) = (
-        b.parse().map_err(|_| format!("model: `{b}` is not a number of blocks"))?,
-        l.parse().map_err(|_| format!("model: `{l}` is not a block size"))?,
+        b.parse()
+            .map_err(|_| format!("model: `{b}` is not a number of blocks"))?,
+        l.parse()
+            .map_err(|_| format!("model: `{l}` is not a block size"))?,
     );
     if !(512..=4096).contains(&lba) || !lba.is_power_of_two() || blocks == 0 || blocks > 1 << 24 {
         return Err(format!("model:{spec}: 1..16M blocks of 512 to 4096 bytes"));
     }
     let disk = super::ModelDisk::with_data(blocks, lba);
-    let threads = if o.relay_threads == 0 { 2 } else { o.relay_threads };
-    let dev = super::open_model(disk, 1, super::Window { start: 0, blocks }, 128 << 10, threads)
-        .map_err(|e| e.to_string())?;
+    let threads = if o.relay_threads == 0 {
+        2
+    } else {
+        o.relay_threads
+    };
+    let dev = super::open_model(
+        disk,
+        1,
+        super::Window { start: 0, blocks },
+        128 << 10,
+        threads,
+    )
+    .map_err(|e| e.to_string())?;
     Controller::with_passthrough(dev).map_err(|e| e.to_string())
 }
 
@@ -210,10 +220,16 @@ mod tests {
     fn options_parse_and_refuse_what_they_do_not_know() {
         let o = parse_options("partition=/dev/nvme0n1p2, poll=off,fixed=0,threads=3").unwrap();
         assert_eq!(o.window, WindowSpec::Partition("/dev/nvme0n1p2".into()));
-        assert_eq!((o.poll, o.fixed_buffers, o.relay_threads), (PollMode::Off, false, 3));
+        assert_eq!(
+            (o.poll, o.fixed_buffers, o.relay_threads),
+            (PollMode::Off, false, 3)
+        );
         assert_eq!(
             parse_options("lba=8:16").unwrap().window,
-            WindowSpec::Lbas { start: 8, count: 16 }
+            WindowSpec::Lbas {
+                start: 8,
+                count: 16
+            }
         );
         assert!(parse_options("").is_ok());
         assert!(parse_options("poll=sometimes").is_err());
@@ -226,7 +242,8 @@ mod tests {
         let mut buf = [0 as c_char; 256];
         let dev = c"/dev/gpunvme0";
         // SAFETY: NUL-terminated strings, a 256-byte buffer.
-        let h = unsafe { gpunvme_pt_open(dev.as_ptr(), std::ptr::null(), buf.as_mut_ptr(), buf.len()) };
+        let h =
+            unsafe { gpunvme_pt_open(dev.as_ptr(), std::ptr::null(), buf.as_mut_ptr(), buf.len()) };
         assert!(h.is_null());
         // SAFETY: put_err NUL-terminated it.
         let msg = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();

@@ -470,8 +470,8 @@ mod tests {
             assert_eq!(run(&dw, &m), Err(Reject::Field), "flags {flags:#x}");
         }
         let cases: [(usize, u32); 5] = [
-            (4, 0x10000), // MPTR low
-            (5, 1),       // MPTR high
+            (4, 0x10000),  // MPTR low
+            (5, 1),        // MPTR high
             (12, 1 << 26), // PRINFO
             (14, 1),
             (15, 1),
@@ -505,7 +505,10 @@ mod tests {
         assert_eq!(run(&read(1000, 1, 0x10000, 0), &m), Err(Reject::LbaRange));
         // Absolute LBAs of the window are outside it, relative.
         assert_eq!(run(&read(5000, 1, 0x10000, 0), &m), Err(Reject::LbaRange));
-        assert_eq!(run(&read(u64::MAX, 1, 0x10000, 0), &m), Err(Reject::LbaRange));
+        assert_eq!(
+            run(&read(u64::MAX, 1, 0x10000, 0), &m),
+            Err(Reject::LbaRange)
+        );
         assert_eq!(
             run(&read(u64::MAX - 3, 8, 0x10000, 0), &m),
             Err(Reject::LbaRange),
@@ -514,7 +517,10 @@ mod tests {
         let mut wz = sqe(opcode::WRITE_ZEROES, 0, 1000, 0, 0);
         wz[12] |= 1 << 25;
         let z = run(&wz, &m).unwrap();
-        assert_eq!((z.slba, z.cdw12, z.data), (5000, (1 << 25) | 999, Data::None));
+        assert_eq!(
+            (z.slba, z.cdw12, z.data),
+            (5000, (1 << 25) | 999, Data::None)
+        );
         wz[10] = 1;
         assert_eq!(run(&wz, &m), Err(Reject::LbaRange));
         // DEAC is for Write Zeroes only.
@@ -561,7 +567,11 @@ mod tests {
         let apart = check(&read(0, 16, 0x1e000, 0x1f000), &limits(), &m, &mut s).unwrap();
         assert_eq!(apart.data, Data::Vectored { n: 2 });
         assert_eq!(
-            (s.iov[0].iov_base as u64, s.iov[0].iov_len, s.iov[1].iov_base as u64),
+            (
+                s.iov[0].iov_base as u64,
+                s.iov[0].iov_len,
+                s.iov[1].iov_base as u64
+            ),
             (0x7f00_0001_e000, 4096, 0x6000_0000)
         );
     }
@@ -636,7 +646,12 @@ mod tests {
         lim.window.blocks = 1 << 20;
         // 1025 blocks of 512 B: over the 512 KiB limit.
         assert_eq!(
-            check(&read(0, 1025, 0x10000, 0x80000), &lim, &m, &mut Scratch::default()),
+            check(
+                &read(0, 1025, 0x10000, 0x80000),
+                &lim,
+                &m,
+                &mut Scratch::default()
+            ),
             Err(Reject::Field)
         );
         assert_eq!(Reject::LbaRange.status(), 0x4080);

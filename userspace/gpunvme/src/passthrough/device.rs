@@ -425,8 +425,13 @@ impl Device {
         // The range must be mapped: madvise fails with ENOMEM where it is
         // not (the module's pin fails with EFAULT there).
         // SAFETY: MADV_NORMAL changes nothing about the memory.
-        if unsafe { libc::madvise(m.addr as *mut libc::c_void, m.len as usize, libc::MADV_NORMAL) }
-            != 0
+        if unsafe {
+            libc::madvise(
+                m.addr as *mut libc::c_void,
+                m.len as usize,
+                libc::MADV_NORMAL,
+            )
+        } != 0
         {
             return Err(libc::EFAULT);
         }

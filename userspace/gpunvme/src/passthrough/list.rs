@@ -34,7 +34,8 @@ fn reachable(ns: &KernelNamespace, uring: &Result<(), String>) -> Result<(), Str
     if !md.file_type().is_char_device() {
         return Err(format!("{} is not a character device", ns.ng.display()));
     }
-    let c = std::ffi::CString::new(ns.ng.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    let c =
+        std::ffi::CString::new(ns.ng.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: a NUL-terminated path.
     if unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK) } != 0 {
         return Err(format!(
@@ -42,7 +43,11 @@ fn reachable(ns: &KernelNamespace, uring: &Result<(), String>) -> Result<(), Str
             ns.ng.display()
         ));
     }
-    if let Some(c) = ns.controllers.iter().find(|c| c.state != "live" && !c.state.is_empty()) {
+    if let Some(c) = ns
+        .controllers
+        .iter()
+        .find(|c| c.state != "live" && !c.state.is_empty())
+    {
         return Err(format!("controller {} is {}, not live", c.name, c.state));
     }
     uring.clone()

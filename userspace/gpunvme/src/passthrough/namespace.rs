@@ -194,7 +194,10 @@ pub fn describe(sysfs: &Sysfs, disk: &str) -> Result<KernelNamespace> {
         )));
     }
     let nsid = read_u64(&dir.join("nsid"), "the namespace ID")? as u32;
-    let lba_size = read_u64(&dir.join("queue/logical_block_size"), "the logical block size")?;
+    let lba_size = read_u64(
+        &dir.join("queue/logical_block_size"),
+        "the logical block size",
+    )?;
     if !(512..=65536).contains(&lba_size) || !lba_size.is_power_of_two() {
         return Err(Error::Invalid(format!(
             "{disk}: logical block size {lba_size} is not a power of two from 512 to 64 KiB"
@@ -209,7 +212,10 @@ pub fn describe(sysfs: &Sysfs, disk: &str) -> Result<KernelNamespace> {
     // has its own queue (the one a command really goes through).
     let paths: Vec<String> = dir_names(&dir.join("multipath"));
     let (queues, ctrl_names): (Vec<String>, Vec<String>) = if paths.is_empty() {
-        (vec![disk.to_string()], controller_of(sys, disk).into_iter().collect())
+        (
+            vec![disk.to_string()],
+            controller_of(sys, disk).into_iter().collect(),
+        )
     } else {
         let ctrls = paths.iter().filter_map(|p| controller_of(sys, p)).collect();
         (paths.clone(), ctrls)
@@ -355,7 +361,10 @@ mod tests {
         assert!(ns.poll.as_ref().unwrap_err().contains("poll_queues"));
         assert_eq!(ns.controllers.len(), 1);
         assert_eq!(
-            (ns.controllers[0].transport.as_str(), ns.controllers[0].address.as_str()),
+            (
+                ns.controllers[0].transport.as_str(),
+                ns.controllers[0].address.as_str()
+            ),
             ("pcie", "0000:00:05.0")
         );
         assert_eq!(ns.partitions.len(), 2);
@@ -364,9 +373,16 @@ mod tests {
             (256, 8192),
             "512-byte sectors in 4 KiB blocks"
         );
-        assert_eq!(ns.partitions[1].start_lba, u64::MAX, "not on a block boundary");
+        assert_eq!(
+            ns.partitions[1].start_lba,
+            u64::MAX,
+            "not on a block boundary"
+        );
         assert_eq!(all(&s), vec!["nvme0n1".to_string()]);
-        assert!(describe(&s, "nvme9n9").unwrap_err().to_string().contains("nvme.ko"));
+        assert!(describe(&s, "nvme9n9")
+            .unwrap_err()
+            .to_string()
+            .contains("nvme.ko"));
         let _ = fs::remove_dir_all(&root);
     }
 }

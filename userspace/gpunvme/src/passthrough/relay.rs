@@ -193,9 +193,8 @@ impl Relay {
 
     /// Writes one mirror entry (status: the 15-bit field).
     fn post(&mut self, port: &impl Port, cid: u16, result: u64, status: u16) {
-        let dw3 = u32::from(cid)
-            | (u32::from(self.cq_phase) << 16)
-            | (u32::from(status & 0x7fff) << 17);
+        let dw3 =
+            u32::from(cid) | (u32::from(self.cq_phase) << 16) | (u32::from(status & 0x7fff) << 17);
         let sq = (self.sq_head & 0xffff) | (u32::from(self.qid) << 16);
         port.mirror_cqe(
             self.cq_tail,
@@ -395,7 +394,10 @@ mod tests {
         if op == 0x7f {
             return (Err(Reject::Opcode), 1);
         }
-        let w = Window { start: 0, blocks: 1 };
+        let w = Window {
+            start: 0,
+            blocks: 1,
+        };
         (
             Ok(Checked {
                 opcode: op,

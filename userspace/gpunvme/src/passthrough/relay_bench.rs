@@ -66,7 +66,7 @@ pub struct Config {
     pub depth: u32,
     /// Timed window.
     pub seconds: f64,
-    /// Relay and client on two threads ([`Mode`] "cross").
+    /// Relay and client on two threads (mode "cross").
     pub cross: bool,
 }
 
@@ -146,7 +146,14 @@ fn sqe(op: u8, nsid: u32, slba: u64, blocks: u32, prp1: u64, prp2: u64) -> [u32;
 fn templates(mix: Mix, nsid: u32, payload: u64, list: u64) -> Vec<Template> {
     let ok = |sqe| Template { sqe, status: 0 };
     let r4 = ok(sqe(0x02, nsid, 8, 8, payload + 5 * PAGE, 0));
-    let r8 = ok(sqe(0x02, nsid, 64, 16, payload + 9 * PAGE, payload + 10 * PAGE));
+    let r8 = ok(sqe(
+        0x02,
+        nsid,
+        64,
+        16,
+        payload + 9 * PAGE,
+        payload + 10 * PAGE,
+    ));
     let r128 = ok(sqe(0x02, nsid, 256, 256, payload + 16 * PAGE, list));
     match mix {
         Mix::Read4k => vec![r4],
@@ -204,7 +211,9 @@ impl Client {
             e[0] |= u32::from(cid) << 16;
             for (i, w) in e.iter().enumerate() {
                 // SAFETY: tail < depth, the SQ holds depth entries.
-                unsafe { std::ptr::write_volatile(self.sq.add(self.tail as usize * 16 + i), w.to_le()) };
+                unsafe {
+                    std::ptr::write_volatile(self.sq.add(self.tail as usize * 16 + i), w.to_le())
+                };
             }
             self.inflight[cid as usize] = Some(t);
             self.tail = (self.tail + 1) % self.depth;
@@ -268,7 +277,15 @@ fn relay_pass(p: &mut Pair, i: u32, table: &Table, sub: &mut ModelSubmit, dones:
     let lim = p.limits;
     p.relay.step(&p.mem, i, sub, &p.counters, |sqe, scratch| {
         (
-            check(sqe, &lim, &Reach { table, qid: lim.qid }, scratch),
+            check(
+                sqe,
+                &lim,
+                &Reach {
+                    table,
+                    qid: lim.qid,
+                },
+                scratch,
+            ),
             check_cost(sqe, &lim),
         )
     });
@@ -316,7 +333,11 @@ pub fn run(cfg: &Config) -> Outcome {
         // it): the 31 pages after PRP1's.
         for k in 0..31 {
             // SAFETY: inside the pool (depth x 32 entries, 8 bytes each).
-            unsafe { pool.cast::<u64>().add(k as usize).write(iova + (17 + k) * PAGE) };
+            unsafe {
+                pool.cast::<u64>()
+                    .add(k as usize)
+                    .write(iova + (17 + k) * PAGE)
+            };
         }
         let templates = templates(cfg.mix, nsid, iova, pool_iova);
         let lim = Limits {
@@ -330,21 +351,21 @@ pub fn run(cfg: &Config) -> Outcome {
             qid,
         };
         clients.push(Client {
-                sq: sq.cast(),
-                cq: cq.cast(),
-                db: db.cast(),
-                depth: cfg.depth,
-                tail: 0,
-                head: 0,
-                phase: 1,
-                outstanding: 0,
-                next: 0,
-                inflight: vec![None; cfg.depth as usize],
-                free: (0..(cfg.depth - 1) as u16).rev().collect(),
-                templates,
-                completed: 0,
-                rejected: 0,
-                failures: 0,
+            sq: sq.cast(),
+            cq: cq.cast(),
+            db: db.cast(),
+            depth: cfg.depth,
+            tail: 0,
+            head: 0,
+            phase: 1,
+            outstanding: 0,
+            next: 0,
+            inflight: vec![None; cfg.depth as usize],
+            free: (0..(cfg.depth - 1) as u16).rev().collect(),
+            templates,
+            completed: 0,
+            rejected: 0,
+            failures: 0,
         });
         pairs.push(Pair {
             relay: Relay::new(qid, cfg.depth),
@@ -464,7 +485,11 @@ mod tests {
             assert!(o.ok(), "{}", describe(&o));
             assert!(o.commands > 0, "{}", describe(&o));
             if c.mix == Mix::Mixed {
-                assert!(o.rejected > 0 && o.rejected < o.commands, "{}", describe(&o));
+                assert!(
+                    o.rejected > 0 && o.rejected < o.commands,
+                    "{}",
+                    describe(&o)
+                );
             } else {
                 assert_eq!(o.rejected, 0, "{}", describe(&o));
             }

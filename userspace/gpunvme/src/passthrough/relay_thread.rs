@@ -74,8 +74,7 @@ impl TableCell {
 }
 
 /// Makes one thread's submitter (in that thread).
-pub(crate) type MakeSubmit =
-    Arc<dyn Fn() -> std::io::Result<Box<dyn Submit + Send>> + Send + Sync>;
+pub(crate) type MakeSubmit = Arc<dyn Fn() -> std::io::Result<Box<dyn Submit + Send>> + Send + Sync>;
 
 #[derive(Default)]
 struct CtlState {
@@ -335,16 +334,38 @@ fn run(
             let shared = &s.shared;
             let lim = &shared.limits;
             let (tab_ref, gen_ref) = (&mut tab, &mut gen);
-            progress |= s.relay.step(&shared.mem, pi as u32, &mut *sub, &shared.counters, |sqe, scratch| {
-                let mut r = check(sqe, lim, &Reach { table: tab_ref, qid: lim.qid }, scratch);
-                // A buffer registered after this pass took its table: look
-                // again with the new one before refusing.
-                if r == Err(Reject::Field) && table.generation() != *gen_ref {
-                    (*tab_ref, *gen_ref) = table.snapshot();
-                    r = check(sqe, lim, &Reach { table: tab_ref, qid: lim.qid }, scratch);
-                }
-                (r, check_cost(sqe, lim))
-            });
+            progress |= s.relay.step(
+                &shared.mem,
+                pi as u32,
+                &mut *sub,
+                &shared.counters,
+                |sqe, scratch| {
+                    let mut r = check(
+                        sqe,
+                        lim,
+                        &Reach {
+                            table: tab_ref,
+                            qid: lim.qid,
+                        },
+                        scratch,
+                    );
+                    // A buffer registered after this pass took its table: look
+                    // again with the new one before refusing.
+                    if r == Err(Reject::Field) && table.generation() != *gen_ref {
+                        (*tab_ref, *gen_ref) = table.snapshot();
+                        r = check(
+                            sqe,
+                            lim,
+                            &Reach {
+                                table: tab_ref,
+                                qid: lim.qid,
+                            },
+                            scratch,
+                        );
+                    }
+                    (r, check_cost(sqe, lim))
+                },
+            );
             let ns = t0.elapsed().as_nanos() as u64;
             let c = &shared.counters.relay_ns;
             c.store(c.load(Ordering::Relaxed) + ns, Ordering::Relaxed);

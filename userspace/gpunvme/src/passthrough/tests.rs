@@ -59,19 +59,32 @@ fn io_writes_and_reads_every_byte_through_the_relay_at_window_offsets() {
     let on_disk = disk.read_bytes((WIN.start + lba) as usize * LBA, bytes);
     assert!(pattern::first_mismatch(77, lba, LBA, &on_disk).is_none());
     // Nothing before the window's start was touched.
-    assert!(disk.read_bytes(0, WIN.start as usize * LBA).iter().all(|&b| b == 0));
+    assert!(disk
+        .read_bytes(0, WIN.start as usize * LBA)
+        .iter()
+        .all(|&b| b == 0));
     let mut buf = buf;
     buf.as_mut_slice().fill(0xa5);
     let buf = io.read(lba, n, buf, 0).unwrap();
     assert!(pattern::first_mismatch(77, lba, LBA, &buf.as_slice()[..bytes]).is_none());
     for (op, slba, _) in disk.log() {
         if op == opcode::READ || op == opcode::WRITE {
-            assert!((WIN.start..WIN.start + WIN.blocks).contains(&slba), "absolute LBA {slba}");
+            assert!(
+                (WIN.start..WIN.start + WIN.blocks).contains(&slba),
+                "absolute LBA {slba}"
+            );
         }
     }
-    let c = ctrl.passthrough().unwrap().counters(io.qpair().qid()).unwrap();
+    let c = ctrl
+        .passthrough()
+        .unwrap()
+        .counters(io.qpair().qid())
+        .unwrap();
     assert_eq!(c.get("sqes_rejected"), Some(0));
-    assert!(c.get("sqes_accepted").unwrap() >= 5, "2 writes, a flush, 2 reads");
+    assert!(
+        c.get("sqes_accepted").unwrap() >= 5,
+        "2 writes, a flush, 2 reads"
+    );
 }
 
 /// Submits `sqe` raw on `qp` and returns its completion status.
@@ -93,35 +106,123 @@ fn commands_outside_the_window_or_the_rules_never_reach_the_kernel() {
     let pool = qp.memory().prp_dma;
     let prp = |p1| Prp { prp1: p1, prp2: 0 };
     let bad: Vec<(&str, Sqe, u8)> = vec![
-        ("read past the window's last block", Sqe::read(NSID, WIN.blocks, 1, prp(page)), 0x80),
-        ("read straddling the window's end", Sqe::read(NSID, WIN.blocks - 2, 4, prp(page)), 0x80),
-        ("write at the window's absolute start", Sqe::write(NSID, WIN.start + WIN.blocks, 1, prp(page)), 0x80),
-        ("write zeroes past the end", Sqe::write_zeroes(NSID, WIN.blocks - 1, 2), 0x80),
-        ("another namespace", Sqe::read(NSID + 1, 0, 1, prp(page)), 0x0b),
-        ("an unregistered address", Sqe::read(NSID, 0, 1, prp(0x1000)), 0x02),
-        ("a host pointer", Sqe::read(NSID, 0, 1, prp(buf.as_slice().as_ptr() as u64)), 0x02),
-        ("data into the PRP pool", Sqe::read(NSID, 0, 1, prp(pool)), 0x02),
-        ("a list outside the pool", Sqe::read(NSID, 0, 24, Prp { prp1: page, prp2: buf.dma_addrs()[1] + 8 }), 0x02),
-        ("Compare", { let mut s = Sqe::read(NSID, 0, 1, prp(page)); s.dw[0] = (s.dw[0] & !0xff) | 0x05; s }, 0x01),
+        (
+            "read past the window's last block",
+            Sqe::read(NSID, WIN.blocks, 1, prp(page)),
+            0x80,
+        ),
+        (
+            "read straddling the window's end",
+            Sqe::read(NSID, WIN.blocks - 2, 4, prp(page)),
+            0x80,
+        ),
+        (
+            "write at the window's absolute start",
+            Sqe::write(NSID, WIN.start + WIN.blocks, 1, prp(page)),
+            0x80,
+        ),
+        (
+            "write zeroes past the end",
+            Sqe::write_zeroes(NSID, WIN.blocks - 1, 2),
+            0x80,
+        ),
+        (
+            "another namespace",
+            Sqe::read(NSID + 1, 0, 1, prp(page)),
+            0x0b,
+        ),
+        (
+            "an unregistered address",
+            Sqe::read(NSID, 0, 1, prp(0x1000)),
+            0x02,
+        ),
+        (
+            "a host pointer",
+            Sqe::read(NSID, 0, 1, prp(buf.as_slice().as_ptr() as u64)),
+            0x02,
+        ),
+        (
+            "data into the PRP pool",
+            Sqe::read(NSID, 0, 1, prp(pool)),
+            0x02,
+        ),
+        (
+            "a list outside the pool",
+            Sqe::read(
+                NSID,
+                0,
+                24,
+                Prp {
+                    prp1: page,
+                    prp2: buf.dma_addrs()[1] + 8,
+                },
+            ),
+            0x02,
+        ),
+        (
+            "Compare",
+            {
+                let mut s = Sqe::read(NSID, 0, 1, prp(page));
+                s.dw[0] = (s.dw[0] & !0xff) | 0x05;
+                s
+            },
+            0x01,
+        ),
         ("Dataset Management", Sqe::new(0x09, NSID), 0x01),
         ("an admin opcode (Identify)", Sqe::new(0x06, NSID), 0x01),
-        ("a fused command", { let mut s = Sqe::read(NSID, 0, 1, prp(page)); s.dw[0] |= 1 << 8; s }, 0x02),
-        ("an SGL", { let mut s = Sqe::read(NSID, 0, 1, prp(page)); s.dw[0] |= 0x40 << 8; s }, 0x02),
-        ("a metadata pointer", { let mut s = Sqe::read(NSID, 0, 1, prp(page)); s.dw[4] = page as u32; s.dw[5] = (page >> 32) as u32; s }, 0x02),
-        ("a transfer over the limit", Sqe::read(NSID, 0, 257, prp(page)), 0x02),
+        (
+            "a fused command",
+            {
+                let mut s = Sqe::read(NSID, 0, 1, prp(page));
+                s.dw[0] |= 1 << 8;
+                s
+            },
+            0x02,
+        ),
+        (
+            "an SGL",
+            {
+                let mut s = Sqe::read(NSID, 0, 1, prp(page));
+                s.dw[0] |= 0x40 << 8;
+                s
+            },
+            0x02,
+        ),
+        (
+            "a metadata pointer",
+            {
+                let mut s = Sqe::read(NSID, 0, 1, prp(page));
+                s.dw[4] = page as u32;
+                s.dw[5] = (page >> 32) as u32;
+                s
+            },
+            0x02,
+        ),
+        (
+            "a transfer over the limit",
+            Sqe::read(NSID, 0, 257, prp(page)),
+            0x02,
+        ),
     ];
     let before = disk.commands();
     for (what, sqe, sc) in &bad {
         let st = raw_status(&mut qp, *sqe);
         assert_eq!((st.sct, st.sc, st.dnr), (0, *sc, true), "{what}: {st:?}");
     }
-    assert_eq!(disk.commands(), before, "a refused command reached the kernel");
+    assert_eq!(
+        disk.commands(),
+        before,
+        "a refused command reached the kernel"
+    );
     let c = ctrl.passthrough().unwrap().counters(qp.qid()).unwrap();
     assert_eq!(c.get("sqes_rejected"), Some(bad.len() as u64));
     // The pair still works, at the window's last block.
     let st = raw_status(&mut qp, Sqe::read(NSID, WIN.blocks - 1, 1, prp(page)));
     assert!(st.is_success(), "{st:?}");
-    assert_eq!(disk.log().last(), Some(&(opcode::READ, WIN.start + WIN.blocks - 1, 1)));
+    assert_eq!(
+        disk.log().last(),
+        Some(&(opcode::READ, WIN.start + WIN.blocks - 1, 1))
+    );
     drop(qp);
     drop(buf);
 }
@@ -169,12 +270,20 @@ fn a_kernel_error_reaches_the_gpu_as_a_status_not_a_hang() {
     disk.set_fail_errno(libc::ENOTCONN);
     let e = io.read(0, 8, buf, 0).unwrap_err();
     let st = e.error.nvme_status().expect("an NVMe status");
-    assert_eq!((st.sct, st.sc, st.dnr), (3, 0x70, false), "Host Pathing Error");
+    assert_eq!(
+        (st.sct, st.sc, st.dnr),
+        (3, 0x70, false),
+        "Host Pathing Error"
+    );
     let buf = e.buffer.expect("completed: the buffer comes back");
     // ... and comes back (a reconnect): the same pair works again.
     disk.set_fail_errno(0);
     assert!(io.read(0, 8, buf, 0).is_ok());
-    let c = ctrl.passthrough().unwrap().counters(io.qpair().qid()).unwrap();
+    let c = ctrl
+        .passthrough()
+        .unwrap()
+        .counters(io.qpair().qid())
+        .unwrap();
     assert_eq!(c.get("transport_errors"), Some(1));
     assert_eq!(c.get("last_errno"), Some(libc::ENOTCONN as u64));
 }
@@ -200,7 +309,9 @@ fn unmap_waits_for_the_pairs_and_a_stuck_pair_is_kept_not_freed() {
     io.set_timeout(Duration::from_millis(200));
     let qid = io.qpair().qid();
     disk.set_stall(true);
-    let e = io.read(0, 1, DmaBuffer::new(&ctrl, 1).unwrap(), 0).unwrap_err();
+    let e = io
+        .read(0, 1, DmaBuffer::new(&ctrl, 1).unwrap(), 0)
+        .unwrap_err();
     assert!(matches!(e.error, Error::Timeout { .. }), "{}", e.error);
     assert!(e.buffer.is_none(), "a timed-out read keeps its buffer");
     assert!(io.qpair().is_poisoned());
@@ -247,7 +358,10 @@ fn many_pairs_on_few_threads_each_get_their_own_completions() {
                     buf = io.write(lba, 100, buf, 0).unwrap();
                     buf.as_mut_slice().fill(0);
                     buf = io.read(lba, 100, buf, 0).unwrap();
-                    assert!(pattern::first_mismatch(seed, lba, LBA, &buf.as_slice()[..100 * LBA]).is_none());
+                    assert!(
+                        pattern::first_mismatch(seed, lba, LBA, &buf.as_slice()[..100 * LBA])
+                            .is_none()
+                    );
                 }
             });
         }

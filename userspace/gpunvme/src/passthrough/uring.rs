@@ -123,8 +123,12 @@ impl Submit for Uring {
                     && self.last.get(region).is_some_and(|&(b, l)| {
                         addr as usize >= b && addr as usize + c.data_len as usize <= b + l
                     });
-                let e = opcode::UringCmd80::new(fd, NVME_URING_CMD_IO)
-                    .cmd(uring_cmd(c, addr, c.data_len, self.timeout_ms));
+                let e = opcode::UringCmd80::new(fd, NVME_URING_CMD_IO).cmd(uring_cmd(
+                    c,
+                    addr,
+                    c.data_len,
+                    self.timeout_ms,
+                ));
                 if fixed {
                     (e.buf_index(Some(region as u16)).build(), Via::Fixed)
                 } else {
@@ -151,7 +155,7 @@ impl Submit for Uring {
 
     fn flush(&mut self, waiting: bool) -> io::Result<()> {
         let queued = !self.ring.submission().is_empty();
-        if !queued && !(self.iopoll && waiting) {
+        if !(queued || self.iopoll && waiting) {
             return Ok(());
         }
         loop {
@@ -215,7 +219,11 @@ impl Submit for Uring {
             // it is removed from the region table, and then from this
             // table (an empty iovec) before anything reuses it for a new
             // region; the kernel pins the pages meanwhile.
-            match unsafe { self.ring.submitter().register_buffers_update(i as u32, &v, None) } {
+            match unsafe {
+                self.ring
+                    .submitter()
+                    .register_buffers_update(i as u32, &v, None)
+            } {
                 Ok(()) => {
                     self.last[i] = want;
                     self.fixed[i] = want.1 != 0;
@@ -223,7 +231,10 @@ impl Submit for Uring {
                 Err(e) => {
                     self.fixed[i] = false;
                     failed.get_or_insert_with(|| {
-                        format!("registering {} bytes as io_uring fixed buffer {i}: {e}", want.1)
+                        format!(
+                            "registering {} bytes as io_uring fixed buffer {i}: {e}",
+                            want.1
+                        )
                     });
                 }
             }
@@ -239,7 +250,10 @@ mod tests {
     #[test]
     fn ioctl_numbers_and_the_command_layout_are_the_kernels() {
         // _IOWR('N', 0x80, 72 bytes): dir 3 << 30, size 72 << 16, type 'N' << 8.
-        assert_eq!(NVME_URING_CMD_IO, (3 << 30) | (72 << 16) | (b'N' as u32) << 8 | 0x80);
+        assert_eq!(
+            NVME_URING_CMD_IO,
+            (3 << 30) | (72 << 16) | (b'N' as u32) << 8 | 0x80
+        );
         assert_eq!(NVME_URING_CMD_IO_VEC, NVME_URING_CMD_IO + 1);
         let c = Checked {
             opcode: 0x02,
@@ -256,8 +270,15 @@ mod tests {
         assert_eq!(b[1], 0, "flags: no SGL, not fused");
         assert_eq!(dw(4), 7);
         assert_eq!((dw(8), dw(12)), (0, 0), "cdw2/3");
-        assert_eq!(u64::from_ne_bytes(b[16..24].try_into().unwrap()), 0, "no metadata");
-        assert_eq!(u64::from_ne_bytes(b[24..32].try_into().unwrap()), 0xdead_beef_0000);
+        assert_eq!(
+            u64::from_ne_bytes(b[16..24].try_into().unwrap()),
+            0,
+            "no metadata"
+        );
+        assert_eq!(
+            u64::from_ne_bytes(b[24..32].try_into().unwrap()),
+            0xdead_beef_0000
+        );
         assert_eq!((dw(32), dw(36)), (0, 4096), "metadata_len, data_len");
         assert_eq!((dw(40), dw(44)), (0x2345_6789, 1), "SLBA");
         assert_eq!((dw(48), dw(52)), (0x8000_0007, 0x12));
@@ -317,9 +338,13 @@ mod tests {
             u.reap(&mut done);
         }
         done.sort_by_key(|d| d.tag);
-        assert_eq!(done.iter().map(|d| d.tag).collect::<Vec<_>>(), [0xfeed_0001, 0xfeed_0002]);
+        assert_eq!(
+            done.iter().map(|d| d.tag).collect::<Vec<_>>(),
+            [0xfeed_0001, 0xfeed_0002]
+        );
         assert!(
-            done.iter().all(|d| d.res == 0 || d.res == -libc::EOPNOTSUPP),
+            done.iter()
+                .all(|d| d.res == 0 || d.res == -libc::EOPNOTSUPP),
             "{done:?}"
         );
         drop(page);

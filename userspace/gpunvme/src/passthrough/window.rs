@@ -45,7 +45,9 @@ impl WindowSpec {
         let (a, b) = s
             .split_once(':')
             .or_else(|| s.split_once('+'))
-            .ok_or_else(|| format!("`{s}`: expected START:COUNT in logical blocks, e.g. 2048:65536"))?;
+            .ok_or_else(|| {
+                format!("`{s}`: expected START:COUNT in logical blocks, e.g. 2048:65536")
+            })?;
         let num = |x: &str| {
             x.trim()
                 .parse::<u64>()
@@ -73,6 +75,10 @@ pub struct Resolved {
     pub describe: String,
     /// The block devices held `O_EXCL`.
     pub claimed: Vec<String>,
+    /// The namespace's block device (`nvme0n1`).
+    pub disk: String,
+    /// The partition that is the window, if it is one (`nvme0n1p3`).
+    pub partition: Option<String>,
     /// Held for its drop: the exclusive opens end with it.
     #[serde(skip)]
     _claim: Claim,
@@ -178,7 +184,9 @@ pub fn resolve(
             let overlapped: Vec<String> = ns
                 .partitions
                 .iter()
-                .filter(|p| p.start_lba == u64::MAX || (p.start_lba < end && *start < p.start_lba + p.lbas))
+                .filter(|p| {
+                    p.start_lba == u64::MAX || (p.start_lba < end && *start < p.start_lba + p.lbas)
+                })
                 .map(|p| p.name.clone())
                 .collect();
             let names = if overlapped.is_empty() {
@@ -197,7 +205,13 @@ pub fn resolve(
         }
     };
     let claim = sysfs.claim_block_devices(&names, &what)?;
+    let partition = match &spec {
+        WindowSpec::Partition(_) => Some(describe.clone()),
+        _ => None,
+    };
     Ok(Resolved {
+        disk: ns.disk.clone(),
+        partition,
         window,
         start_lba: window.start,
         lbas: window.blocks,
@@ -225,7 +239,9 @@ mod tests {
             Ok(WindowSpec::Lbas { start: 0, count: 8 })
         );
         assert!(WindowSpec::parse_lbas("8").is_err());
-        assert!(WindowSpec::parse_lbas("8:0").unwrap_err().contains("0 blocks"));
+        assert!(WindowSpec::parse_lbas("8:0")
+            .unwrap_err()
+            .contains("0 blocks"));
         assert!(WindowSpec::parse_lbas("x:1").is_err());
     }
 }
