@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only
 # The VM suite: the module, the CLI, the GPU stand-in, the device library run
-# as host C++ (kernels/hostrun) and every selftest, in ten boots.
+# as host C++ (kernels/hostrun) and every selftest, in thirteen boots.
 #  1. the default bench: one namespace of 512-byte blocks per controller,
 #     IOMMU translating (strict); queue pairs are shared (validated) ones,
 #     the trust-model and failure tests run, and owner mode is claimable;
@@ -38,7 +38,18 @@
 #     kmemleak=on), 30 s on the default one; then the controller must still
 #     write and verify patterns, and both modules must unload. FUZZ_SEED
 #     fixes the seed (default: from the clock; it is printed).
-# Expects `make module selftests userspace standin hostrun fuzz` to have run
+# 11. the passthrough back end, no module (default kernel only): the
+#     kernel controller's namespace gets a mounted ext4 partition and a
+#     partition used through io_uring passthrough by the CLI and hostrun
+#     (gpunvme_hostrun_pt), every byte checked; refusals (the mounted
+#     partition, windows reaching into it, writes past the window); bench
+#     beside the kernel's io_uring; fsck clean; then the same over NVMe/TCP
+#     with nvmet on 127.0.0.1 in the same VM, the target stopped under a
+#     bench (an error, not a hang) and back (reconnect);
+# 12. (boots 12 and 13 at once) NVMe/TCP between two VMs on a QEMU socket
+#     network (tests/vm/fabrics2.sh): one runs nvmet, the other the same
+#     checks, the outage and the reconnect asked over a control port;
+# Expects `make module selftests userspace standin hostrun hostrun-pt fuzz` to have run
 # (make vm-test does).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -63,6 +74,10 @@ S="$ROOT/tests/standin"
 [ -f "$S/gpunvme_standin.ko" ] || { echo "suite: $S/gpunvme_standin.ko missing (make standin)" >&2; exit 1; }
 H="$ROOT/kernels/build/hostrun/gpunvme_hostrun"
 [ -x "$H" ] || { echo "suite: $H missing (make hostrun)" >&2; exit 1; }
+HPT="$ROOT/kernels/build/hostrun/gpunvme_hostrun_pt"
+[ -x "$HPT" ] || { echo "suite: $HPT missing (make hostrun-pt)" >&2; exit 1; }
+# e2fsprogs' mke2fs and e2fsck, util-linux's setpriv: busybox's cannot.
+host_tool() { PATH=$PATH:/usr/sbin:/sbin command -v "$1" || echo "/usr/sbin/$1"; }
 
 # The selftests every boot may run: the files directly in $B ($B/boot/
 # holds scripts that change the kernel for the rest of their boot).
@@ -163,8 +178,6 @@ fi
 # 300 s under the debug kernel): default kernel only.
 if [ "${KERNEL_VARIANT:-default}" = default ]; then
     echo "=== boot 8: SR-IOV: PF with nvme.ko and a mounted ext4, a VF with gpunvme"
-    # e2fsprogs' mke2fs and e2fsck, util-linux's setpriv: busybox's cannot.
-    host_tool() { PATH=$PATH:/usr/sbin:/sbin command -v "$1" || echo "/usr/sbin/$1"; }
     bash "$ROOT/tests/vm/run.sh" --sriov --test-timeout 900 --timeout 1200 --file "$ROOT/gpunvme.ko" --file "$cli" \
         --file "$(host_tool mke2fs)" --file "$(host_tool e2fsck)" --file /etc/mke2fs.conf:/etc/mke2fs.conf \
         --file "$(host_tool setpriv)" "$@" -- \
@@ -204,6 +217,28 @@ echo "=== boot 10: fuzz for ${fuzz_s} s (4 processes), then write/verify and unl
 bash "$ROOT/tests/fuzz/vm.sh" --seconds "$fuzz_s" --procs 4 ${FUZZ_SEED:+--seed "$FUZZ_SEED"} -- "$@" \
     2>&1 | tee "$work/boot10.log"
 add "$work/boot10.log"
+
+# The passthrough back end: userspace on the kernel's own drivers (nothing
+# of the module runs), so the default kernel only, like boots 7 and 8.
+if [ "${KERNEL_VARIANT:-default}" = default ]; then
+    pt_files=(--file "$cli" --file "$HPT" --file "$(host_tool mke2fs)" --file "$(host_tool e2fsck)"
+              --file /etc/mke2fs.conf:/etc/mke2fs.conf)
+    # fio's io_uring_cmd engine as a second bench baseline, when installed.
+    if command -v fio >/dev/null; then pt_files+=(--file "$(command -v fio):/opt/gpunvme/fio"); fi
+    echo "=== boot 11: passthrough (no module): a namespace with a mounted ext4 partition; NVMe/TCP on loopback"
+    truncate -s 32M "$work/fabrics-ns2.img"
+    printf 'PT_ROLES="local loopback"\n' >"$work/pt.env"
+    QEMU_EXTRA="${QEMU_EXTRA:-} -drive file=$work/fabrics-ns2.img,if=none,id=fabns2,format=raw -device nvme-ns,drive=fabns2,bus=kernel0,nsid=2" \
+    bash "$ROOT/tests/vm/run.sh" --test-timeout 1100 --timeout 1400 "${pt_files[@]}" \
+        --file "$ROOT/gpunvme.ko" --file "$work/pt.env:/opt/gpunvme/passthrough.env" "$@" -- \
+        "$B/boot/gpunvme_passthrough_test.sh" 2>&1 | tee "$work/boot11.log"
+    add "$work/boot11.log"
+    echo "=== boots 12 and 13: NVMe/TCP between two VMs on a QEMU socket network"
+    bash "$ROOT/tests/vm/fabrics2.sh" "${pt_files[@]}" "$@" 2>&1 | tee "$work/boot12.log"
+    add "$work/boot12.log"
+else
+    echo "=== boots 11-13 (passthrough, NVMe/TCP) run on the default kernel only"
+fi
 
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
 [ "$fail" = 0 ]
