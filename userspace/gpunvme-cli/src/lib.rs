@@ -36,7 +36,9 @@ fn examples(lines: &str) -> String {
     about = "Hand NVMe controllers to the gpunvme kernel module so GPUs can drive them, and inspect what this machine can do.",
     long_about = "Hand NVMe controllers to the gpunvme kernel module so GPUs can drive them, and inspect what this machine can do.\n\n\
         One vocabulary in every command, nvme-cli's where it has one: the device comes first, right after the command \
-        (DEVICE: a PCI address 0000:01:00.0 or 01:00.0, /dev/gpunvmeN, gpunvmeN, or a namespace node /dev/gpunvmeNnM); \
+        (DEVICE: a PCI address 0000:01:00.0 or 01:00.0, /dev/gpunvmeN, gpunvmeN, or a namespace node /dev/gpunvmeNnM; \
+        for read, write, verify, bench and gpu-run also a namespace the kernel drives, /dev/ngXnY, /dev/nvmeXnY or a partition \
+        /dev/nvmeXnYpZ, through io_uring passthrough with no module: --partition or --lba-window set its LBA window); \
         -n/--namespace-id, -s/--start-block (first LBA), -c/--block-count (a number of blocks, 1-based: -c 8 is eight \
         blocks, unlike nvme-cli's 0-based count), --qd (commands in flight per queue pair, like fio's iodepth), \
         --qpairs (queue pairs), -p/--pattern SEED (the data pattern of write, verify, pattern and the GPU examples), \
@@ -134,7 +136,7 @@ enum Cmd {
     /// Read blocks through a queue pair of this process (shared, or raw
     /// with --owner): to --data FILE, or a hex dump on stdout.
     #[command(override_usage = "gpunvme read <DEVICE> --start-block <LBA> [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme read 0000:01:00.0 -s 0 -c 8\n  gpunvme read /dev/gpunvme0 --start-block 2048 --block-count 256 --data blocks.bin\n  gpunvme read gpunvme0n1 -s 0 -c 2048 -d out.bin -o json  # summary as JSON, data to the file"))]
+    #[command(after_help = examples("  gpunvme read 0000:01:00.0 -s 0 -c 8\n  gpunvme read /dev/gpunvme0 --start-block 2048 --block-count 256 --data blocks.bin\n  gpunvme read gpunvme0n1 -s 0 -c 2048 -d out.bin -o json  # summary as JSON, data to the file\n  gpunvme read /dev/ng0n1 --partition /dev/nvme0n1p3 -s 0 -c 8  # a partition of a kernel-driven SSD, no module"))]
     Read {
         #[command(flatten)]
         range: blockio::Range,
@@ -151,7 +153,7 @@ enum Cmd {
     #[command(
         override_usage = "gpunvme write <DEVICE> --start-block <LBA> --pattern <SEED> [OPTIONS]"
     )]
-    #[command(after_help = examples("  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme write /dev/gpunvme0 --start-block 4096 --block-count 512 --pattern 7 --qd 8 --owner"))]
+    #[command(after_help = examples("  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme write /dev/gpunvme0 --start-block 4096 --block-count 512 --pattern 7 --qd 8 --owner\n  gpunvme write /dev/nvme0n1p3 -s 0 -c 2048 -p 42  # through io_uring passthrough, LBAs of the partition"))]
     Write {
         #[command(flatten)]
         range: blockio::Range,
@@ -166,7 +168,7 @@ enum Cmd {
     #[command(
         override_usage = "gpunvme verify <DEVICE> --start-block <LBA> --pattern <SEED> [OPTIONS]"
     )]
-    #[command(after_help = examples("  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme verify gpunvme0n1 -n 1 -s 0 -c 8 --pattern 42 -o json"))]
+    #[command(after_help = examples("  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme verify gpunvme0n1 -n 1 -s 0 -c 8 --pattern 42 -o json\n  gpunvme verify /dev/ng1n1 --lba-window 0:65536 -s 0 -c 2048 -p 42  # e.g. an NVMe/TCP namespace"))]
     Verify {
         #[command(flatten)]
         range: blockio::Range,
@@ -201,12 +203,14 @@ enum Cmd {
     },
     /// 4 KiB random-read benchmark: IOPS and latency p50/p99/p99.9/max at
     /// each queue depth (default 1, 8, 32) with each number of queue pairs
-    /// (default 1, 4) on shared queue pairs (with --owner also on raw ones);
+    /// (default 1, 4) on shared queue pairs (with --owner also on raw ones),
+    /// or on a kernel namespace through the passthrough back end, beside
+    /// the kernel's own io_uring on the same blocks (and fio with --fio);
     /// with --block-device, the same matrix on a kernel nvme device (O_DIRECT
     /// io_uring with interrupt completions and, polled like gpunvme, with
     /// IORING_SETUP_IOPOLL; or pread threads with --pread). Table on stdout.
     #[command(override_usage = "gpunvme bench [DEVICE] [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme bench 0000:01:00.0\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1 4\n  gpunvme bench /dev/gpunvme0 --qd 1,32 --qpairs 1 --range 16M --ops 10000 -o json > bench.json\n  gpunvme bench 0000:01:00.0 --owner --block-device /dev/nvme1n1 --duration-ms 300\n  gpunvme bench --block-device /dev/nvme1n1 --kernel-mode poll  # the kernel driver only"))]
+    #[command(after_help = examples("  gpunvme bench 0000:01:00.0\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1 4\n  gpunvme bench /dev/gpunvme0 --qd 1,32 --qpairs 1 --range 16M --ops 10000 -o json > bench.json\n  gpunvme bench 0000:01:00.0 --owner --block-device /dev/nvme1n1 --duration-ms 300\n  gpunvme bench --block-device /dev/nvme1n1 --kernel-mode poll  # the kernel driver only\n  gpunvme bench /dev/ng0n1 --partition /dev/nvme0n1p3 --qd 1,32 --qpairs 1 --fio  # passthrough vs the kernel's io_uring and fio"))]
     Bench(bench::BenchArgs),
     /// Run an example GPU kernel (write, read-verify, sweep; with --api
     /// thread, write and read-verify through the per-thread API) against a
@@ -215,7 +219,7 @@ enum Cmd {
     /// import route reported. Needs a GPU, ROCm or the NVIDIA driver, and
     /// access to the node (root for --owner).
     #[command(override_usage = "gpunvme gpu-run <DEVICE> --kernel <KERNEL> [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme gpu-run 0000:01:00.0 --kernel write -p 7\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --qpairs 4 --qd 63 --cmds 64 --cmd-blocks 8 -s 0\n  gpunvme gpu-run /dev/gpunvme0 --kernel sweep --rounds 32 -o json\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --owner --cq gpu\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --api thread --qpairs 2 --cmds 64"))]
+    #[command(after_help = examples("  gpunvme gpu-run 0000:01:00.0 --kernel write -p 7\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --qpairs 4 --qd 63 --cmds 64 --cmd-blocks 8 -s 0\n  gpunvme gpu-run /dev/gpunvme0 --kernel sweep --rounds 32 -o json\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --owner --cq gpu\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --api thread --qpairs 2 --cmds 64\n  gpunvme gpu-run /dev/ng0n1 --partition /dev/nvme0n1p3 --kernel read-verify -p 7  # no module: passthrough, host payload"))]
     GpuRun(gpu_run::GpuRunArgs),
     /// SR-IOV: keep the physical function with the kernel nvme driver (its
     /// file systems stay mounted) and prepare virtual functions for

@@ -378,6 +378,9 @@ impl Drop for Controller {
             let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
             std::mem::forget(std::mem::take(&mut st.until_close));
             std::mem::forget(std::mem::take(&mut st.deferred));
+            // A passthrough back end's relay threads are the parent's: the
+            // child has none to stop, nor any business with its memory.
+            std::mem::forget(self.passthrough.take());
         } else {
             #[cfg(test)]
             if let Some(m) = &self.model {
@@ -490,6 +493,13 @@ impl Controller {
     pub fn claim_owner(&self) -> Result<IommuMode> {
         // Before the lock: a child may have inherited it held.
         self.check_process()?;
+        if self.passthrough.is_some() {
+            return Err(Error::Refused(format!(
+                "{}: owner mode needs a controller bound to the gpunvme module; a passthrough back \
+                 end has no raw queues (the relay checks every command)",
+                self.path.display()
+            )));
+        }
         let mut o = sys::gpunvme_owner {
             size: std::mem::size_of::<sys::gpunvme_owner>() as u32,
             version: sys::GPUNVME_UAPI_VERSION,

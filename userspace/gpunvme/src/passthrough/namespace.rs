@@ -32,7 +32,9 @@ pub struct KernelNamespace {
     /// Size in logical blocks.
     pub capacity_lbas: u64,
     /// The largest transfer the kernel passes through for it, bytes
-    /// (`queue/max_hw_sectors_kb`); 0 if unknown.
+    /// (`queue/max_hw_sectors_kb`, and no more 4 KiB pages than
+    /// `queue/max_segments`: a passthrough request is never split); 0 if
+    /// unknown.
     pub max_hw_bytes: u64,
     /// Whether every path to it has poll queues (`queue/io_poll`), so
     /// io_uring may poll its completions (IORING_SETUP_IOPOLL); else why not.
@@ -208,6 +210,11 @@ pub fn describe(sysfs: &Sysfs, disk: &str) -> Result<KernelNamespace> {
     let max_hw_bytes = read(&dir.join("queue/max_hw_sectors_kb"))
         .and_then(|s| s.parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024);
+    let max_hw_bytes =
+        match read(&dir.join("queue/max_segments")).and_then(|s| s.parse::<u64>().ok()) {
+            Some(segs) if segs > 0 && max_hw_bytes > 0 => max_hw_bytes.min(segs * 4096),
+            _ => max_hw_bytes,
+        };
     // With native multipath the head's paths are under multipath/; each
     // has its own queue (the one a command really goes through).
     let paths: Vec<String> = dir_names(&dir.join("multipath"));
@@ -334,7 +341,8 @@ mod tests {
         write(root, &format!("{b}/nsid"), "1\n");
         write(root, &format!("{b}/queue/logical_block_size"), "4096\n");
         write(root, &format!("{b}/size"), "2097152\n");
-        write(root, &format!("{b}/queue/max_hw_sectors_kb"), "512\n");
+        write(root, &format!("{b}/queue/max_hw_sectors_kb"), "1024\n");
+        write(root, &format!("{b}/queue/max_segments"), "128\n");
         write(root, &format!("{b}/queue/io_poll"), "0\n");
         write(root, &format!("{b}/nvme0n1p1/partition"), "1\n");
         write(root, &format!("{b}/nvme0n1p1/start"), "2048\n");
@@ -356,7 +364,7 @@ mod tests {
         let s = Sysfs::with_root(&root);
         let ns = describe(&s, "nvme0n1").unwrap();
         assert_eq!((ns.nsid, ns.lba_size, ns.capacity_lbas), (1, 4096, 262144));
-        assert_eq!(ns.max_hw_bytes, 512 * 1024);
+        assert_eq!(ns.max_hw_bytes, 512 * 1024, "128 segments of 4 KiB");
         assert_eq!(ns.ng, PathBuf::from("/dev/ng0n1"));
         assert!(ns.poll.as_ref().unwrap_err().contains("poll_queues"));
         assert_eq!(ns.controllers.len(), 1);
