@@ -82,7 +82,9 @@ impl Uring {
         if iopoll {
             b.setup_iopoll();
         }
-        b.setup_cqsize(entries * 4);
+        // Room for every pair's completions at once in the common case;
+        // beyond it the kernel keeps them (reap() flushes).
+        b.setup_cqsize(entries * 16);
         let ring = b.build(entries)?;
         let fixed_ok = fixed_buffers
             && ring
@@ -174,6 +176,11 @@ impl Submit for Uring {
     }
 
     fn reap(&mut self, out: &mut Vec<Done>) {
+        // Completions that found the CQ ring full wait in the kernel
+        // (IORING_FEAT_NODROP) until an io_uring_enter flushes them.
+        if self.ring.submission().cq_overflow() {
+            let _ = self.ring.submit();
+        }
         for c in self.ring.completion() {
             out.push(Done {
                 tag: c.user_data(),
