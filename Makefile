@@ -26,7 +26,7 @@ CARGO ?= cargo
 
 .PHONY: all deps kernel module selftests userspace kernels vm-test host-test \
 	isa-check demo check clean dkms-install dkms-check dkms-debian bench standin hostrun fuzz fuzz-vm \
-	hostrun-pt hostrun-pt-model
+	hostrun-pt hostrun-pt-model python python-test python-vm
 
 all: module userspace
 
@@ -56,6 +56,20 @@ fuzz-vm: module userspace standin fuzz
 userspace:
 	cd $(ROOT)/userspace && $(CARGO) build --release --locked
 	cd $(ROOT)/userspace && $(CARGO) build --release --locked -p gpunvme --example cq_in_dmabuf
+
+# The Python package (userspace/gpunvme-python): an abi3 wheel for CPython
+# 3.11 and newer in userspace/target/wheels, built by maturin in the virtual
+# environment of tests/userspace/python_env.sh (pip install it from there).
+python:
+	bash $(ROOT)/tests/userspace/python.sh build
+
+# Its tests that need no device (pytest on the host, in make check).
+python-test:
+	bash $(ROOT)/tests/userspace/python.sh test
+
+# Its tests inside the VM against the real module, and the overhead bench.
+python-vm: deps module userspace
+	bash $(ROOT)/tests/vm/python.sh
 
 kernels:
 	$(MAKE) -C $(ROOT)/kernels
@@ -87,7 +101,7 @@ hostrun-pt-model: hostrun-pt
 	GPUNVME_PT_DEVICE=model:65536:512 timeout 600 $(ROOT)/kernels/build/hostrun/gpunvme_hostrun_pt
 
 # The VM suite: every selftest against the emulated controllers.
-vm-test: module selftests standin userspace hostrun hostrun-pt fuzz
+vm-test: module selftests standin userspace hostrun hostrun-pt fuzz python
 	bash $(ROOT)/tests/vm/suite.sh
 
 demo: deps module userspace hostrun

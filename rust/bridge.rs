@@ -40,7 +40,7 @@ use kernel::{
 
 use crate::controller::regs::Cap;
 use crate::controller::shared::Shared;
-use crate::dma::buffers::{Buffers, Epoch, Pages};
+use crate::dma::buffers::{shard_of, Buffers, Epoch, Owned, View};
 use crate::queues::command::{Cqe, Sqe};
 use validate::{Limits, Reject};
 
@@ -81,6 +81,11 @@ pub(crate) trait Port {
     }
     /// A command counted in epoch `e` completed.
     fn completed(&self, e: Epoch);
+    /// Kernel command `cid` is no longer in flight: its PRP list slot goes
+    /// back to zero, so a controller that computes a longer transfer than
+    /// was checked (a namespace reformatted under the relay) finds zero
+    /// entries past a command's list, never another command's stale ones.
+    fn retire(&self, _cid: u16) {}
     /// Test knob: leave the real CQ alone (completions stay unseen).
     fn hold_completions(&self) -> bool;
     fn write_real_sqe(&self, slot: u32, sqe: &Sqe);
@@ -240,6 +245,7 @@ impl Relay {
             };
             self.in_flight -= 1;
             self.post(port, user_cid, cqe.result, cqe.status);
+            port.retire(cqe.cid);
             port.completed(epoch);
             c.cqes_mirrored += 1;
         }
@@ -283,6 +289,8 @@ impl Relay {
                     submitted = true;
                 }
                 Err(why) => {
+                    // A list refused halfway was partly copied.
+                    port.retire(cid);
                     self.post(port, sqe.cid, 0, why.status());
                     c.sqes_rejected += 1;
                 }
@@ -330,12 +338,14 @@ struct KernelPort {
     qid: u16,
     mem: PairMemory,
     buffers: Arc<Buffers>,
+    /// This relay's copy of the file's pages (only its thread uses it).
+    view: core::cell::RefCell<View>,
     limits: Limits,
 }
 
-/// What a validation may read: the file's pages (locked for the whole
-/// command) and the pair's PRP pool.
-struct Reach<'a>(&'a KernelPort, Pages<'a>);
+/// What a validation may read: the file's pages (as of the command's
+/// check) and the pair's PRP pool.
+struct Reach<'a>(&'a KernelPort, Owned<'a>);
 
 impl validate::Memory for Reach<'_> {
     fn owns_page(&self, page: u64) -> bool {
@@ -385,21 +395,35 @@ impl Port for KernelPort {
         // which is not in flight (the relay only hands out free IDs), so
         // neither the controller nor anyone else reads it now.
         let list = unsafe { core::slice::from_raw_parts_mut(self.mem.lists.add(at), n) };
-        let reach = Reach(self, self.buffers.lock());
-        let real = validate::check(
-            sqe,
-            &self.limits,
-            &reach,
-            list,
-            self.mem.lists_dma + at as u64 * 8,
-        )?;
-        Ok((real, reach.1.admit()))
+        let list_dma = self.mem.lists_dma + at as u64 * 8;
+        let mut view = self.view.borrow_mut();
+        self.buffers
+            .admit_checked(&mut view, shard_of(self.qid), |owned| {
+                validate::check(sqe, &self.limits, &Reach(self, owned), list, list_dma)
+            })
     }
     fn cost(&self, sqe: &Sqe) -> u32 {
         validate::check_cost(sqe, &self.limits)
     }
+    fn retire(&self, cid: u16) {
+        let n = self.mem.list_entries;
+        let at = usize::from(cid) * n;
+        // SAFETY: as in `validate`: the slot of `cid < depth` is inside the
+        // list area, and `cid` is not in flight (its completion was taken,
+        // or it was refused), so the controller does not read it now.
+        let list = unsafe { core::slice::from_raw_parts_mut(self.mem.lists.add(at), n) };
+        // Slots not in flight are all zero, and a command writes its
+        // entries from the start: the first zero ends what it wrote (the
+        // validator never passes a zero entry).
+        for e in list.iter_mut() {
+            if *e == 0 {
+                break;
+            }
+            *e = 0;
+        }
+    }
     fn completed(&self, e: Epoch) {
-        self.buffers.complete(e, 1);
+        self.buffers.complete(e, 1, shard_of(self.qid));
     }
     fn hold_completions(&self) -> bool {
         // SAFETY: `shared` outlives every bridge (type invariant).
@@ -524,6 +548,7 @@ impl Bridge {
                     qid,
                     mem,
                     buffers,
+                    view: core::cell::RefCell::new(View::new()),
                     limits,
                 },
             },
@@ -561,17 +586,26 @@ impl Bridge {
 pub(crate) struct Outstanding {
     buffers: Arc<Buffers>,
     n: [u32; 2],
+    shard: usize,
 }
 
 impl Outstanding {
     pub(crate) fn release(self) {
         for (e, n) in self.n.iter().enumerate() {
-            self.buffers.complete(e as Epoch, *n);
+            self.buffers.complete(e as Epoch, *n, self.shard);
         }
     }
 }
 
 impl Bridge {
+    /// Nanoseconds the relay pool has spent on this pair so far.
+    pub(crate) fn relay_ns(&self) -> u64 {
+        // SAFETY: `ctx` is live while the `Bridge` is (type invariant); the
+        // pool thread updates the counter meanwhile, so it is read once,
+        // volatile, as the debugfs counters are.
+        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*self.ctx).counters.relay_ns)) }
+    }
+
     /// Take the pair off the relay pool; returns what it left in flight.
     pub(crate) fn stop(self) -> Outstanding {
         let this = core::mem::ManuallyDrop::new(self);
@@ -584,6 +618,7 @@ impl Bridge {
         Outstanding {
             buffers: ctx.port.buffers.clone(),
             n: ctx.relay.outstanding(),
+            shard: shard_of(ctx.port.qid),
         }
     }
 }

@@ -6,6 +6,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod debugfs;
+pub(crate) mod geometry;
 pub(crate) mod identify;
 pub(crate) mod lifecycle;
 pub(crate) mod regs;
@@ -161,6 +162,7 @@ pub(crate) fn identify(
     info.mdts_bytes = identify::mdts_bytes(ctrl.mdts, regs::PAGE_SIZE);
     info.page_size = regs::PAGE_SIZE as u32;
     let nn = ctrl.nn;
+    let oaes = ctrl.oaes;
 
     let mut list = KBox::new([0u8; identify::IDENTIFY_LEN], GFP_KERNEL)?;
     read(admin, command::cns::ACTIVE_NS_LIST, 0, &mut list)?;
@@ -184,6 +186,24 @@ pub(crate) fn identify(
         }
     }
     info.num_namespaces = count as u32;
+
+    // Namespace changes are announced only if asked for; without them they
+    // are still seen at a restart and at CREATE_QPAIR.
+    if oaes & command::AEN_NS_ATTR != 0 {
+        if admin
+            .submit(
+                dev,
+                cap,
+                command::set_async_events(command::AEN_NS_ATTR),
+                ring,
+            )
+            .is_err()
+        {
+            dev_warn!(dev, "namespace change events could not be enabled\n");
+        }
+    } else {
+        dev_info!(dev, "the controller does not announce namespace changes; they are seen at a restart and at CREATE_QPAIR\n");
+    }
 
     let cqe = admin.submit(dev, cap, command::set_num_queues(WANT_IO_QUEUES), ring)?;
     info.io_queues = command::granted_queues(cqe.result).min(WANT_IO_QUEUES.into());

@@ -25,6 +25,9 @@ struct gpunvme_export *gpunvme_shim_export_mmio(struct device *dev, u64 bar_offs
 struct gpunvme_export *gpunvme_shim_export_mem(struct device *dev, void *cpu, dma_addr_t dma,
 					       size_t size, u32 flags, int *fd, int *err);
 bool gpunvme_shim_export_revoke(struct gpunvme_export *exp);
+unsigned long gpunvme_shim_revoke_deadline(void);
+void gpunvme_shim_export_revoke_start(struct gpunvme_export *exp);
+bool gpunvme_shim_export_revoke_wait(struct gpunvme_export *exp, unsigned long until);
 bool gpunvme_shim_export_held(struct gpunvme_export *exp);
 void gpunvme_shim_export_put(struct gpunvme_export *exp);
 struct gpunvme_import;

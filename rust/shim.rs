@@ -215,6 +215,9 @@ extern "C" {
         err: *mut i32,
     ) -> *mut c_void;
     fn gpunvme_shim_export_revoke(exp: *mut c_void) -> bool;
+    fn gpunvme_shim_revoke_deadline() -> core::ffi::c_ulong;
+    fn gpunvme_shim_export_revoke_start(exp: *mut c_void);
+    fn gpunvme_shim_export_revoke_wait(exp: *mut c_void, until: core::ffi::c_ulong) -> bool;
     fn gpunvme_shim_export_held(exp: *mut c_void) -> bool;
     fn gpunvme_shim_export_put(exp: *mut c_void);
 }
@@ -268,20 +271,51 @@ impl Export {
     }
 }
 
+/// When the revokes started together wait until: 5 s from now, for all of
+/// them (jiffies).
+#[derive(Clone, Copy)]
+pub(crate) struct RevokeDeadline(core::ffi::c_ulong);
+
+impl RevokeDeadline {
+    pub(crate) fn from_now() -> Self {
+        // SAFETY: reads jiffies.
+        Self(unsafe { gpunvme_shim_revoke_deadline() })
+    }
+}
+
 impl Export {
-    /// Revoke: invalidate every importer's mapping, then wait (bounded) for
-    /// them to unmap and for their fences. `Err` when one held on: the
+    /// Revoke: invalidate every importer's mapping, then wait (5 s at most)
+    /// for them to unmap and for their fences. `Err` when one held on: the
     /// exported memory must then be kept as long as `HeldExport::held`.
     pub(crate) fn revoke(self) -> core::result::Result<(), HeldExport> {
+        self.revoke_start().finish(RevokeDeadline::from_now())
+    }
+
+    /// The first half of `revoke`: importers are told to unmap, and no new
+    /// mapping is made; `Revoking::finish` waits for them.
+    pub(crate) fn revoke_start(self) -> Revoking {
         let this = core::mem::ManuallyDrop::new(self);
         // SAFETY: the pointer came from an export call; `ManuallyDrop`
         // keeps `drop` from revoking it a second time.
-        let clean = unsafe { gpunvme_shim_export_revoke(this.0.as_ptr()) };
-        let held = HeldExport(this.0);
+        unsafe { gpunvme_shim_export_revoke_start(this.0.as_ptr()) };
+        Revoking(HeldExport(this.0))
+    }
+}
+
+/// An export whose revoke started: its importers were told to unmap.
+pub(crate) struct Revoking(HeldExport);
+
+impl Revoking {
+    /// Wait until `deadline` for the importers to unmap and for their
+    /// fences; `Err` when one held on (as `Export::revoke`).
+    pub(crate) fn finish(self, deadline: RevokeDeadline) -> core::result::Result<(), HeldExport> {
+        // SAFETY: the module's reference (in `HeldExport`) keeps the export
+        // alive; its revoke was started once.
+        let clean = unsafe { gpunvme_shim_export_revoke_wait((self.0).0.as_ptr(), deadline.0) };
         if clean {
-            Ok(()) // `held` drops the module's reference
+            Ok(()) // dropping `self` drops the module's reference
         } else {
-            Err(held)
+            Err(self.0)
         }
     }
 }

@@ -4,7 +4,10 @@
 #   host   cargo test of the userspace crates (--locked)
 #   lint   userspace hygiene: rustfmt, clippy -D warnings, bindings regenerate
 #          to the committed ones, rust-version (and a cargo check with it), cargo doc, examples
-#   gpu    the device library as host C++ (kernels/ host-test)
+#   python the Python package's wheel built by maturin, and its tests that need
+#          no device (pytest: errors, buffer parsing with fake DLPack capsules,
+#          transfer checks, the .pyi against the module)
+#   gpu    the device library as host C++ (kernels/ host-test: queue, per-thread API, self-test harness)
 #   relay  the H200 bench's port of the shared-mode relay and checks, as host C++
 #   ptmodel the device library (kernels/hostrun) through the userspace passthrough
 #          back end on its model namespace (no device, no VM)
@@ -12,10 +15,12 @@
 #   guide  kernels/README.md's code is the code that is built and run
 #   kcache two builds of one test kernel at once: one waits, the kernel is built once
 #   runner the VM runner itself: passing, failing and hung tests are counted right
-#   vm     kselftests + KUnit in the QEMU VM, against the emulated NVMe
+#   vm     kselftests + KUnit in the QEMU VM, against the emulated NVMe (the
+#          Python package's device tests in its own boot)
 #   modlint the module: rustfmt with the kernel's .rustfmt.toml, clippy (CLIPPY=1)
 #   dkms   the module built through DKMS, then loaded and smoke-tested in the VM
 #   docs   uapi/gpunvme.md matches uapi/gpunvme.h (+ its self-test); links and SVGs in the docs
+#   kit    the hardware first-contact kit (tests/hardware/first_contact.sh) against a stand-in CLI
 # A suite that fails to build or run counts as one failure.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,7 +73,8 @@ suite() {
 
 suite host count_cargo make -s -C "$ROOT" host-test
 suite lint count_plain bash "$ROOT"/tests/userspace/lint.sh
-suite gpu count_plain make -s -C "$ROOT"/kernels host-test
+suite python count_plain make -s -C "$ROOT" python-test
+suite gpu count_plain_all make -s -C "$ROOT"/kernels host-test
 suite relay count_plain make -s -C "$ROOT"/kernels bench-host-test
 suite ptmodel count_plain make -s -C "$ROOT" hostrun-pt-model
 suite isa count_plain_all make -s -C "$ROOT" isa-check
@@ -79,6 +85,7 @@ suite vm count_plain make -s -C "$ROOT" vm-test
 suite modlint count_plain bash "$ROOT"/tests/module/lint.sh
 suite dkms count_plain make -s -C "$ROOT" dkms-check
 suite docs count_plain bash "$ROOT"/tests/docs/check_uapi_reference.sh
+suite kit count_plain bash "$ROOT"/tests/hardware/first_contact_test.sh
 
 echo "logs: $LOGS"
 ((${#broken[@]})) && echo "suites that did not finish cleanly: ${broken[*]}"

@@ -15,7 +15,8 @@ log() { printf 'deps: %s\n' "$*"; }
 # ---- Debian packages -------------------------------------------------------
 PKGS=(build-essential gcc-12 flex bison bc libelf-dev libssl-dev cpio kmod
       libclang-19-dev clang-19 lld-19 llvm-19 qemu-system-x86 qemu-utils busybox-static
-      python3 xz-utils zstd dkms ca-certificates debootstrap)
+      python3 python3-venv xz-utils zstd dkms ca-certificates debootstrap
+      fio python3-six)  # fio: its fio_jsonplus_clat2csv reads the bench JSON in a test (needs six)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
@@ -44,6 +45,11 @@ if ! command -v bindgen >/dev/null 2>&1; then
     log "installing bindgen-cli"
     cargo install --locked bindgen-cli
 fi
+
+# ---- Python: maturin, pytest and NumPy for the Python package --------------
+# A virtual environment in the cache (Debian's python3 takes no pip installs
+# of its own), from the index pip is configured with.
+log "python environment: $(GPUNVME_CACHE=$CACHE bash "$(dirname "$0")/userspace/python_env.sh" | tail -n1)"
 
 # The Debian archive this machine already uses (its own apt sources, one-line
 # or deb822 format): the URI of an entry whose suite is a Debian release

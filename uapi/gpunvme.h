@@ -87,8 +87,12 @@
 /**
  * struct gpunvme_ns_info - one active namespace.
  * @nsid:          namespace ID (1-based).
- * @lba_size:      bytes per logical block in the current format.
- * @capacity_lbas: namespace size (NSZE) in logical blocks.
+ * @lba_size:      bytes per logical block in the current format; 0 while
+ *                 the namespace is detached, deleted, being identified
+ *                 again after a change, or in a format the module does not
+ *                 carry (metadata): its commands are then refused.
+ * @capacity_lbas: namespace size (NSZE) in logical blocks (0 when
+ *                 @lba_size is).
  */
 struct gpunvme_ns_info {
 	__u32 nsid;

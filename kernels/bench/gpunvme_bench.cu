@@ -766,6 +766,7 @@ static run_out run_io(const run_cfg &c)
 		pp.list_entries = W.list_entries;
 		pp.real_db = &h->regs;
 		pp.buffers = &W.buffers;
+		pp.qid = (uint16_t)(i + 1);
 		pp.limits = &W.limits;
 		qpair &q = hq[i].q;
 		memset(&q, 0, sizeof(q));
@@ -1095,6 +1096,38 @@ static std::string microbench(double seconds, double *headline_single, double *h
 		}
 		j += std::string(first ? "  " : ",\n  ") + mb::json(r);
 		first = false;
+	}
+	j += "\n]},\n";
+	// Scaling: 1, 2 and 4 relay threads, each alone on its core (CPUs 1-4
+	// of this process's), against the same 8 client threads on the CPUs
+	// after them in every run (pairs i on relay i % R, one file).
+	j += "\"relay_scaling\": {\"note\": \"cross mode, one file's 64 pairs x 32; relay threads on CPUs 1-4, "
+	     "client threads (the files and the controllers) on CPUs 5-12 in every run; ratio = cmds_per_s_wall / "
+	     "the 1-thread run of the same mix (target: 4 threads >= 3.2x, 1 thread >= 5 M/s)\", \"runs\": [\n";
+	first = true;
+	if (ncpu >= 6) {
+		std::vector<int> rc, cc;
+		for (int i = 1; i <= 4; i++)
+			rc.push_back(cpu_at(i));
+		for (int i = 5; i < (int)ncpu && cc.size() < 8; i++)
+			cc.push_back(cpu_at(i));
+		double base = 0;
+		for (const mb::Config &c : mb::scaling(seconds, rc, cc)) {
+			mb::Result r = mb::run(c);
+			mb::print(r);
+			g_all_ok &= r.ok();
+			if (c.relay_threads == 1)
+				base = r.per_s_wall();
+			const double ratio = base ? r.per_s_wall() / base : 0;
+			printf("# relay scaling %-8s %u thread(s), %zu clients: %.2f M cmds/s wall, %.2fx one thread\n", c.mix,
+			       c.relay_threads, cc.size(), r.per_s_wall() / 1e6, ratio);
+			char extra[96];
+			snprintf(extra, sizeof(extra), ", \"ratio_to_one_thread\": %.3f}", ratio);
+			std::string one = mb::json(r);
+			one.pop_back();
+			j += std::string(first ? "  " : ",\n  ") + one + extra;
+			first = false;
+		}
 	}
 	j += "\n]},\n";
 	return j;

@@ -147,7 +147,7 @@ inline Reject check_prps(uint64_t prp1, uint64_t prp2, uint64_t len, const Mem &
 		uint64_t entry;
 		if (!mem.pool_entry(at, &entry))
 			return Reject::Field;
-		if (entry % PAGE != 0 || !mem.owns_page(entry))
+		if (entry == 0 || entry % PAGE != 0 || !mem.owns_page(entry)) // 0 ends a slot (`retire`)
 			return Reject::Field;
 		list[i] = entry; // *slot = entry
 		at += 8;
@@ -279,8 +279,48 @@ inline size_t pair_list_bytes(uint32_t depth, size_t list_entries)
 
 // The DMA pages one open file mapped: the only pages its shared-mode
 // commands may name. Ranges sorted by start; `longest` bounds how far back
-// a lookup scans. A validation takes the lock once per command, as the
-// Rust does (`Buffers::lock`, `Pages::owns_page`).
+// a lookup scans. Relays check against a copy of their own (`View`),
+// refreshed when `generation` moved (every change bumps it under the lock),
+// and count accepted commands in their own counter shard
+// (`admit_checked`), as the Rust does.
+using Epoch = uint8_t;
+constexpr size_t SHARDS = 8;
+inline size_t shard_of(uint16_t qid) { return qid % SHARDS; }
+
+struct Range {
+	uint64_t start, end;
+	uint32_t handle;
+};
+
+// `owns`: does a range of `list` (sorted by start, none longer than
+// `longest`) hold the 4 KiB page at `page`?
+inline bool owns(const std::vector<Range> &list, uint64_t longest, uint64_t page)
+{
+	// let at = partition_point(|r| r.start <= page);
+	size_t at = (size_t)(std::partition_point(list.begin(), list.end(),
+						  [&](const Range &r) { return r.start <= page; }) -
+			     list.begin());
+	// list[..at].iter().rev().take_while(|r| r.start + longest > page)
+	//           .any(|r| page + PAGE <= r.end)
+	for (size_t i = at; i-- > 0;) {
+		const Range &r = list[i];
+		if (!(r.start + longest > page))
+			break;
+		if (page + 4096 <= r.end)
+			return true;
+	}
+	return false;
+}
+
+// `View`: a relay's copy of the file's pages and epoch.
+struct View {
+	uint64_t generation = UINT64_MAX; // never a generation: the first check copies
+	std::vector<Range> list;
+	uint64_t longest = 0;
+	Epoch epoch = 0;
+	bool owns_page(uint64_t page) const { return owns(list, longest, page); }
+};
+
 class Buffers {
 public:
 	// `add`: record the pages of mapping `handle` (one DMA address per
@@ -303,6 +343,7 @@ public:
 			longest_ = std::max(longest_, r.end - r.start);
 			list_.insert(at, r);
 		}
+		changed();
 	}
 
 	// `remove`: forget mapping `handle`.
@@ -312,36 +353,55 @@ public:
 		list_.erase(std::remove_if(list_.begin(), list_.end(),
 					   [&](const Range &r) { return r.handle == handle; }),
 			    list_.end());
+		changed();
 	}
 
-	// `Buffers::lock`: the pages held still for one command's checks.
-	std::unique_lock<std::mutex> lock() const { return std::unique_lock<std::mutex>(m_); }
-
-	// `Pages::owns_page`: is the 4 KiB page at DMA address `page` one of
-	// this file's? The caller holds lock() (one lock per command).
-	bool owns_page_locked(uint64_t page) const
+	// `admit_checked`: check one command against `view` (refreshed when the
+	// pages changed) and, if it passes, count it in shard `shard`; the
+	// count (fully ordered) comes before `generation` is read again, so a
+	// change meanwhile makes it check again. `check(view)` returns Ok or
+	// why not; *epoch gets the epoch for `complete`.
+	template <class Check>
+	validate::Reject admit_checked(View &view, size_t shard, Epoch *epoch, Check check) const
 	{
-		// let at = partition_point(|r| r.start <= page);
-		size_t at = (size_t)(std::partition_point(list_.begin(), list_.end(),
-							  [&](const Range &r) { return r.start <= page; }) -
-				     list_.begin());
-		// list[..at].iter().rev().take_while(|r| r.start + longest > page)
-		//           .any(|r| page + PAGE <= r.end)
-		for (size_t i = at; i-- > 0;) {
-			const Range &r = list_[i];
-			if (!(r.start + longest_ > page))
-				break;
-			if (page + PAGE <= r.end)
-				return true;
+		std::atomic<uint32_t> *counts = shards_[shard % SHARDS].n;
+		for (;;) {
+			if (generation_.load(std::memory_order_acquire) != view.generation)
+				refresh(view);
+			const validate::Reject why = check(static_cast<const View &>(view));
+			if (why != validate::Reject::Ok)
+				return why;
+			const Epoch e = view.epoch;
+			counts[e].fetch_add(1, std::memory_order_seq_cst);
+			if (generation_.load(std::memory_order_relaxed) == view.generation) {
+				*epoch = e;
+				return why;
+			}
+			counts[e].fetch_sub(1, std::memory_order_release);
 		}
-		return false;
+	}
+
+	// `complete`: n commands counted in epoch e in shard `shard` completed.
+	void complete(Epoch e, uint32_t n, size_t shard) const
+	{
+		if (n)
+			shards_[shard % SHARDS].n[e & 1].fetch_sub(n, std::memory_order_release);
+	}
+
+	// `counted`: commands counted in epoch e, over all shards.
+	uint32_t counted(Epoch e) const
+	{
+		uint32_t n = 0;
+		for (const Shard &s : shards_)
+			n += s.n[e & 1].load(std::memory_order_acquire);
+		return n;
 	}
 
 	// `Buffers::owns_page` (KUnit only in the Rust): lock, then look.
 	bool owns_page(uint64_t page) const
 	{
 		std::lock_guard<std::mutex> g(m_);
-		return owns_page_locked(page);
+		return owns(list_, longest_, page);
 	}
 
 	size_t ranges() const
@@ -352,13 +412,30 @@ public:
 
 private:
 	static constexpr uint64_t PAGE = 4096;
-	struct Range {
-		uint64_t start, end;
-		uint32_t handle;
+	struct alignas(64) Shard {
+		std::atomic<uint32_t> n[2] = {{0}, {0}};
 	};
+
+	// `changed` (lock held): fully ordered, as a revoke reads the counts
+	// after it.
+	void changed() { generation_.fetch_add(1, std::memory_order_seq_cst); }
+
+	// `refresh`: copy the pages into `view`.
+	void refresh(View &view) const
+	{
+		std::lock_guard<std::mutex> g(m_);
+		view.list = list_;
+		view.longest = longest_;
+		view.epoch = epoch_;
+		view.generation = generation_.load(std::memory_order_relaxed);
+	}
+
 	mutable std::mutex m_;
 	std::vector<Range> list_;
 	uint64_t longest_ = 0;
+	Epoch epoch_ = 0;
+	std::atomic<uint64_t> generation_{0};
+	mutable Shard shards_[SHARDS];
 };
 
 // -------------------------------------------------------------- bridge.rs
@@ -368,7 +445,8 @@ constexpr uint32_t SHADOW_SQ_TAIL = 0;
 constexpr uint32_t SHADOW_CQ_HEAD = 64;
 
 // `Counters`: shown in debugfs, in this order.
-struct Counters {
+// Each pair's own cache line (in the kernel each sits in its pair's Ctx).
+struct alignas(64) Counters {
 	uint64_t polls = 0;
 	uint64_t sq_doorbell_writes = 0;
 	uint64_t cq_doorbell_writes = 0;
@@ -399,7 +477,8 @@ inline bool cqe_phase(const cqe &c) { return c.sf & 1u; }
 // the Rust `Port` trait (statically dispatched there too: `&impl Port`):
 //   uint32_t shadow_sq_tail(); uint32_t shadow_cq_head();
 //   sqe shadow_sqe(slot);      // a copy, read once
-//   Reject validate(const sqe &, uint16_t cid, sqe *out); uint32_t cost(const sqe &);
+//   Reject validate(const sqe &, uint16_t cid, sqe *out, Epoch *e); uint32_t cost(const sqe &);
+//   void completed(Epoch); void retire(uint16_t cid);
 //   void write_real_sqe(slot, const sqe &); void ring_sq(tail); void ring_cq(head);
 //   cqe real_cqe(slot); void mirror_cqe(slot, const cqe &);
 // `BUDGET`: page checks one pass spends on a pair at most.
@@ -445,10 +524,13 @@ public:
 			// inflight.get_mut(cid).and_then(Option::take)
 			if (e.cid >= depth_ || !inflight_[e.cid])
 				continue;
-			const uint16_t user_cid = *inflight_[e.cid];
+			const uint16_t user_cid = inflight_[e.cid]->first;
+			const Epoch epoch = inflight_[e.cid]->second;
 			inflight_[e.cid].reset();
 			in_flight_ -= 1;
 			post(port, user_cid, e.dw0, e.sf);
+			port.retire(e.cid);
+			port.completed(epoch);
 			c.cqes_mirrored += 1;
 		}
 		if (reaped) {
@@ -482,16 +564,19 @@ public:
 			if (!cid)
 				break;
 			sqe real;
-			const validate::Reject why = port.validate(s, *cid, &real);
+			Epoch epoch = 0;
+			const validate::Reject why = port.validate(s, *cid, &real, &epoch);
 			if (why == validate::Reject::Ok) {
 				real.cid = *cid;
 				port.write_real_sqe(real_tail_, real);
 				real_tail_ = next(real_tail_);
-				inflight_[*cid] = s.cid;
+				inflight_[*cid] = std::make_pair(s.cid, epoch);
 				in_flight_ += 1;
 				c.sqes_accepted += 1;
 				submitted = true;
 			} else {
+				// A list refused halfway was partly copied.
+				port.retire(*cid);
 				post(port, s.cid, 0, validate::status(why));
 				c.sqes_rejected += 1;
 			}
@@ -554,7 +639,8 @@ private:
 	uint32_t cq_tail_ = 0;   // next shadow CQ slot and its phase
 	bool cq_phase_ = true;
 	uint32_t user_head_ = 0; // the file's last in-range head
-	std::vector<std::optional<uint16_t>> inflight_; // file cid per kernel cid
+	// File cid and admission epoch per kernel cid.
+	std::vector<std::optional<std::pair<uint16_t, Epoch>>> inflight_;
 	uint32_t in_flight_ = 0;
 	uint32_t next_cid_ = 0;
 	uint32_t last_bad_tail_ = UINT32_MAX;
@@ -579,11 +665,14 @@ struct PairPort {
 	swnvme::regs *real_db = nullptr;   // the controller's doorbells (BAR0 in the kernel)
 	const Buffers *buffers = nullptr;
 	const validate::Limits *limits = nullptr;
+	uint16_t qid = 0;
+	mutable View view; // this relay's copy of the file's pages
 
 	// `Reach`: what a validation may read (validate::Memory).
 	struct Reach {
 		const PairPort &p;
-		bool owns_page(uint64_t page) const { return p.buffers->owns_page_locked(page); }
+		const View &v;
+		bool owns_page(uint64_t page) const { return v.owns_page(page); }
 		bool pool_entry(uint64_t addr, uint64_t *v) const
 		{
 			// let off = addr.checked_sub(pool_dma)?;
@@ -619,12 +708,22 @@ struct PairPort {
 		return s;
 	}
 	uint32_t cost(const sqe &s) const { return validate::check_cost(s, *limits); }
-	validate::Reject validate(const sqe &s, uint16_t cid, sqe *out) const
+	validate::Reject validate(const sqe &s, uint16_t cid, sqe *out, Epoch *epoch) const
 	{
 		const size_t at = (size_t)cid * list_entries;
-		const auto held = buffers->lock(); // `Reach(self, self.buffers.lock())`
-		return validate::check(s, *limits, Reach{*this}, lists + at, list_entries,
-				       lists_dma + (uint64_t)at * 8, out);
+		return buffers->admit_checked(view, shard_of(qid), epoch, [&](const View &v) {
+			return validate::check(s, *limits, Reach{*this, v}, lists + at, list_entries,
+					       lists_dma + (uint64_t)at * 8, out);
+		});
+	}
+	void completed(Epoch e) const { buffers->complete(e, 1, shard_of(qid)); }
+	// `retire`: the kernel list slot of a command no longer in flight goes
+	// back to zero (up to the first zero: what it wrote).
+	void retire(uint16_t cid) const
+	{
+		uint64_t *l = lists + (size_t)cid * list_entries;
+		for (size_t i = 0; i < list_entries && l[i]; i++)
+			l[i] = 0;
 	}
 	void write_real_sqe(uint32_t slot, const sqe &s) const
 	{

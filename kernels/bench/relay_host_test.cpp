@@ -76,8 +76,9 @@ struct Model {
 	uint32_t shadow_cq_head() const { return head; }
 	sqe shadow_sqe(uint32_t s) const { return shadow_sq[s]; }
 	uint32_t cost(const sqe &) const { return 1; }
-	Reject validate(const sqe &s, uint16_t, sqe *out) const
+	Reject validate(const sqe &s, uint16_t, sqe *out, relay::Epoch *e) const
 	{
+		*e = 0;
 		if (s.opc == 0x7f)
 			return Reject::Opcode;
 		*out = sqe{};
@@ -89,6 +90,8 @@ struct Model {
 	void ring_cq(uint32_t h) const { cq_rings.push_back(h); }
 	cqe real_cqe(uint32_t s) const { return real[s]; }
 	void mirror_cqe(uint32_t s, const cqe &c) const { shadow[s] = c; }
+	void completed(relay::Epoch) const {}
+	void retire(uint16_t) const {}
 };
 
 static void submit(Model &m, uint32_t slot, uint8_t opcode, uint16_t cid)

@@ -26,7 +26,9 @@
 //           pair in turn, each step timed as bridge_thread.c times it
 //           (relay_ns); everything stays in that core's caches.
 //   cross   the relay runs alone on its own core in the bridge_thread.c
-//           loop (relay_thread_loop) while client threads on other cores
+//           loop (relay_thread_loop) (or `relay_threads` relays, each on a
+//           core of its own, pair i on relay i % R as the pool hands them
+//           out, all pairs one file's) while client threads on other cores
 //           play the files and the controller, so every shadow SQE and
 //           real CQE the relay reads was last written by another core (as
 //           a DMA write would leave it: not in the relay's cache).
@@ -68,8 +70,9 @@ struct Config {
 	uint32_t pairs = 64;
 	uint32_t depth = 32;
 	uint32_t client_threads = 2;      // cross mode
+	uint32_t relay_threads = 1;       // cross mode
 	double seconds = 0.5;
-	std::vector<int> cpus;            // cross mode pinning: [relay, client0, ...]
+	std::vector<int> cpus;            // cross mode pinning: [relay0.., client0, ...]
 };
 
 struct Result {
@@ -440,6 +443,7 @@ inline void init_pair(Pair &p, uint16_t qid, uint32_t depth, const relay::Buffer
 	pp.real_db = p.db;
 	pp.buffers = buffers;
 	pp.limits = limits;
+	pp.qid = qid;
 }
 
 inline bool setup(World &w, const Config &c)
@@ -511,18 +515,26 @@ inline Result run(const Config &c)
 	} else {
 		std::atomic<bool> stop{false}, clients_stop{false};
 		const uint32_t C = std::max<uint32_t>(1, c.client_threads);
+		const uint32_t R = std::max<uint32_t>(1, std::min<uint32_t>(c.relay_threads, c.pairs));
 		auto cpu = [&](size_t i) { return i < c.cpus.size() ? c.cpus[i] : -1; };
-		uint64_t rt0 = 0, rt1 = 0;
-		std::thread rt([&] {
-			pin_to(cpu(0));
-			rt0 = relay::ktime_get_ns();
-			relay::relay_thread_loop(ctx, lock, stop);
-			rt1 = relay::ktime_get_ns();
-		});
+		// Each relay thread its pairs and its lock (bridge_thread.c).
+		std::vector<std::vector<relay::PairCtx>> tctx(R);
+		for (size_t i = 0; i < ctx.size(); i++)
+			tctx[i % R].push_back(ctx[i]);
+		std::vector<std::mutex> locks(R);
+		std::vector<uint64_t> rt0(R), rt1(R);
+		std::vector<std::thread> rts;
+		for (uint32_t t = 0; t < R; t++)
+			rts.emplace_back([&, t] {
+				pin_to(cpu(t));
+				rt0[t] = relay::ktime_get_ns();
+				relay::relay_thread_loop(tctx[t], locks[t], stop);
+				rt1[t] = relay::ktime_get_ns();
+			});
 		std::vector<std::thread> cl;
 		for (uint32_t t = 0; t < C; t++)
 			cl.emplace_back([&, t] {
-				pin_to(cpu(1 + t));
+				pin_to(cpu(R + t));
 				while (!clients_stop.load(std::memory_order_relaxed))
 					for (size_t i = t; i < w.pairs.size(); i += C) {
 						client(*w.pairs[i]);
@@ -531,11 +543,15 @@ inline Result run(const Config &c)
 			});
 		usleep((useconds_t)(c.seconds * 1e6));
 		stop = true;
-		rt.join();
+		for (auto &t : rts)
+			t.join();
 		clients_stop = true;
 		for (auto &t : cl)
 			t.join();
-		r.wall_ns = rt1 - rt0;
+		r.wall_ns = *std::max_element(rt1.begin(), rt1.end()) - *std::min_element(rt0.begin(), rt0.end());
+		// The threads' idle-step counts are in their copies of the contexts.
+		for (size_t i = 0; i < ctx.size(); i++)
+			ctx[i].idle_steps = tctx[i % R][i / R].idle_steps;
 	}
 
 	// Totals of the timed window, then drain single-threaded and check.
@@ -586,7 +602,7 @@ inline std::string json(const Result &r)
 	char b[1536];
 	snprintf(b, sizeof(b),
 		 "{\"mix\": \"%s\", \"ranges\": \"%s\", \"buffer_ranges\": %zu, \"mode\": \"%s\", "
-		 "\"pairs\": %u, \"depth\": %u, \"client_threads\": %u, \"seconds\": %.3f, "
+		 "\"pairs\": %u, \"depth\": %u, \"client_threads\": %u, \"relay_threads\": %u, \"seconds\": %.3f, "
 		 "\"cmds\": %llu, \"rejected\": %llu, \"accepted_total\": %llu, \"rejected_total\": %llu, "
 		 "\"relay_ns\": %llu, \"wall_ns\": %llu, "
 		 "\"cmds_per_s_relay_time\": %.0f, \"cmds_per_s_wall\": %.0f, \"ns_per_cmd_relay_time\": %.2f, "
@@ -595,7 +611,7 @@ inline std::string json(const Result &r)
 		 "\"check_failures\": %llu, \"drained\": %s, \"ok\": %s}",
 		 r.cfg.mix, r.cfg.fragmented ? "fragmented" : "contiguous", r.buffer_ranges,
 		 r.cfg.cross ? "cross" : "single", r.cfg.pairs, r.cfg.depth,
-		 r.cfg.cross ? r.cfg.client_threads : 0, r.cfg.seconds,
+		 r.cfg.cross ? r.cfg.client_threads : 0, r.cfg.cross ? r.cfg.relay_threads : 1, r.cfg.seconds,
 		 (unsigned long long)r.cmds, (unsigned long long)r.rejected_in_window,
 		 (unsigned long long)r.accepted, (unsigned long long)r.rejected,
 		 (unsigned long long)r.relay_ns, (unsigned long long)r.wall_ns, r.per_s_relay(),
@@ -610,10 +626,10 @@ inline std::string json(const Result &r)
 
 inline void print(const Result &r)
 {
-	printf("RELAY %-13s %-10s %-6s %2u pairs x %2u: %6.2f M cmds/s of relay time (%5.1f ns/cmd), "
+	printf("RELAY %-13s %-10s %-6s %u relay(s) %2u pairs x %2u: %6.2f M cmds/s of relay time (%5.1f ns/cmd), "
 	       "%6.2f M/s wall; %llu cmds (%llu rejected), %llu idle steps, checks %s\n",
 	       r.cfg.mix, r.cfg.fragmented ? "fragmented" : "contiguous", r.cfg.cross ? "cross" : "single",
-	       r.cfg.pairs, r.cfg.depth, r.per_s_relay() / 1e6, r.cmds ? (double)r.relay_ns / r.cmds : 0.0,
+	       r.cfg.cross ? r.cfg.relay_threads : 1, r.cfg.pairs, r.cfg.depth, r.per_s_relay() / 1e6, r.cmds ? (double)r.relay_ns / r.cmds : 0.0,
 	       r.per_s_wall() / 1e6, (unsigned long long)r.cmds, (unsigned long long)r.rejected_in_window,
 	       (unsigned long long)r.idle_steps, r.ok() ? "ok" : "FAILED");
 	fflush(stdout);
@@ -635,6 +651,28 @@ inline std::vector<Config> standard(double seconds, uint32_t client_threads, con
 				c.cpus = cpus;
 				v.push_back(c);
 			}
+	return v;
+}
+
+// The scaling set: read4k and mixed, contiguous, cross mode, 1, 2 and 4
+// relay threads, each alone on one of `relay_cpus`, against the same
+// clients on the same `client_cpus` in every run.
+inline std::vector<Config> scaling(double seconds, const std::vector<int> &relay_cpus,
+				   const std::vector<int> &client_cpus)
+{
+	std::vector<Config> v;
+	for (const char *mix : {"read4k", "mixed"})
+		for (uint32_t r : {1u, 2u, 4u}) {
+			Config c;
+			c.mix = mix;
+			c.cross = true;
+			c.relay_threads = r;
+			c.seconds = seconds;
+			c.client_threads = (uint32_t)client_cpus.size();
+			c.cpus.assign(relay_cpus.begin(), relay_cpus.begin() + std::min<size_t>(r, relay_cpus.size()));
+			c.cpus.insert(c.cpus.end(), client_cpus.begin(), client_cpus.end());
+			v.push_back(c);
+		}
 	return v;
 }
 

@@ -6,7 +6,9 @@
 // GPU measurements; this one gives the number anywhere else.
 //
 //   relay_microbench [--seconds S] [--clients N] [--out FILE.json]
-// Pins the relay to the second CPU it may use, clients to the next ones.
+// Pins the relay to the second CPU it may use, clients to the next ones;
+// then the scaling set: 1, 2 and 4 relay threads on CPUs 1-4, the same
+// clients on the CPUs after them ("scaling" in the JSON).
 // Exits 1 if a check failed (never because of a time).
 #include "relay_microbench.h"
 
@@ -55,6 +57,34 @@ int main(int argc, char **argv)
 		ok &= r.ok();
 		j += std::string(first ? "  " : ",\n  ") + mb::json(r);
 		first = false;
+	}
+	j += "\n], \"scaling\": [\n";
+	// Relay threads alone on cores 1-4 of the CPUs this may use, the
+	// clients on the next ones (the same in every run), where there are
+	// that many; else skipped and said so.
+	if (n >= 6) {
+		std::vector<int> rc, cc;
+		for (int i = 0; i < 4; i++)
+			rc.push_back(cpus[(size_t)(1 + i)]);
+		for (int i = 5; i < n && (int)cc.size() < std::max(clients, 2 * 4); i++)
+			cc.push_back(cpus[(size_t)i]);
+		double one[2] = {0, 0};
+		first = true;
+		int k = 0;
+		for (const mb::Config &c : mb::scaling(seconds, rc, cc)) {
+			mb::Result r = mb::run(c);
+			mb::print(r);
+			ok &= r.ok();
+			double &base = one[k++ / 3];
+			if (c.relay_threads == 1)
+				base = r.per_s_wall();
+			printf("SCALING %-8s %u relay thread(s), %zu client threads: %.2f M cmds/s wall, %.2fx one relay thread\n",
+			       c.mix, c.relay_threads, cc.size(), r.per_s_wall() / 1e6, base ? r.per_s_wall() / base : 0.0);
+			j += std::string(first ? "  " : ",\n  ") + mb::json(r);
+			first = false;
+		}
+	} else {
+		printf("SCALING skipped: %d CPUs, 6 or more needed (4 relay cores, clients beside them)\n", n);
 	}
 	j += "\n]}\n";
 	if (out) {

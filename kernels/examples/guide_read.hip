@@ -8,9 +8,9 @@
  * against example.h's pattern: thread t reads LBAs slba + t * blocks on,
  * into buf at byte t * blocks * LBA size, on queue pair t % npairs.
  *
- * Payload contract: the SSD writes buf while the kernel runs, so on RDNA
- * (gfx10/11/12) buf must be fine-grained or uncached memory:
- * gpunvme-gpu's Gpu::alloc_payload() allocates it uncached there. The
+ * Payload contract: the SSD writes buf while the kernel runs, so on AMD
+ * buf must be fine-grained or uncached memory: gpunvme-gpu's
+ * Gpu::alloc_payload() allocates it uncached there. The
  * kernel's half is fence::payload_acquire() between the completion and
  * the first load of the data (make isa-check demands it).
  */

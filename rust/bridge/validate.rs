@@ -11,8 +11,9 @@
 //! copied into a list the file cannot reach; the SQE that goes to the
 //! controller is built field by field, never copied whole.
 
-use kernel::prelude::*;
+use kernel::{prelude::*, sync::Arc};
 
+use crate::controller::geometry::{Geometry, NsState};
 use crate::queues::command::Sqe;
 
 /// NVM command set opcodes allowed in shared mode.
@@ -34,29 +35,54 @@ pub(crate) enum Reject {
     Namespace = 0x0b,
     /// LBA Out of Range.
     LbaRange = 0x80,
+    /// Namespace Not Ready: it changed and is being identified again.
+    NotReady = 0x82,
 }
 
 impl Reject {
-    /// The CQE status field (without the phase tag): SCT 0, this SC, DNR.
+    /// The CQE status field (without the phase tag): SCT 0, this SC, DNR
+    /// (not for Namespace Not Ready, which a retry may pass).
     pub(crate) fn status(self) -> u16 {
-        (1 << 15) | ((self as u16) << 1)
+        let dnr = if self == Reject::NotReady { 0 } else { 1 << 15 };
+        dnr | ((self as u16) << 1)
     }
 }
 
-/// One namespace a file may address.
+/// One namespace a file may address: its ID and its index in the
+/// controller's `Geometry`.
 #[derive(Clone, Copy, Default, Debug)]
 pub(crate) struct Ns {
     pub(crate) nsid: u32,
-    /// log2 of the logical block size.
-    pub(crate) lba_shift: u32,
-    pub(crate) capacity: u64,
+    pub(crate) index: usize,
 }
 
-/// What a pair's submissions are checked against; fixed for its life.
+/// What a pair's submissions are checked against: the namespaces are fixed
+/// for its life, their size and format are read per command from the
+/// controller's geometry, which a namespace change updates.
 pub(crate) struct Limits {
     pub(crate) ns: KVec<Ns>,
+    pub(crate) geometry: Arc<Geometry>,
     /// Largest transfer of one command, bytes (at most one list page's worth).
     pub(crate) max_transfer: u64,
+}
+
+impl Limits {
+    /// LBA shift and capacity of namespace `nsid`, as it is now.
+    fn namespace(&self, nsid: u32) -> Result<(u32, u64), Reject> {
+        let ns = self
+            .ns
+            .iter()
+            .find(|n| n.nsid == nsid)
+            .ok_or(Reject::Namespace)?;
+        match self.geometry.get(ns.index) {
+            NsState::Usable {
+                lba_shift,
+                capacity,
+            } => Ok((lba_shift, capacity)),
+            NsState::Changing => Err(Reject::NotReady),
+            NsState::Refused => Err(Reject::Namespace),
+        }
+    }
 }
 
 /// The memory a validation reads besides the SQE.
@@ -96,11 +122,7 @@ pub(crate) fn check(
         opcode::WRITE_ZEROES => Some(WZ_CDW12_ALLOWED),
         _ => return Err(Reject::Opcode),
     };
-    let ns = lim
-        .ns
-        .iter()
-        .find(|n| n.nsid == sqe.nsid)
-        .ok_or(Reject::Namespace)?;
+    let (lba_shift, capacity) = lim.namespace(sqe.nsid)?;
     let mut out = Sqe {
         opcode: sqe.opcode,
         nsid: sqe.nsid,
@@ -115,7 +137,7 @@ pub(crate) fn check(
     let slba = u64::from(sqe.cdw10) | (u64::from(sqe.cdw11) << 32);
     let nlb = u64::from(sqe.cdw12 & 0xffff) + 1;
     match slba.checked_add(nlb) {
-        Some(end) if end <= ns.capacity => {}
+        Some(end) if end <= capacity => {}
         _ => return Err(Reject::LbaRange),
     }
     out.cdw10 = sqe.cdw10;
@@ -126,7 +148,7 @@ pub(crate) fn check(
     }
     // Dataset management hints only; directives are not passed on.
     out.cdw13 = sqe.cdw13 & 0xff;
-    let len = nlb << ns.lba_shift;
+    let len = nlb << lba_shift;
     if len > lim.max_transfer {
         return Err(Reject::Field);
     }
@@ -175,7 +197,8 @@ fn check_prps(
             at = next;
         }
         let entry = mem.pool_entry(at).ok_or(Reject::Field)?;
-        if entry % PAGE != 0 || !mem.owns_page(entry) {
+        // Never 0: a zero ends a list slot's entries (`Port::retire`).
+        if entry == 0 || entry % PAGE != 0 || !mem.owns_page(entry) {
             return Err(Reject::Field);
         }
         *slot = entry;
@@ -208,10 +231,10 @@ pub(crate) fn check_cost(sqe: &Sqe, lim: &Limits) -> u32 {
     if sqe.opcode != opcode::READ && sqe.opcode != opcode::WRITE {
         return 1;
     }
-    let Some(ns) = lim.ns.iter().find(|n| n.nsid == sqe.nsid) else {
+    let Ok((lba_shift, _)) = lim.namespace(sqe.nsid) else {
         return 1;
     };
-    let len = (u64::from(sqe.cdw12 & 0xffff) + 1) << ns.lba_shift;
+    let len = (u64::from(sqe.cdw12 & 0xffff) + 1) << lba_shift;
     // A first page at an offset adds one.
     1 + (len.min(lim.max_transfer) / PAGE + 1) as u32
 }
@@ -237,21 +260,27 @@ mod tests {
         }
     }
 
-    fn limits() -> Limits {
+    fn limits_of(lba_size: u32, capacity_lbas: u64) -> Limits {
+        let mut info = crate::uapi::Info {
+            num_namespaces: 1,
+            ..Default::default()
+        };
+        info.ns[0] = crate::uapi::NsInfo {
+            nsid: 1,
+            lba_size,
+            capacity_lbas,
+        };
         let mut ns = KVec::new();
-        ns.push(
-            Ns {
-                nsid: 1,
-                lba_shift: 9,
-                capacity: 1000,
-            },
-            GFP_KERNEL,
-        )
-        .unwrap();
+        ns.push(Ns { nsid: 1, index: 0 }, GFP_KERNEL).unwrap();
         Limits {
             ns,
+            geometry: Arc::new(Geometry::new(&info), GFP_KERNEL).unwrap(),
             max_transfer: 512 * 1024,
         }
+    }
+
+    fn limits() -> Limits {
+        limits_of(512, 1000)
     }
 
     #[test]
@@ -464,8 +493,7 @@ mod tests {
     fn transfer_limit_and_status() {
         let m = Model { pool: [0; 1024] };
         // 1025 blocks of 512 B, inside a large namespace: over the 512 KiB limit.
-        let mut lim = limits();
-        lim.ns[0].capacity = 1 << 20;
+        let lim = limits_of(512, 1 << 20);
         let mut list = [0u64; 128];
         assert_eq!(
             check(&read(0, 1025, 0x10000, 0x80000), &lim, &m, &mut list, 0),
@@ -483,5 +511,37 @@ mod tests {
             ),
             (2 << 20, 2 << 20, 128 << 10)
         );
+    }
+
+    #[test]
+    fn a_namespace_change_is_seen_by_the_next_command() {
+        let m = Model { pool: [0; 1024] };
+        let lim = limits();
+        let mut list = [0u64; 128];
+        // One 512 B block at the end of a page: one page, no PRP2.
+        let tail = read(0, 1, 0x10e00, 0);
+        assert_eq!(check(&tail, &lim, &m, &mut list, 0).unwrap().prp2, 0);
+        lim.geometry.set(0, NsState::Changing);
+        assert_eq!(check(&tail, &lim, &m, &mut list, 0), Err(Reject::NotReady));
+        assert_eq!(Reject::NotReady.status(), 0x0104);
+        lim.geometry.set(0, NsState::Refused);
+        assert_eq!(check(&tail, &lim, &m, &mut list, 0), Err(Reject::Namespace));
+        // Formatted to 4 KiB blocks, 125 of them: the same command now
+        // needs a second page and block 125 is out of range.
+        lim.geometry.set(
+            0,
+            NsState::Usable {
+                lba_shift: 12,
+                capacity: 125,
+            },
+        );
+        assert_eq!(check(&tail, &lim, &m, &mut list, 0), Err(Reject::Field));
+        let two = read(0, 1, 0x10e00, 0x11000);
+        assert_eq!(check(&two, &lim, &m, &mut list, 0).unwrap().prp2, 0x11000);
+        assert_eq!(
+            check(&read(125, 1, 0x10000, 0), &lim, &m, &mut list, 0),
+            Err(Reject::LbaRange)
+        );
+        assert_eq!(check_cost(&read(0, 2, 0, 0), &lim), 4);
     }
 }

@@ -13,6 +13,9 @@
 //! - the CQ head doorbell is rewritten with the kernel's own head before
 //!   each command and while waiting, so a stray head write that made the
 //!   CQ look full to the controller is undone;
+//! - one Asynchronous Event Request is kept outstanding under a command ID
+//!   of its own (`AER_CID`); its completion, whenever it comes, is an
+//!   event for the watch (`take_event`), not a stray completion;
 //! - a command with no completion before the deadline is ETIMEDOUT, never
 //!   EIO: it may still run, so callers keep what it references. The queue
 //!   is then `unsure`; once no file holds a queue, the controller is
@@ -32,6 +35,12 @@ use crate::controller::regs::Cap;
 use crate::queues::command::{Cqe, Sqe};
 
 pub(crate) const ADMIN_DEPTH: u16 = 32;
+/// Command ID of the Asynchronous Event Request; the kernel's own commands
+/// take 1..AER_CID.
+const AER_CID: u16 = u16::MAX;
+/// Event requests the controller may fail before the queue stops asking
+/// (until a reset): a controller that refuses them is not asked forever.
+const AER_FAILURES: u8 = 3;
 /// Deadline of one admin command.
 const ADMIN_TIMEOUT: Delta = Delta::from_secs(5);
 
@@ -47,6 +56,15 @@ pub(crate) struct AdminQueue {
     /// A command got no completion: the controller's view of this queue is
     /// unknown until it is reset.
     unsure: bool,
+    /// An Asynchronous Event Request is outstanding.
+    aer_armed: bool,
+    /// Its SQ slot, zeroed once a later command completes (the controller
+    /// fetches in order, so it has fetched the request by then).
+    aer_slot: Option<u16>,
+    /// Event requests that completed with an error since the last reset.
+    aer_failures: u8,
+    /// Dword 0 of an event completion not yet taken by the watch.
+    event: Option<u32>,
 }
 
 impl AdminQueue {
@@ -60,6 +78,10 @@ impl AdminQueue {
             cid: 0,
             foreign: 0,
             unsure: false,
+            aer_armed: false,
+            aer_slot: None,
+            aer_failures: 0,
+            event: None,
         })
     }
 
@@ -78,6 +100,11 @@ impl AdminQueue {
         self.head = 0;
         self.phase = true;
         self.unsure = false;
+        // A disabled controller dropped its outstanding request.
+        self.aer_armed = false;
+        self.aer_slot = None;
+        self.aer_failures = 0;
+        self.event = None;
         Ok(())
     }
 
@@ -166,6 +193,76 @@ impl AdminQueue {
         Ok(None)
     }
 
+    /// Is `cqe` the event request's completion? Then it is kept for the
+    /// watch (or counted, if the controller failed the request).
+    fn is_event(&mut self, dev: &Device, cqe: &Cqe) -> bool {
+        if cqe.sq_id != 0 || cqe.cid != AER_CID {
+            return false;
+        }
+        self.aer_armed = false;
+        if cqe.succeeded() {
+            self.event = Some(cqe.result);
+        } else {
+            let (sct, sc) = cqe.status_code();
+            self.aer_failures = self.aer_failures.saturating_add(1);
+            let then = if self.aer_failures >= AER_FAILURES {
+                "; not asked again until a reset (namespace changes are then seen at a restart and at CREATE_QPAIR only)"
+            } else {
+                ""
+            };
+            dev_warn!(
+                dev,
+                "asynchronous event request failed: SCT {:#x} SC {:#x}{}\n",
+                sct,
+                sc,
+                then
+            );
+        }
+        true
+    }
+
+    /// Keep one Asynchronous Event Request outstanding. Not waited for: it
+    /// completes when the controller has something to say.
+    pub(crate) fn arm_event(&mut self, cap: Cap, ring: &dyn Fn(usize, u32) -> Result) -> Result {
+        if self.aer_armed || self.aer_failures >= AER_FAILURES || self.unsure {
+            return Ok(());
+        }
+        // The previous request's slot, if no command has cleared it yet,
+        // was fetched before that request completed.
+        if let Some(old) = self.aer_slot.take() {
+            self.write_sqe(old, Sqe::default())?;
+        }
+        let slot = self.tail;
+        let sqe = Sqe {
+            opcode: crate::queues::command::admin::ASYNC_EVENT_REQUEST,
+            cid: AER_CID,
+            ..Default::default()
+        };
+        self.write_sqe(slot, sqe)?;
+        self.tail = (self.tail + 1) % ADMIN_DEPTH;
+        ring(cap.sq_doorbell(0), self.tail.into())?;
+        self.aer_armed = true;
+        self.aer_slot = Some(slot);
+        Ok(())
+    }
+
+    /// The event that completed since the last call, if any (dword 0 of its
+    /// completion: type in bits 2:0, information in 15:8, log page in
+    /// 23:16). Other completions found on the way are skipped.
+    pub(crate) fn take_event(
+        &mut self,
+        dev: &Device,
+        cap: Cap,
+        ring: &dyn Fn(usize, u32) -> Result,
+    ) -> Result<Option<u32>> {
+        while let Some(cqe) = self.pop(cap, ring)? {
+            if !self.is_event(dev, &cqe) {
+                self.skip(dev, &cqe);
+            }
+        }
+        Ok(self.event.take())
+    }
+
     fn skip(&mut self, dev: &Device, cqe: &Cqe) {
         self.foreign += 1;
         if self.foreign.is_power_of_two() {
@@ -193,10 +290,12 @@ impl AdminQueue {
         // are not ours: consume them so the CQ has room, and tell the
         // controller the kernel's own head whatever was written there.
         while let Some(junk) = self.pop(cap, ring)? {
-            self.skip(dev, &junk);
+            if !self.is_event(dev, &junk) {
+                self.skip(dev, &junk);
+            }
         }
         ring(cap.cq_doorbell(0), self.head.into())?;
-        self.cid = if self.cid == u16::MAX {
+        self.cid = if self.cid >= AER_CID - 1 {
             1
         } else {
             self.cid + 1
@@ -217,7 +316,9 @@ impl AdminQueue {
                         mine = Some(cqe);
                         break;
                     }
-                    self.skip(dev, &cqe);
+                    if !self.is_event(dev, &cqe) {
+                        self.skip(dev, &cqe);
+                    }
                 }
                 polls += 1;
                 if mine.is_none() && polls % 64 == 0 {
@@ -245,6 +346,11 @@ impl AdminQueue {
         };
         // The same slot was written above: in range.
         cleared?;
+        // This command was fetched after the event request, so that one was
+        // fetched too: its slot can go back to zero.
+        if let Some(old) = self.aer_slot.take() {
+            self.write_sqe(old, Sqe::default())?;
+        }
         if !cqe.succeeded() {
             let (sct, sc) = cqe.status_code();
             dev_err!(

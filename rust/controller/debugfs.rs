@@ -112,6 +112,12 @@ fn files<'a>(k: &'a Knobs, dir: &ScopedDir<'a, '_>) {
     dir.read_only_file(c"qpairs_allocated", &crate::queues::qpair::ALLOCATED);
     dir.write_only_callback_file(c"pci_event", k, &pci_event);
     dir.read_callback_file(c"kept", k, &kept);
+    dir.read_callback_file(c"relay_time", k, &relay_time);
+}
+
+/// `relay_time`: relay CPU time per open file, over its live shared pairs.
+fn relay_time(k: &Knobs, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    k.shared.dma.lock().relay_time(f)
 }
 
 /// `kept`: what the controller's DMA registry holds, by kind (after every

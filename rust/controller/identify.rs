@@ -3,6 +3,8 @@
 //! Decoding of Identify data structures (NVMe base spec 2.0, 5.17.2).
 //! Pure logic over 4 KiB buffers, KUnit-tested.
 
+use crate::controller::geometry::NsState;
+
 pub(crate) const IDENTIFY_LEN: usize = 4096;
 
 fn le32(b: &[u8], at: usize) -> u32 {
@@ -33,6 +35,8 @@ pub(crate) struct ControllerId<'a> {
     pub(crate) mdts: u8,
     /// Number of namespaces (largest NSID).
     pub(crate) nn: u32,
+    /// Optional Asynchronous Events Supported.
+    pub(crate) oaes: u32,
 }
 
 pub(crate) fn controller(b: &[u8]) -> ControllerId<'_> {
@@ -42,6 +46,7 @@ pub(crate) fn controller(b: &[u8]) -> ControllerId<'_> {
         firmware: &b[64..72],
         mdts: b[77],
         nn: le32(b, 516),
+        oaes: le32(b, 92),
     }
 }
 
@@ -92,29 +97,15 @@ pub(crate) fn active_nsids(b: &[u8]) -> impl Iterator<Item = u32> + '_ {
         .take_while(|&id| id != 0)
 }
 
-/// Why a controller identified again (`now`) is not the one files were
-/// told about at bind (`then`): a namespace gone, added, reformatted or
-/// resized, a smaller transfer limit, or fewer I/O queues. `None` if the
-/// same. The validator's geometry comes from `then`, so any change to it
-/// must keep the controller from serving files.
-pub(crate) fn changed_since_bind(
+/// Why a controller identified again (`now`) cannot go on serving its
+/// files: a smaller transfer limit or fewer I/O queues than at bind
+/// (`then`), which pairs and PRP lists were sized by. `None` if it can.
+/// Namespace sizes and formats are not compared: they are taken as they
+/// are now (`state_in`, into `Geometry`).
+pub(crate) fn shrank_since_bind(
     then: &crate::uapi::Info,
     now: &crate::uapi::Info,
 ) -> Option<&'static str> {
-    let a = &then.ns[..then.num_namespaces as usize];
-    let b = &now.ns[..now.num_namespaces as usize];
-    if a.len() != b.len() || a.iter().zip(b).any(|(x, y)| x.nsid != y.nsid) {
-        return Some("its usable namespaces changed");
-    }
-    if a.iter().zip(b).any(|(x, y)| x.lba_size != y.lba_size) {
-        return Some("a namespace was formatted to another LBA size");
-    }
-    if a.iter()
-        .zip(b)
-        .any(|(x, y)| x.capacity_lbas != y.capacity_lbas)
-    {
-        return Some("a namespace changed size");
-    }
     if now.mdts_bytes < then.mdts_bytes {
         return Some("its maximum transfer size shrank");
     }
@@ -122,6 +113,18 @@ pub(crate) fn changed_since_bind(
         return Some("fewer I/O queues were granted");
     }
     None
+}
+
+/// What namespace `nsid` is in `now`'s usable namespaces: gone, detached
+/// or unusable (not listed) is refused.
+pub(crate) fn state_in(now: &crate::uapi::Info, nsid: u32) -> NsState {
+    now.ns[..now.num_namespaces as usize]
+        .iter()
+        .find(|n| n.nsid == nsid)
+        .map_or(NsState::Refused, |n| NsState::Usable {
+            lba_shift: n.lba_size.trailing_zeros(),
+            capacity: n.capacity_lbas,
+        })
 }
 
 #[kernel::prelude::kunit_tests(gpunvme_identify)]
@@ -149,29 +152,38 @@ mod tests {
             ..Default::default()
         };
         let mut now = then;
-        assert_eq!(changed_since_bind(&then, &now), None);
-        now.ns[1].lba_size = 512;
-        assert!(changed_since_bind(&then, &now).is_some());
-        now = then;
-        now.ns[0].capacity_lbas = 999;
-        assert!(changed_since_bind(&then, &now).is_some());
-        now = then;
-        now.num_namespaces = 1;
-        assert!(changed_since_bind(&then, &now).is_some());
-        now = then;
-        now.ns[1].nsid = 3;
-        assert!(changed_since_bind(&then, &now).is_some());
-        now = then;
+        assert_eq!(shrank_since_bind(&then, &now), None);
         now.io_queues = 4;
-        assert!(changed_since_bind(&then, &now).is_some());
+        assert!(shrank_since_bind(&then, &now).is_some());
         now = then;
         now.mdts_bytes = 1 << 19;
-        assert!(changed_since_bind(&then, &now).is_some());
+        assert!(shrank_since_bind(&then, &now).is_some());
         // More is not a change the validator must fear.
         now = then;
         now.io_queues = 16;
         now.mdts_bytes = 1 << 21;
-        assert_eq!(changed_since_bind(&then, &now), None);
+        assert_eq!(shrank_since_bind(&then, &now), None);
+        // Reformatted, resized, gone: each namespace as it is now.
+        now = then;
+        now.ns[1].lba_size = 512;
+        now.ns[1].capacity_lbas = 400;
+        assert_eq!(
+            state_in(&now, 2),
+            NsState::Usable {
+                lba_shift: 9,
+                capacity: 400
+            }
+        );
+        now.num_namespaces = 1;
+        assert_eq!(state_in(&now, 2), NsState::Refused);
+        assert_eq!(
+            state_in(&now, 1),
+            NsState::Usable {
+                lba_shift: 9,
+                capacity: 1000
+            }
+        );
+        assert_eq!(state_in(&now, 3), NsState::Refused);
     }
 
     #[test]
@@ -215,8 +227,9 @@ mod tests {
         let mut b = [0u8; IDENTIFY_LEN];
         b[77] = 7;
         b[516..520].copy_from_slice(&2u32.to_le_bytes());
+        b[92..96].copy_from_slice(&0x100u32.to_le_bytes());
         let c = controller(&b);
-        assert_eq!((c.mdts, c.nn), (7, 2));
+        assert_eq!((c.mdts, c.nn, c.oaes), (7, 2, 0x100));
         assert_eq!(mdts_bytes(7, 4096), 512 * 1024);
         assert_eq!(mdts_bytes(0, 4096), 0);
         assert_eq!(mdts_bytes(40, 4096), u32::MAX);

@@ -26,6 +26,7 @@ use kernel::{
 };
 
 use crate::controller::admin::AdminQueue;
+use crate::controller::geometry::Geometry;
 use crate::controller::regs::{self, Cap, CC, CSTS};
 use crate::controller::{Bar0, BAR0_MIN};
 use crate::dma::registry::{DmaRegistry, FileId, Held, Mapped, Quarantined};
@@ -33,6 +34,8 @@ use crate::queues::qpair::QPair;
 use crate::shim;
 use crate::uapi;
 use crate::uapi::quota;
+
+mod ns_change;
 
 /// I/O queue IDs the module hands out (bounded by the controller's grant).
 const MAX_QUEUES: usize = 64;
@@ -110,6 +113,15 @@ pub(crate) const FAKE_ONES: u32 = 2;
 /// the nvme driver's default.
 const SHUTDOWN_TIMEOUT: Delta = Delta::from_secs(5);
 
+/// A pair `fail` let go of, into `kept`: held by an importer, or only kept.
+fn keep_let_go(kept: &mut DmaRegistry, (q, held): (QPair, Held)) {
+    if held.is_clean() {
+        kept.quarantine(Quarantined::Queue(q));
+    } else {
+        kept.quarantine(Quarantined::Exported(q, held));
+    }
+}
+
 /// Queue ID holders and the owner; file IDs start at 1, 0 is "nobody".
 pub(crate) struct Tenancy {
     qids: [FileId; MAX_QUEUES],
@@ -136,8 +148,12 @@ unsafe impl Send for FilePtr {}
 pub(crate) struct Shared {
     /// The PCI device, for log lines; the reference stays valid after unbind.
     pub(crate) dev: ARef<Device>,
-    /// Identity read at probe; `size`/`version` are filled per call.
+    /// Identity read at probe; `size`/`version` are filled per call. Its
+    /// namespaces' sizes and formats are those of bind: what they are now
+    /// is in `geometry`.
     pub(crate) info: uapi::Info,
+    /// Each namespace's size and format now (the validator's view).
+    pub(crate) geometry: Arc<Geometry>,
     pub(crate) cap: Cap,
     /// BAR0, revoked by the driver core at unbind.
     pub(crate) bar: DevresBar<BAR0_MIN>,
@@ -203,9 +219,11 @@ impl Shared {
         bar_len: usize,
         admin: AdminQueue,
     ) -> Result<Arc<Self>> {
+        let geometry = Arc::new(Geometry::new(&info), GFP_KERNEL)?;
         Arc::pin_init(
             try_pin_init!(Self {
                 dev,
+                geometry,
                 info,
                 cap,
                 bar,
@@ -301,13 +319,7 @@ impl Shared {
         // lets the device become unbound. We hold the lock and saw the
         // state not GONE, so the device stays bound for the whole of `f`.
         let dev = unsafe { self.dev.as_bound() };
-        let ring = |offset: usize, value: u32| -> Result {
-            if offset == self.cap.sq_doorbell(0) && self.drop_admin_doorbell() {
-                return Ok(());
-            }
-            let bar = self.bar.try_access().ok_or(ENODEV)?;
-            bar.try_write32(value, offset)
-        };
+        let ring = |offset: usize, value: u32| self.ring_admin(offset, value);
         f(dev, admin, &ring)
     }
 
@@ -593,9 +605,9 @@ impl Shared {
 
     /// Disable the controller, free what was kept for its sake, forget
     /// queue IDs that might still have existed on it, enable it again
-    /// with a fresh admin queue and identify it again: a namespace whose
-    /// format or size is not what the files were told at bind keeps it
-    /// unusable until rebind. Called with the admin lock held. No user
+    /// with a fresh admin queue and identify it again (a smaller transfer
+    /// limit or fewer queues keep it unusable until rebind; namespaces are
+    /// taken as they are now). Called with the admin lock held. No user
     /// mapping reaches what is freed: a quarantined queue whose delete
     /// failed keeps its queue ID on its open file (which blocks a restart
     /// while the controller serves files) until the file is released, and
@@ -634,9 +646,9 @@ impl Shared {
         up
     }
 
-    /// After an enable: the controller and namespaces are what the files
-    /// were told at bind (the validator and GET_INFO use that geometry),
-    /// and as many I/O queues are granted.
+    /// After an enable: the transfer limit and the I/O queues granted are
+    /// at least those of bind (pairs were sized by them), and each
+    /// namespace's size and format are taken as they are now.
     fn identify_again(
         &self,
         dev: &Device<Bound>,
@@ -656,7 +668,7 @@ impl Shared {
             }
             return res;
         }
-        if let Some(why) = crate::controller::identify::changed_since_bind(&self.info, &now) {
+        if let Some(why) = crate::controller::identify::shrank_since_bind(&self.info, &now) {
             dev_err!(
                 self.dev,
                 "identified again, the controller is not what it was at bind ({}): it stays unusable until rebind\n",
@@ -664,6 +676,7 @@ impl Shared {
             );
             return Err(EIO);
         }
+        self.apply_identified(&now);
         Ok(())
     }
 
@@ -725,41 +738,54 @@ impl Shared {
         // unbind takes after setting GONE and before the device can become
         // unbound.
         let dev = unsafe { self.dev.as_bound() };
-        // Revoke and stop first: afterwards no peer and no relay thread
-        // reaches any queue, and the memory is the module's alone.
+        // Relays first: afterwards no kernel thread reaches any queue.
         let all = core::mem::take(&mut *self.dma.lock());
         // The mapping counts go too: every file's mappings were zapped above
         // and fault with SIGBUS.
         let DmaRegistry {
-            queues,
+            mut queues,
             maps,
             quarantine,
             mapped: _,
         } = all;
+        // What the relays left in flight; without room to list it, it stays
+        // counted (the file is cut off; a revoke then waits for it in vain).
+        let mut outstanding = KVec::new();
+        let _ = outstanding.reserve(queues.len(), GFP_KERNEL);
+        for e in queues.iter_mut() {
+            if let Some(o) = e.stop_relay() {
+                let _ = outstanding.push_within_capacity(o);
+            }
+        }
         // The live queues, to delete in an orderly shutdown; without room
         // to list them they are only kept, not deleted.
-        let mut live: KVec<QPair> = KVec::new();
-        let listed = live.reserve(queues.len(), GFP_KERNEL).is_ok();
-        let mut kept = DmaRegistry::default();
-        for e in queues {
-            let is_live = e.state == crate::dma::registry::QueueState::Live;
-            // The file is cut off: its in-flight counts may stay.
-            let (q, held, _) = e.let_go();
-            if !held.is_clean() {
-                kept.quarantine(Quarantined::Exported(q, held));
-            } else if is_live && listed {
-                if let Err(e) = live.push_within_capacity(q) {
-                    kept.quarantine(Quarantined::Queue(e.0));
+        let mut live: KVec<&QPair> = KVec::new();
+        if live.reserve(queues.len(), GFP_KERNEL).is_ok() {
+            for e in queues.iter() {
+                if e.state == crate::dma::registry::QueueState::Live {
+                    let _ = live.push_within_capacity(&e.q);
                 }
-            } else {
-                kept.quarantine(Quarantined::Queue(q));
             }
         }
         let stopped = match self.bar.access(dev) {
             Ok(bar) => self.stop(bar, Option::as_mut(&mut *guard), why, &live),
             Err(_) => false,
         };
-        if !stopped {
+        drop(live);
+        if stopped {
+            // Nothing runs on a disabled controller: the commands the relays
+            // accepted will never name a page, so the revokes below (of this
+            // module's own imports, among others) need not wait for them.
+            for o in outstanding {
+                o.release();
+            }
+            if let Some(admin) = Option::as_mut(&mut *guard) {
+                // Disabled: the admin queue is empty on the controller too.
+                // (Its slots are all in range: this cannot fail.)
+                let _ = admin.reset();
+            }
+        } else {
+            drop(outstanding);
             dev_err!(self.dev, "controller not known to be stopped: bus mastering off, its memory kept until unbind\n");
             if let Ok(pdev) = <&kernel::pci::Device<Bound>>::try_from(dev) {
                 shim::clear_bus_master(pdev);
@@ -778,7 +804,34 @@ impl Shared {
                 }
             }
         }
-        if why == Failure::Unbind {
+        // The revokes wait for importers without the admin lock. (Unbind
+        // keeps it: nothing may use the admin queue, which goes below.)
+        let unbinding = if why == Failure::Unbind {
+            Some(guard)
+        } else {
+            // The old files hold no queue ID or ownership any more.
+            *self.tenancy.lock() = Tenancy::default();
+            drop(guard);
+            None
+        };
+        // Every export's revoke starts, then all are waited for together:
+        // one deadline (5 s) in all, not one per export.
+        let mut going = KVec::new();
+        let together = going.reserve(queues.len(), GFP_KERNEL).is_ok();
+        let mut kept = DmaRegistry::default();
+        let deadline = crate::shim::RevokeDeadline::from_now();
+        for e in queues {
+            let g = e.start_revoke();
+            if together {
+                let _ = going.push_within_capacity(g);
+            } else {
+                keep_let_go(&mut kept, g.finish(deadline));
+            }
+        }
+        for g in going {
+            keep_let_go(&mut kept, g.finish(deadline));
+        }
+        if let Some(mut guard) = unbinding {
             // The device is about to be unbound: it no longer masters the
             // bus (stopped, or bus mastering cleared). Free everything but
             // what an importer holds (leaked).
@@ -790,9 +843,6 @@ impl Shared {
                 quarantine,
                 mapped: KVec::new(),
             };
-            for q in live {
-                all.quarantine(Quarantined::Queue(q));
-            }
             let mut late = core::mem::take(&mut *self.dma.lock());
             let leaked = all.clear() + kept.clear() + late.clear();
             if leaked != 0 {
@@ -807,9 +857,6 @@ impl Shared {
         // Keep everything in the quarantine: freed by the next disable (the
         // re-initialisation) or at unbind, exports held by an importer never.
         let mut dma = self.dma.lock();
-        for q in live {
-            dma.quarantine(Quarantined::Queue(q));
-        }
         for k in kept.quarantine.drain_all() {
             dma.quarantine(k);
         }
@@ -818,16 +865,6 @@ impl Shared {
         }
         for k in quarantine {
             dma.quarantine(k);
-        }
-        drop(dma);
-        // The old files hold no queue ID or ownership any more.
-        *self.tenancy.lock() = Tenancy::default();
-        if stopped {
-            if let Some(admin) = Option::as_mut(&mut *guard) {
-                // Disabled: the admin queue is empty on the controller too.
-                // (Its slots are all in range: this cannot fail.)
-                let _ = admin.reset();
-            }
         }
     }
 
@@ -838,7 +875,7 @@ impl Shared {
         bar: &Bar0<'_>,
         admin: Option<&mut AdminQueue>,
         why: Failure,
-        live: &[QPair],
+        live: &[&QPair],
     ) -> bool {
         if why == Failure::Removed {
             return false;
@@ -853,7 +890,7 @@ impl Shared {
 
     /// Delete the I/O queues (SQ before CQ) while the admin queue answers,
     /// then a normal shutdown: CC.SHN = 01b, wait for CSTS.SHST = 10b.
-    fn orderly_shutdown(&self, bar: &Bar0<'_>, admin: Option<&mut AdminQueue>, live: &[QPair]) {
+    fn orderly_shutdown(&self, bar: &Bar0<'_>, admin: Option<&mut AdminQueue>, live: &[&QPair]) {
         if let Some(admin) = admin.filter(|a| !a.unsure()) {
             let ring = |offset: usize, value: u32| bar.try_write32(value, offset);
             'queues: for q in live {
@@ -936,6 +973,7 @@ impl Shared {
             let _ = self.reinit();
         }
         self.free_let_go();
+        self.watch_events();
         if self.owner_left() {
             // Its exports' importers may have let go this tick.
             self.recover_if_idle();

@@ -264,34 +264,62 @@ struct gpunvme_export *gpunvme_shim_export_mem(struct device *dev, void *cpu, dm
 /* How long importers get to unmap and to signal their fences. */
 #define GPUNVME_REVOKE_TIMEOUT (5 * HZ)
 
-/*
- * Revoke, then wait for every importer to unmap and for its fences, each
- * bounded. True when nothing outside the module can reach the memory any
- * more; false when an importer held on: the caller must keep the memory,
- * and may ask later (gpunvme_shim_export_held) whether it still does. The
- * module's reference is not dropped here: gpunvme_shim_export_put does.
- */
-bool gpunvme_shim_export_revoke(struct gpunvme_export *exp)
+/* The deadline of revokes started now: one for all of them, so revoking N
+ * exports waits 5 s at most, not 5 s each. */
+unsigned long gpunvme_shim_revoke_deadline(void)
+{
+	return jiffies + GPUNVME_REVOKE_TIMEOUT;
+}
+
+/* First half of a revoke: no importer maps the memory anew, and every
+ * importer is told to unmap (its invalidate_mappings runs now). */
+void gpunvme_shim_export_revoke_start(struct gpunvme_export *exp)
 {
 	struct dma_buf *dmabuf = exp->dmabuf;
-	bool clean = true;
-	long t;
 
 	dma_resv_lock(dmabuf->resv, NULL);
 	exp->revoked = true;
 	dma_buf_invalidate_mappings(dmabuf);
 	dma_resv_unlock(dmabuf->resv);
-	t = dma_resv_wait_timeout(dmabuf->resv, DMA_RESV_USAGE_BOOKKEEP, false, GPUNVME_REVOKE_TIMEOUT);
+}
+
+static long jiffies_left(unsigned long until)
+{
+	return time_before(jiffies, until) ? (long)(until - jiffies) : 0;
+}
+
+/*
+ * Second half: wait until `until` (jiffies) for every importer to unmap and
+ * for its fences. True when nothing outside the module can reach the
+ * memory any more; false when an importer held on: the caller must keep the
+ * memory, and may ask later (gpunvme_shim_export_held) whether it still
+ * does. The module's reference is not dropped here: gpunvme_shim_export_put
+ * does.
+ */
+bool gpunvme_shim_export_revoke_wait(struct gpunvme_export *exp, unsigned long until)
+{
+	struct dma_buf *dmabuf = exp->dmabuf;
+	bool clean = true;
+	long t;
+
+	t = dma_resv_wait_timeout(dmabuf->resv, DMA_RESV_USAGE_BOOKKEEP, false, jiffies_left(until));
 	if (t <= 0) {
-		dev_err(exp->dev, "dma-buf revoke: importer fences still pending after 5 s\n");
+		dev_err(exp->dev, "dma-buf revoke: importer fences still pending at the revoke's deadline (5 s)\n");
 		clean = false;
 	}
-	if (!wait_event_timeout(exp->unmapped, atomic_read(&exp->maps) == 0, GPUNVME_REVOKE_TIMEOUT)) {
-		dev_err(exp->dev, "dma-buf revoke: %d importer mapping(s) of the %s still held after 5 s; keeping that memory\n",
+	if (!wait_event_timeout(exp->unmapped, atomic_read(&exp->maps) == 0, jiffies_left(until))) {
+		dev_err(exp->dev, "dma-buf revoke: %d importer mapping(s) of the %s still held at the revoke's deadline (5 s); keeping that memory\n",
 			atomic_read(&exp->maps), exp->mmio ? "doorbell page" : "queue memory");
 		clean = false;
 	}
 	return clean;
+}
+
+/* Both halves, with a deadline of its own. */
+bool gpunvme_shim_export_revoke(struct gpunvme_export *exp)
+{
+	gpunvme_shim_export_revoke_start(exp);
+	return gpunvme_shim_export_revoke_wait(exp, gpunvme_shim_revoke_deadline());
 }
 
 /* After a revoke: does an importer still map the memory or fence it? The

@@ -11,7 +11,7 @@ use kernel::prelude::*;
 
 use crate::bridge::{Bridge, Outstanding};
 use crate::queues::qpair::QPair;
-use crate::shim::{Export, HeldExport, HostMap, Import};
+use crate::shim::{Export, HeldExport, HostMap, Import, RevokeDeadline, Revoking};
 
 /// Memory outside the module that the controller was given access to.
 pub(crate) enum Mapped {
@@ -47,26 +47,73 @@ pub(crate) struct QueueEntry {
 }
 
 impl QueueEntry {
-    /// Revoke the exports and take the pair off the relay, in that order:
-    /// afterwards neither a peer nor a kernel thread reaches its memory,
-    /// unless an importer held on (`Held` not clean): then the memory must
-    /// be kept while it holds. The relay's commands still in flight come
-    /// back too: release them once the controller confirms the deletion.
-    pub(crate) fn let_go(self) -> (QPair, Held, Option<Outstanding>) {
+    /// Revoke the exports and take the pair off the relay: afterwards
+    /// neither a peer nor a kernel thread reaches its memory, unless an
+    /// importer held on (`Held` not clean): then the memory must be kept
+    /// while it holds. The relay's commands still in flight come back too:
+    /// release them once the controller confirms the deletion.
+    pub(crate) fn let_go(mut self) -> (QPair, Held, Option<Outstanding>) {
+        let outstanding = self.stop_relay();
+        let (q, held) = self.start_revoke().finish(RevokeDeadline::from_now());
+        (q, held, outstanding)
+    }
+
+    /// Take the pair off the relay pool (once); what it left in flight.
+    pub(crate) fn stop_relay(&mut self) -> Option<Outstanding> {
+        self.bridge.take().map(Bridge::stop)
+    }
+
+    /// Tell every importer of the pair's exports to unmap (the relay must
+    /// be stopped); `LettingGo::finish` waits for them, so the exports of
+    /// many pairs can be revoked together, with one deadline.
+    pub(crate) fn start_revoke(self) -> LettingGo {
         let QueueEntry {
             exports,
             bridge,
             q,
-            mut held,
+            held,
             ..
         } = self;
+        // A bridge still here would reach the memory after the revoke.
+        drop(bridge);
+        let mut revoking = KVec::new();
+        let mut held = held;
+        let room = revoking.reserve(exports.len(), GFP_KERNEL).is_ok();
         for x in exports {
-            if let Err(h) = x.revoke() {
+            if room {
+                // Capacity reserved above.
+                let _ = revoking.push_within_capacity(x.revoke_start());
+            } else if let Err(h) = x.revoke() {
+                // No room to wait later: revoked and waited for now.
                 held.add(h);
             }
         }
-        let outstanding = bridge.map(Bridge::stop);
-        (q, held, outstanding)
+        LettingGo { q, held, revoking }
+    }
+}
+
+/// A pair off the relay whose exports' revokes started.
+pub(crate) struct LettingGo {
+    q: QPair,
+    held: Held,
+    revoking: KVec<Revoking>,
+}
+
+impl LettingGo {
+    /// Wait (until `deadline`) for the importers; the pair and which of its
+    /// exports are still held.
+    pub(crate) fn finish(self, deadline: RevokeDeadline) -> (QPair, Held) {
+        let LettingGo {
+            q,
+            mut held,
+            revoking,
+        } = self;
+        for r in revoking {
+            if let Err(h) = r.finish(deadline) {
+                held.add(h);
+            }
+        }
+        (q, held)
     }
 }
 
@@ -236,6 +283,32 @@ impl DmaRegistry {
             kinds[3],
             if self.waits_for_importers() { "yes" } else { "no" }
         )
+    }
+
+    /// Relay CPU time per file over its live shared pairs, a line each
+    /// (debugfs `relay_time`): which tenant keeps the relay threads busy.
+    pub(crate) fn relay_time(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
+        let mut done: KVec<FileId> = KVec::new();
+        for e in self.queues.iter() {
+            if e.bridge.is_none() || done.contains(&e.file) {
+                continue;
+            }
+            let (mut pairs, mut ns) = (0u32, 0u64);
+            for x in self.queues.iter().filter(|x| x.file == e.file) {
+                if let Some(b) = &x.bridge {
+                    pairs += 1;
+                    ns = ns.saturating_add(b.relay_ns());
+                }
+            }
+            writeln!(
+                f,
+                "file {}: {} shared pair(s), relay {} ns",
+                e.file, pairs, ns
+            )?;
+            // Without room to remember it, the file may be listed again.
+            let _ = done.push(e.file, GFP_KERNEL);
+        }
+        Ok(())
     }
 
     /// Does anything wait for an importer to let go of an export (whose

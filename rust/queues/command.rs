@@ -87,8 +87,29 @@ pub(crate) mod admin {
     pub(crate) const CREATE_IO_SQ: u8 = 0x01;
     pub(crate) const DELETE_IO_CQ: u8 = 0x04;
     pub(crate) const CREATE_IO_CQ: u8 = 0x05;
+    pub(crate) const GET_LOG_PAGE: u8 = 0x02;
     pub(crate) const IDENTIFY: u8 = 0x06;
     pub(crate) const SET_FEATURES: u8 = 0x09;
+    pub(crate) const ASYNC_EVENT_REQUEST: u8 = 0x0c;
+}
+
+/// Log page identifiers.
+pub(crate) mod log_page {
+    pub(crate) const CHANGED_NAMESPACES: u8 = 0x04;
+}
+
+/// Get Log Page `lid`, all namespaces, `bytes` (a multiple of 4, at most
+/// 4 KiB: one PRP) into `buf`; reading it clears the event that named it.
+pub(crate) fn get_log_page(lid: u8, bytes: u32, buf: u64) -> Sqe {
+    let numd = bytes / 4 - 1;
+    Sqe {
+        opcode: admin::GET_LOG_PAGE,
+        nsid: 0xffff_ffff,
+        prp1: buf,
+        cdw10: u32::from(lid) | ((numd & 0xffff) << 16),
+        cdw11: numd >> 16,
+        ..Default::default()
+    }
 }
 
 /// Identify CNS values.
@@ -118,6 +139,21 @@ pub(crate) fn set_num_queues(n: u16) -> Sqe {
         opcode: admin::SET_FEATURES,
         cdw10: FEAT_NUM_QUEUES,
         cdw11: (n << 16) | n,
+        ..Default::default()
+    }
+}
+
+/// Feature ID: Asynchronous Event Configuration, and its Namespace
+/// Attribute Notices bit (also that bit of Identify Controller's OAES).
+const FEAT_ASYNC_EVENT_CONFIG: u32 = 0x0b;
+pub(crate) const AEN_NS_ATTR: u32 = 1 << 8;
+
+/// Have the controller report the asynchronous events in `events`.
+pub(crate) fn set_async_events(events: u32) -> Sqe {
+    Sqe {
+        opcode: admin::SET_FEATURES,
+        cdw10: FEAT_ASYNC_EVENT_CONFIG,
+        cdw11: events,
         ..Default::default()
     }
 }
@@ -188,9 +224,23 @@ mod tests {
     }
 
     #[test]
+    fn log_page_dwords() {
+        // 4 KiB of the changed namespace list: NUMDL 1023, all namespaces.
+        let c = get_log_page(log_page::CHANGED_NAMESPACES, 4096, 0x3000);
+        assert_eq!(
+            (c.opcode, c.nsid, c.cdw10, c.cdw11, c.prp1),
+            (0x02, 0xffff_ffff, (1023 << 16) | 0x04, 0, 0x3000)
+        );
+        // Retain Asynchronous Event (bit 15) is clear: reading clears it.
+        assert_eq!(c.cdw10 & (1 << 15), 0);
+    }
+
+    #[test]
     fn number_of_queues() {
         assert_eq!(set_num_queues(64).cdw11, (63 << 16) | 63);
         assert_eq!(set_num_queues(0).cdw11, 0);
+        let aec = set_async_events(AEN_NS_ATTR);
+        assert_eq!((aec.opcode, aec.cdw10, aec.cdw11), (0x09, 0x0b, 0x100));
         // NSQA 7, NCQA 3 (0-based): 4 usable pairs.
         assert_eq!(granted_queues((3 << 16) | 7), 4);
     }

@@ -257,6 +257,7 @@ impl MiscDevice for NsFile {
                 misc
             )
         };
+        node.shared.namespace_usable(node.nsid)?;
         OpenState::new(node.shared.clone(), file, node.nsid)
     }
 

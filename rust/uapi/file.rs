@@ -115,6 +115,7 @@ impl OpenState {
         let sh = &self.shared;
         self.alive()?;
         let mut out = sh.info;
+        sh.geometry.report(&mut out);
         out.size = req.size;
         out.version = req.version;
         out.iommu_mode = shim::iommu_mode(&sh.dev);
@@ -206,13 +207,12 @@ impl OpenState {
     fn limits(&self) -> Result<Limits> {
         let info = &self.shared.info;
         let mut ns = KVec::new();
-        for n in &info.ns[..info.num_namespaces as usize] {
+        for (index, n) in info.ns[..info.num_namespaces as usize].iter().enumerate() {
             if self.node_nsid == 0 || n.nsid == self.node_nsid {
                 ns.push(
                     Ns {
                         nsid: n.nsid,
-                        lba_shift: n.lba_size.trailing_zeros(),
-                        capacity: n.capacity_lbas,
+                        index,
                     },
                     GFP_KERNEL,
                 )?;
@@ -220,6 +220,7 @@ impl OpenState {
         }
         Ok(Limits {
             ns,
+            geometry: self.shared.geometry.clone(),
             max_transfer: validate::shared_max_transfer(info.mdts_bytes).into(),
         })
     }
@@ -273,6 +274,9 @@ impl OpenState {
         }
         let limits = if raw { None } else { Some(self.limits()?) };
         self.alive()?;
+        if !raw {
+            sh.refresh_namespaces(self.epoch, self.node_nsid)?;
+        }
         sh.free_unreached();
         sh.recover_if_idle();
         let qid = sh.claim_qid(self.id)?;

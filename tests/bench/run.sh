@@ -16,6 +16,19 @@ bash "$ROOT/tests/vm/run.sh" --log "$log" --file "$ROOT/gpunvme.ko" \
 sed -n '/^@@BENCH-JSON-BEGIN/,/^@@BENCH-JSON-END/p' "$log" | sed '1d;$d' | tr -d '\r' > "$OUT/bench.json"
 python3 "$ROOT/tests/bench/plot.py" "$OUT/bench.json" "$OUT/bench.svg"
 echo "bench: $OUT/bench.json $OUT/bench.svg"
+sed -n '/^@@GPU-JSON-BEGIN/,/^@@GPU-JSON-END/p' "$log" | sed '1d;$d' | tr -d '\r' > "$OUT/gpu.json"
+python3 - "$OUT/gpu.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d.get("gpu_ratios", []):
+    print(f"bench: GPU memory / host memory, 128 KiB reads, {r['qpairs']} qpair(s) QD {r['qd']}: "
+          f"{r['gb_per_s_gpu']:.3f} / {r['gb_per_s_host']:.3f} GB/s = {r['gbps_gpu_over_host']:.2f} (target 0.9)")
+PY
+# fio's own tool reads the bench's JSON (fio's jobs[] in it): CSVs, validated.
+for j in bench gpu; do
+	fio_jsonplus_clat2csv "$OUT/$j.json" "$OUT/$j-clat.csv" >/dev/null
+	fio_jsonplus_clat2csv "$OUT/$j.json" "$OUT/$j-clat.csv" --validate
+done
 
 # Tenant isolation on one relay thread: a second boot (relay_threads=1).
 ilog="$OUT/isolation-console.log"

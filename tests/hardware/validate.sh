@@ -268,7 +268,7 @@ sys.exit(1)' "$BDF" "$NSID"
 step "gpunvme list (before)" "the CLI cannot read sysfs: see the log" "$GPUNVME" list
 if KBLK=$(kernel_block_device) && [ -b "$KBLK" ]; then
     step "kernel nvme baseline bench (read-only)" "the kernel's own driver cannot read $KBLK: the SSD or its slot has a problem before gpunvme is involved" \
-        "$GPUNVME" bench --block-device "$KBLK" --qd 1,32 --qpairs 1 --duration-ms 1000 -o json > "$RESULTS/bench-kernel.json"
+        "$GPUNVME" bench --block-device "$KBLK" --qd 1,32 --qpairs 1 --runtime 1s -o json > "$RESULTS/bench-kernel.json"
 else
     log "# no kernel block device for namespace $NSID of $BDF now: no baseline"
 fi
@@ -395,14 +395,14 @@ if [ -n "$OWNER_RUN" ]; then
     step "a shared pair reads what the owner wrote" "after the owner's file closed, a shared pair could not be created (ownership outlived the file) or read other data: see the log" \
         "$GPUNVME" verify "${R[@]}" --pattern $((SEED + 2))
     step "gpunvme bench (shared and raw pairs)" "the polled benchmark failed: see the log ($OWNER_FAIL)" \
-        "$GPUNVME" bench "$BDF" --namespace-id "$NSID" --qd 1,8,32 --qpairs 1,4 --owner --duration-ms 1000 -o json > "$RESULTS/bench.json"
+        "$GPUNVME" bench "$BDF" --namespace-id "$NSID" --qd 1,8,32 --qpairs 1,4 --owner --runtime 1s -o json > "$RESULTS/bench.json"
     has_owner_ratios() {
         python3 -c 'import json, sys; r = json.load(open(sys.argv[1])).get("owner_ratios"); sys.exit(0 if r else 1)' "$RESULTS/bench.json"
     }
     check "bench.json has shared/raw ratios" "bench --owner wrote no owner_ratios to $RESULTS/bench.json" has_owner_ratios
 else
     step "gpunvme bench (shared pairs)" "the polled benchmark failed: see the log" \
-        "$GPUNVME" bench "$BDF" --namespace-id "$NSID" --qd 1,8,32 --qpairs 1,4 --duration-ms 1000 -o json > "$RESULTS/bench.json"
+        "$GPUNVME" bench "$BDF" --namespace-id "$NSID" --qd 1,8,32 --qpairs 1,4 --runtime 1s -o json > "$RESULTS/bench.json"
 fi
 
 # ---- 6. the GPU path ----------------------------------------------------------------
@@ -449,10 +449,11 @@ routes_are() { # KIND: the last log has route lines, each for a KIND (shared or 
     awk -v k="$1:" '/^route q[0-9]+ / { n++; if ($3 != k) bad++ } END { exit !(n > 0 && bad == 0) }' "$LAST_LOG"
 }
 if [ -z "$SKIP_GPU" ]; then
-    step "gpunvme probe" "the probe itself failed: see the log" "$GPUNVME" probe
+    step "gpunvme probe, with the round-trip self-test on a shared pair" "the probe failed: if a 'FAILED' self-test line is in the log, the GPU and the CPU do not see each other's stores in that region through that route and memory type (tests/hardware/README.md, step 6); otherwise see the log" \
+        "$GPUNVME" probe "$BDF" --code-objects "$CODE_OBJECTS"
     check "a GPU runtime and a GPU were found" "no GPU: install ROCm (libamdhip64.so) or the NVIDIA driver (libcuda.so.1) and check access to /dev/kfd and /dev/dri (render group) or /dev/nvidia*; or rerun with --skip-gpu" \
         grep -q '^GPUs:$' "$LAST_LOG"
-    "$GPUNVME" probe -o json > "$RESULTS/probe.json" 2>&1
+    "$GPUNVME" probe "$BDF" --code-objects "$CODE_OBJECTS" -o json > "$RESULTS/probe.json" 2>&1
     BLOCKS=${BLOCKS:-$((4096 / LBA_SIZE > 0 ? 4096 / LBA_SIZE : 1))}
     CMDS=$((COUNT / (QUEUES * BLOCKS)))
     check "the GPU run fits the scratch range" "--count $COUNT is too small for $QUEUES queues x $BLOCKS blocks per command" test "$CMDS" -ge 1

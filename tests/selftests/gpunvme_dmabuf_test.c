@@ -735,4 +735,62 @@ TEST_F_TIMEOUT(dmabuf, cq_in_a_revoked_mapping_stays_until_the_pair_goes, 60)
 	close(e.fd);
 }
 
+/*
+ * Unbind with many exports that the same file imported (M2 of the review):
+ * a command of the file is held in flight by its relay, so each import
+ * that an export's revoke invalidates would wait for it (1 s) and keep its
+ * mapping, and each revoke would then wait 5 s for that mapping. Unbind
+ * stops the relays and the controller first, so nothing is in flight, and
+ * revokes every export together: no import waits or keeps its mapping, no
+ * revoke reaches its deadline, and unbind returns in seconds, not the
+ * minutes a revoke-by-revoke wait would take (18 exports: about 108 s).
+ */
+TEST_F_TIMEOUT(dmabuf, unbind_does_not_wait_for_its_own_imports_one_by_one, 240)
+{
+	enum { PAIRS = 6 };
+	static const uint16_t kinds[] = { GPUNVME_EXPORT_DOORBELL, GPUNVME_EXPORT_SQ, GPUNVME_EXPORT_CQ };
+	struct qp pairs[PAIRS];
+	struct gpunvme_export e[PAIRS][3];
+	struct gpunvme_map_dmabuf m[PAIRS][3];
+	uint64_t addrs[PAIRS][3][16];
+	struct revoke_fixture r;
+	char path[128];
+
+	if (gpunvme_test_owner_mode())
+		SKIP(return, "raw pairs: imports are kept whatever runs (Pending::Unknown)");
+	for (int i = 0; i < PAIRS; i++) {
+		ASSERT_EQ(0, qp_create(self->fd, 16, &pairs[i]));
+		for (int k = 0; k < 3; k++) {
+			UAPI_INIT(e[i][k]);
+			e[i][k].qid = pairs[i].c.qid;
+			e[i][k].kind = kinds[k];
+			ASSERT_EQ(0, ioctl(self->fd, GPUNVME_IOC_EXPORT, &e[i][k]));
+			ASSERT_EQ(0, map_dmabuf(self->fd, e[i][k].fd, addrs[i][k], 16, &m[i][k]));
+		}
+	}
+	/* One more pair's read held in flight: the file's imports would wait. */
+	ASSERT_EQ(0, revoke_setup(self->fd, self->lbs, &r));
+	int waited = klog_count(WAITING, NULL), kept = klog_count(KEPT_INFLIGHT, NULL);
+	int held = klog_count(EXPORT_HELD, NULL);
+
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/driver/unbind", gpunvme_bdf());
+	ASSERT_EQ(0, sysfs_write(path, gpunvme_bdf()));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	TH_LOG("unbind with %d self-imported exports and a command held in flight took %.1f s", PAIRS * 3 + 1, secs);
+
+	EXPECT_EQ(waited, klog_count(WAITING, NULL)) TH_LOG("an import waited for commands of a stopped controller");
+	EXPECT_EQ(kept, klog_count(KEPT_INFLIGHT, NULL)) TH_LOG("an import kept its mapping for commands of a stopped controller");
+	EXPECT_EQ(held, klog_count(EXPORT_HELD, NULL)) TH_LOG("a revoke waited until its deadline for an import");
+	/* A liveness bound, far above the seconds it takes: one revoke
+	 * deadline (5 s) and the shutdown's (5 s) at most. */
+	EXPECT_GT(12.0, secs);
+	for (int i = 0; i < PAIRS; i++)
+		for (int k = 0; k < 3; k++)
+			close(e[i][k].fd);
+	close(r.e.fd);
+}
+
 TEST_HARNESS_MAIN

@@ -199,7 +199,7 @@ disk_suite() {
 		local fio=""
 		[ -x "$DIR/fio" ] && fio="--fio $DIR/fio"
 		# shellcheck disable=SC2086 # $fio is one option and its value, or nothing
-		gpunvme bench "$NG" --partition "/dev/${NS}p1" --qd 1,32 --qpairs 1 --duration-ms 300 \
+		gpunvme bench "$NG" --partition "/dev/${NS}p1" --qd 1,32 --qpairs 1 --runtime 300ms \
 			$fio -o json >"$T/bench-$TAG.json" || { cat "$T/bench-$TAG.json"; return 1; }
 		grep -E '"target"|"iops"|_over_|_latency_|skipped' "$T/bench-$TAG.json"
 		grep -q '"target": "passthrough"' "$T/bench-$TAG.json" &&
@@ -273,7 +273,7 @@ disconnect() { echo 1 >"/sys/class/nvme/$FC/delete_controller"; }
 outage() {
 	stopped_run() {
 		gpunvme bench "/dev/ng${FNS#nvme}" --partition "/dev/${FNS}p1" --qd 8 --qpairs 1 \
-			--duration-ms 60000 >"$T/outage.log" 2>&1 &
+			--runtime 60s >"$T/outage.log" 2>&1 &
 		local pid=$! n=0 rc
 		sleep 3
 		kill -0 $pid 2>/dev/null || { cat "$T/outage.log"; echo "the bench ended before the outage"; return 1; }

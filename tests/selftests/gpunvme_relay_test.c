@@ -345,4 +345,60 @@ TEST(relay_threads_follow_the_pairs)
 	close(fd);
 }
 
+/* debugfs relay_time: the line of the file that opened fd `nth` (0, 1,
+ * ... in the order the files appear), its pairs and ns, or -1. */
+static int relay_time_line(int nth, unsigned long long *file, int *pairs, unsigned long long *ns)
+{
+	char path[160], line[256];
+	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/relay_time", gpunvme_bdf());
+	FILE *f = fopen(path, "r");
+	int i = 0, found = -1;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (i++ == nth && sscanf(line, "file %llu: %d shared pair(s), relay %llu ns", file, pairs, ns) == 3)
+			found = 0;
+	fclose(f);
+	return found;
+}
+
+/*
+ * Relay CPU time per file (debugfs relay_time): two files, the first with
+ * three shared pairs doing I/O, the second with one idle pair. Each file
+ * has its line with its own pair count, and the busy file's relay time
+ * grows with its I/O while the idle one's stays below it.
+ */
+TEST_F(relay, relay_time_is_counted_per_file)
+{
+	struct qp busy[3], idle;
+	unsigned long long f0, f1, ns0, ns1, ns0b, f0b;
+	int p0, p1, p0b;
+	int other = gpunvme_open_bound();
+
+	ASSERT_LE(0, other);
+	for (int i = 0; i < 3; i++)
+		ASSERT_EQ(0, qp_create(self->fd, 16, &busy[i]));
+	ASSERT_EQ(0, qp_create(other, 16, &idle));
+	for (int i = 0; i < 3; i++)
+		ASSERT_EQ(0, roundtrip(&busy[i], &self->buf, 2 * i, 100 + 8 * i, self->lbs, 70 + i));
+	ASSERT_EQ(0, relay_time_line(0, &f0, &p0, &ns0));
+	ASSERT_EQ(0, relay_time_line(1, &f1, &p1, &ns1));
+	TH_LOG("file %llu: %d pairs %llu ns; file %llu: %d pairs %llu ns", f0, p0, ns0, f1, p1, ns1);
+	EXPECT_NE(f0, f1);
+	EXPECT_EQ(3, p0);
+	EXPECT_EQ(1, p1);
+	EXPECT_LT(0ull, ns0);
+	for (int r = 0; r < 20; r++)
+		for (int i = 0; i < 3; i++)
+			ASSERT_EQ(0, roundtrip(&busy[i], &self->buf, 2 * i, 200 + 8 * i, self->lbs, 80 + r));
+	ASSERT_EQ(0, relay_time_line(0, &f0b, &p0b, &ns0b));
+	EXPECT_EQ(f0, f0b);
+	EXPECT_LT(ns0, ns0b) TH_LOG("the busy file's relay time did not grow with its I/O");
+	EXPECT_EQ(0, qp_destroy(&idle));
+	close(other);
+	for (int i = 0; i < 3; i++)
+		EXPECT_EQ(0, qp_destroy(&busy[i]));
+	EXPECT_NE(0, relay_time_line(0, &f0, &p0, &ns0)) TH_LOG("a line with no shared pair left");
+}
+
 TEST_HARNESS_MAIN

@@ -48,7 +48,7 @@ gpunvme_hostrun | grep -E '^(ok|not ok)|passed'
 step "polled path (gpunvme) vs the kernel nvme driver on the other controller"
 kdev=/dev/$(ls "/sys/bus/pci/devices/$KERNEL_NVME_BDF/nvme/")n1
 echo "(QEMU/TCG numbers: compare the two paths with each other, not with hardware)"
-gpunvme bench "$GPUNVME_BDF" --block-device "$kdev" --qd 1,8 --qpairs 1 --duration-ms 300
+gpunvme bench "$GPUNVME_BDF" --block-device "$kdev" --qd 1,8 --qpairs 1 --runtime 300ms
 
 step "what this machine can do for a GPU"
 gpunvme probe || true

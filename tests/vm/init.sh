@@ -63,6 +63,11 @@ export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64:/u
 # named "gpunvme" can bind it now; a test may write another name.
 echo gpunvme >"/sys/bus/pci/devices/$GPUNVME_BDF/driver_override" ||
     echo "# init: could not set driver_override of $GPUNVME_BDF"
+if [ -n "${SUBSYS_GPUNVME_BDF:-}" ]; then
+    export SUBSYS_GPUNVME_BDF SUBSYS_KERNEL_BDF
+    echo gpunvme >"/sys/bus/pci/devices/$SUBSYS_GPUNVME_BDF/driver_override" ||
+        echo "# init: could not set driver_override of $SUBSYS_GPUNVME_BDF"
+fi
 
 echo "# init: kernel $(uname -r), GPUNVME_BDF=$GPUNVME_BDF KERNEL_NVME_BDF=$KERNEL_NVME_BDF EDU_BDF=$EDU_BDF"
 

@@ -36,6 +36,12 @@ Boots the test kernel in QEMU and runs, in command-line order, each TEST
                        (64 MiB) is the PF's, namespace 2 (64 MiB) is private
                        and detached, for a VF.  The other devices and their
                        BDFs do not change.
+  --subsys             add an nvme-subsys of two controllers sharing namespace 1
+                       (64 MiB, 512 B blocks; QEMU's formats 0-7: 4 is 4 KiB, 1-3
+                       and 5-7 carry metadata): SUBSYS_GPUNVME_BDF (0000:00:08.0,
+                       driver_override preset to gpunvme) and SUBSYS_KERNEL_BDF
+                       (0000:00:09.0, for nvme.ko, whose admin queue can
+                       detach, format and attach the namespace under gpunvme)
   --hotplug            put the gpunvme controller behind a pcie-root-port
                        (GPUNVME_BDF becomes 0000:01:00.0; the other devices
                        keep their addresses), its disk a -blockdev that
@@ -93,6 +99,9 @@ readonly EDU_BDF=0000:00:$EDU_SLOT.0
 readonly DISK_SIZE=64M
 # --sriov: the PF behind a root port at slot 07 (bus 1); its VF is 01:00.1.
 readonly SRIOV_RP_SLOT=07 SRIOV_PF_BDF=0000:01:00.0
+# --subsys: two controllers of one subsystem at slots 08 and 09.
+readonly SUBSYS_GPUNVME_SLOT=08 SUBSYS_KERNEL_SLOT=09
+readonly SUBSYS_GPUNVME_BDF=0000:00:$SUBSYS_GPUNVME_SLOT.0 SUBSYS_KERNEL_BDF=0000:00:$SUBSYS_KERNEL_SLOT.0
 
 # Patterns in the kernel log that fail the run ("kernel log clean").
 # Case-sensitive on purpose: the boot banners "kasan:"/"kfence:" and lockdep's
@@ -101,7 +110,7 @@ readonly SRIOV_RP_SLOT=07 SRIOV_PF_BDF=0000:01:00.0
 # e.g. from a test module's kunit_test_suite at insmod).
 readonly KLOG_BAD='WARNING:|BUG:|Oops|KASAN|KFENCE|possible circular locking|INFO: possible|inconsistent lock state|lockdep (disabled|off)|DEBUG_LOCKS_WARN_ON|Call Trace:|Kernel panic|general protection fault|UBSAN:|detected stalls|blocked for more than|^\[ *[0-9.]+\] +not ok [0-9]+ '
 
-kdir= kimage= kmodules= keep_images= sriov= timeout=600 test_timeout=300 boot_timeout=120 log= append= hotplug=0
+kdir= kimage= kmodules= keep_images= sriov= subsys= timeout=600 test_timeout=300 boot_timeout=120 log= append= hotplug=0
 files=() entries=()   # entries: "KIND<TAB>SRC" in command-line order
 
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -122,6 +131,7 @@ while [ $# -gt 0 ]; do
         --log)          need_arg "$@"; log=$2; shift 2 ;;
         --append)       need_arg "$@"; append=$2; shift 2 ;;
         --sriov)        sriov=1; shift ;;
+        --subsys)       subsys=1; shift ;;
         --hotplug)      hotplug=1; shift ;;
         -h|--help)      usage; exit 0 ;;
         --)             shift; for t in "$@"; do entries+=("test	$t"); done; break ;;
@@ -254,6 +264,8 @@ GPUNVME_BDF=$GPUNVME_BDF
 KERNEL_NVME_BDF=$KERNEL_NVME_BDF
 EDU_BDF=$EDU_BDF
 ${sriov:+SRIOV_PF_BDF=$SRIOV_PF_BDF}
+${subsys:+SUBSYS_GPUNVME_BDF=$SUBSYS_GPUNVME_BDF}
+${subsys:+SUBSYS_KERNEL_BDF=$SUBSYS_KERNEL_BDF}
 GPUNVME_DIR=/opt/gpunvme
 GPUNVME_TEST_TIMEOUT=$test_timeout
 GPUNVME_HOTPLUG=$hotplug
@@ -271,7 +283,7 @@ if [ -n "$keep_images" ]; then
     mkdir -p "$keep_images"
     imgdir=$(cd "$keep_images" && pwd)
 fi
-for d in gpunvme0 kernel0 ${sriov:+sriov-ns1 sriov-ns2}; do
+for d in gpunvme0 kernel0 ${sriov:+sriov-ns1 sriov-ns2} ${subsys:+subsys-ns1}; do
     rm -f "$imgdir/$d.img"      # always fresh
     if command -v qemu-img >/dev/null; then
         qemu-img create -q -f raw "$imgdir/$d.img" "$DISK_SIZE"
@@ -333,6 +345,15 @@ qemu_args+=(
     -device nvme-ns,drive=sriov-ns1,bus=sriov0,nsid=1,shared=off
     -drive "file=$imgdir/sriov-ns2.img,if=none,id=sriov-ns2,format=raw"
     -device nvme-ns,drive=sriov-ns2,bus=sriov0,nsid=2,shared=off,detached=on
+)
+# A shared namespace (attached to both controllers) of one subsystem (QEMU
+# wants one serial number for all controllers of a subsystem).
+[ -z "$subsys" ] || qemu_args+=(
+    -device nvme-subsys,id=shared-subsys,nqn=gpunvme-shared
+    -device "nvme,id=subsys-a,serial=subsys0,subsys=shared-subsys,bus=pcie.0,addr=$SUBSYS_GPUNVME_SLOT.0"
+    -device "nvme,id=subsys-b,serial=subsys0,subsys=shared-subsys,bus=pcie.0,addr=$SUBSYS_KERNEL_SLOT.0"
+    -drive "file=$imgdir/subsys-ns1.img,if=none,id=subsys-ns1,format=raw"
+    -device nvme-ns,drive=subsys-ns1,bus=subsys-a,nsid=1,shared=on
 )
 # shellcheck disable=SC2206 # word splitting is the documented contract
 [ -z "${QEMU_EXTRA:-}" ] || qemu_args+=($QEMU_EXTRA)

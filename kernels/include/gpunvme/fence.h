@@ -168,11 +168,15 @@ GPUNVME_HD void acquire_system()
 
 /*
  * The payload contract (what the SSD reads or writes while the kernel
- * runs). The allocation: on RDNA (gfx10/11/12) the payload buffer must be
- * fine-grained or uncached, because a system-scope release there is only
+ * runs). The allocation: on AMD the payload buffer must be fine-grained
+ * or uncached. RDNA (gfx10/11/12): a system-scope release there is only
  * waits and its acquire never invalidates GL2, so coarse-grained VRAM
- * (plain hipMalloc) may keep stale or dirty lines the SSD never sees;
- * gpunvme-gpu's Gpu::alloc_payload() allocates it uncached there
+ * (plain hipMalloc) may keep stale or dirty lines the SSD never sees.
+ * CDNA (gfx90a/gfx942): the acquire invalidates only L2 lines of
+ * non-local memory; a coarse-grained VRAM line is dropped by a peer's
+ * write only if the platform makes PCIe requests coherent, which no run
+ * here has shown, so the same rule until a hardware test does.
+ * gpunvme-gpu's Gpu::alloc_payload() allocates it uncached on AMD
  * (hipExtMallocWithFlags(hipDeviceMallocUncached)). The code: a kernel
  * calls payload_acquire() after a read's completion and before its first
  * load of the data, and payload_release() after its last store of data

@@ -22,7 +22,10 @@
 # gfx90a and is not caught there. Example kernels that touch payload must
 # hold the payload-contract sites (read_verify, pthread_io, guide_read:
 # payload-acquire; write, pthread_io: payload-release), and every one of
-# them, as it submits and reaps, release and acquire sites.
+# them, as it submits and reaps, release and acquire sites. The self-test
+# kernel (selftest: include/gpunvme/selftest.h) stores to and loads from
+# the queue memory the way the library does: its plain stores each before
+# a release site, its other stores doorbell sites, its loads poll sites.
 #
 # Where those sites are, per function, on its control flow graph
 # (ring_order.awk; the doorbell markers name their ring, "; gpunvme:
@@ -318,6 +321,7 @@ needs() { # object name
 	sweep) echo release acquire ;;
 	write) echo release acquire payload-release ;;
 	pthread_io) echo release acquire payload-acquire payload-release ;;
+	selftest) echo release ;; # its GPU-to-CPU stores: plain + release, doorbell
 	esac
 }
 
@@ -382,10 +386,17 @@ for spec in "$@"; do
 		sed -e 's@[[:space:]]*//.*@@' -e 's/^[[:space:]]*//' "$obj" | grep -v '^$' >"$dis"
 		check_chain "$tag: doorbell fence.sc.sys; st.volatile.u32 or st.mmio.relaxed.sys.u32 (generic)" \
 			"$dis" 1 '^fence\.sc\.sys;$' '^st\.(volatile|mmio\.relaxed\.sys)\.u32 \['
-		check_present "$tag: CQ poll: ONE 16-byte load ld.volatile.v4.u32 (relaxed, system scope)" "$dis" '^ld\.volatile(\.global)?\.v4\.u32 '
 		check_present "$tag: stop flag poll ld.acquire.sys.u32" "$dis" '^ld\.acquire\.sys\.u32 '
-		check_present "$tag: acquire after the phase fence.acq_rel.sys" "$dis" '^fence\.acq_rel\.sys;$'
-		check_count "$tag: SQE as 4 x 16-byte stores" "$dis" 4 '^st(\.global)?\.v2\.u64 '
+		if [ "${name%.ptx}" = selftest ]; then
+			# The self-test's stores are the library's: a plain store then
+			# the release (as SQEs), and the doorbell store (above).
+			check_chain_min "$tag: self-test: plain cell stores each followed by the release fence.sc.sys" \
+				"$dis" 2 1 '^st(\.global)?\.u32[[:space:]]+\[' '^fence\.sc\.sys;$'
+		else
+			check_present "$tag: CQ poll: ONE 16-byte load ld.volatile.v4.u32 (relaxed, system scope)" "$dis" '^ld\.volatile(\.global)?\.v4\.u32 '
+			check_present "$tag: acquire after the phase fence.acq_rel.sys" "$dis" '^fence\.acq_rel\.sys;$'
+			check_count "$tag: SQE as 4 x 16-byte stores" "$dis" 4 '^st(\.global)?\.v2\.u64 '
+		fi
 		check_present "$tag: wall clock %globaltimer" "$dis" '%globaltimer'
 		if [ "${name%.ptx}" = pthread_io ]; then
 			check_chain_min "$tag: per-thread API: SQ and CQ doorbells both fence.sc.sys; st.volatile/st.mmio.relaxed.sys" \
@@ -421,9 +432,19 @@ for spec in "$@"; do
 		report 1 "$tag: assembly beside the object" "$asm missing (built by make -C kernels)"
 		continue
 	fi
-	count_doorbell=0 count_poll=0
+	count_doorbell=0 count_poll=0 count_release=0
 	# shellcheck disable=SC2046 # needs prints words
 	check_sites "$tag" "$asm" doorbell poll $(needs "$name")
+	if [ "$name" = selftest ]; then
+		# mark and the restore (plain + release), ack and nack (doorbell),
+		# the cell word and the stop flag (polls).
+		if [ "$count_release" -ge 2 ] && [ "$count_doorbell" -ge 2 ] && [ "$count_poll" -ge 2 ]; then
+			report 0 "$tag: self-test: its cell stores are release and doorbell sites, its loads poll sites" ""
+		else
+			report 1 "$tag: self-test: its cell stores are release and doorbell sites, its loads poll sites" \
+				"$count_release release, $count_doorbell doorbell, $count_poll poll site(s); want 2, 2, 2"
+		fi
+	fi
 	case $name in read_verify | write | sweep | pthread_io | guide_read) ex=1 ;; *) ex=0 ;; esac
 	check_order "$tag" "$asm" "$ex"
 	db=("${REL[@]}" "$ST" "${ST_WAIT[@]}" "${POST[@]}" "${INV[@]}")

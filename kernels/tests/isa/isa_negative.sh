@@ -39,6 +39,10 @@
 # 10. Order, not presence: sq_put()'s release moved before its SQE stores
 #     (read_verify, gfx11-generic): every release site is still there and
 #     well formed, and isa_check.sh must FAIL at the path check.
+# 11. The self-test's plain cell store without its release (selftest.h's
+#     store_released() a bare store), selftest for gfx1100 and gfx942: a
+#     self-test weaker than the library's SQE writes proves nothing about
+#     them, and isa_check.sh must FAIL at its release sites.
 #
 # usage: isa_negative.sh BUILD_DIR   (env: CLANG, OBJDUMP)
 set -u
@@ -62,7 +66,7 @@ res() { # ok(0/1/skip) desc [diag]
 }
 
 echo "KTAP version 1"
-echo "1..35"
+echo "1..37"
 
 # build target src obj-without-.o [include-dir]: object and assembly.
 build() {
@@ -276,6 +280,21 @@ elif build gfx11-generic "$kdir/examples/read_verify.hip" "$o" "$out/release-fir
 else
 	res 1 "$desc" "compile failed: $(head -1 "$o.log")"
 	res 1 "gfx11-generic: ... while its release site is present and well formed" "compile failed"
+fi
+
+# 11: the self-test's plain store without its release.
+desc="selftest.h's plain cell store without its release rejected"
+if ! negative_edit st-norel selftest.h '/^\tfence::release_system();$/d' 1; then
+	for t in gfx1100 gfx942; do res 1 "$t $desc" "sed did not change 1 line of selftest.h"; done
+else
+	for t in gfx1100 gfx942; do
+		o=$out/st-norel-$t/selftest
+		if build $t "$kdir/examples/selftest.hip" "$o" "$out/st-norel-include"; then
+			must_fail "$t $desc" $t "$o" 'release'
+		else
+			res 1 "$t $desc" "compile failed: $(head -1 "$o.log")"
+		fi
+	done
 fi
 
 if [ "$skip" -gt 0 ]; then

@@ -1,40 +1,53 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
-//! `gpunvme bench`: 4 KiB random reads, QD 1/8/32 x 1/4 queue pairs, on a
-//! gpunvme controller (queue pairs polled from this process) and/or on a
-//! kernel nvme block device with O_DIRECT io_uring, one ring of QD reads per
-//! "queue pair" thread, measured twice: with interrupt completions, and
+//! `gpunvme bench`: fio's workload knobs (`--rw`, `--rwmixread`, `--bs`,
+//! `--runtime`, `--ramp-time`, `--cpus-allowed`, `--iodepth`/`--qd`,
+//! `--numjobs`/`--qpairs`) over a matrix of queue depths x queue pairs, on
+//! a gpunvme controller (queue pairs polled from this process, one worker
+//! thread per pair) and/or on a kernel nvme block device with O_DIRECT
+//! io_uring, one ring per worker, measured with interrupt completions and
 //! polled (IORING_SETUP_IOPOLL on the driver's poll queues: nvme.ko's
-//! `poll_queues`), which is what gpunvme does and so the fair baseline.
-//! With --pread (or when io_uring is unavailable) synchronous pread from
-//! QD x queue-pairs threads instead. The gpunvme matrix runs on shared
-//! queue pairs (shadow SQ and doorbells, mirrored CQ: a module thread per
-//! pair checks each command and relays it). With --owner it is measured
-//! again on raw queue pairs (the file claims owner mode: the real queues
-//! and doorbells, nothing checked) and the two are compared. Latencies go
-//! into HDR histograms (1 ns to 60 s, 3 significant digits).
+//! `poll_queues`), which is what gpunvme does and so the fair baseline;
+//! with --pread, synchronous pread/pwrite threads instead. The gpunvme
+//! matrix runs on shared queue pairs; with --owner again on raw ones, and
+//! the two are compared. With --gpu the library's CPU-initiated transfers
+//! ([`gpunvme::Transfers`]) are measured into GPU memory and into host
+//! memory, the same I/O, and compared in GB/s. With a namespace the kernel
+//! drives as DEVICE the same matrix runs on the passthrough back end and,
+//! in the same run, on the kernel's own O_DIRECT io_uring on the same
+//! blocks (and, with --fio, on fio's io_uring_cmd engine: [`fio_run`]).
+//!
+//! Latencies (submission to completion) go into HDR histograms (1 ns to
+//! 60 s, 3 significant digits) per direction; every cell reports min, mean,
+//! stddev, fio's percentiles (1 .. 99.99) and json+ bins, and the workers'
+//! CPU time. `-o json` prints the bench's own document with fio's
+//! `jobs[]` (one job per cell, fio's field names: see [`fio_json`]) in it.
+
+mod fio_json;
+mod fio_run;
+mod gpunvme_run;
+mod kernel;
+mod stats;
+mod transfers_run;
+mod workload;
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use gpunvme::{Controller, DmaBuffer, Mode, Prp, QueuePair, Sqe};
-use hdrhistogram::Histogram;
-use io_uring::{opcode, types, IoUring};
 use serde::Serialize;
 use serde_json::json;
-use std::sync::Arc;
 
+use crate::gpu_mem::{parse_gpu_source, GpuSource};
 use crate::habits::{
     human_count, human_us, interrupted, parse_count, parse_device, parse_size, Device, Interrupted,
-    Output, Progress, Unit,
+    Output,
 };
 use crate::passthrough_args::PassthroughArgs;
 use crate::Res;
-
-pub(crate) const BS: usize = 4096;
+use stats::{Cpu, Measured};
+pub use workload::Rw;
+use workload::{parse_cpu_list, parse_duration};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -48,15 +61,17 @@ pub struct BenchArgs {
     #[arg(value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<Device>,
     /// Also (or, without DEVICE, only) measure this kernel nvme block
-    /// device, e.g. /dev/nvme0n1: O_DIRECT io_uring, one ring of QD reads
-    /// per queue-pair thread, in each --kernel-mode.
+    /// device, e.g. /dev/nvme0n1: O_DIRECT io_uring, one ring of QD I/Os
+    /// per queue-pair thread, in each --kernel-mode. Write workloads open
+    /// it O_EXCL, which the kernel refuses while it is mounted.
     #[arg(long, value_name = "DEV")]
     pub block_device: Option<PathBuf>,
     /// With a kernel namespace as DEVICE, also run fio (fio's own
     /// io_uring_cmd engine, NVMe passthrough on the same /dev/ngXnY and
-    /// blocks, polled like --kernel-mode poll when the namespace has poll
-    /// queues) as a baseline nobody here wrote. FIO is the fio binary to
-    /// run (default: fio on PATH).
+    /// blocks, with the same --rw, --bs, --runtime, --ramp-time and
+    /// --cpus-allowed, polled like --kernel-mode poll when the namespace
+    /// has poll queues) as a baseline nobody here wrote. FIO is the fio
+    /// binary to run (default: fio on PATH).
     #[arg(long, value_name = "FIO", num_args = 0..=1, default_missing_value = "fio")]
     pub fio: Option<PathBuf>,
     #[command(flatten)]
@@ -67,45 +82,78 @@ pub struct BenchArgs {
     /// poll, which busy-polls as gpunvme does. A list: irq,poll or irq poll.
     #[arg(long, value_enum, value_delimiter = ',', num_args = 1.., default_values_t = [KernelMode::Irq, KernelMode::Poll])]
     pub kernel_mode: Vec<KernelMode>,
-    /// On the block device use synchronous O_DIRECT pread from QD x
+    /// On the block device use synchronous O_DIRECT pread/pwrite from QD x
     /// queue-pairs threads instead of io_uring.
     #[arg(long)]
     pub pread: bool,
     /// Also measure the gpunvme matrix on raw queue pairs in owner mode
     /// (claims the controller: needs CAP_SYS_RAWIO, no lockdown, a
     /// translating IOMMU) and print shared/raw ratios: what the module's
-    /// checking relay costs.
+    /// checking relay costs. A gpunvme controller only.
     #[arg(long)]
     pub owner: bool,
+    /// Measure the library's CPU-initiated transfers (gpunvme::Transfers)
+    /// into GPU memory from SOURCE (a GPU index, udmabuf or edu; see
+    /// `gpunvme read --help`) and, the same I/O, into host memory, and
+    /// print GB/s GPU/host (instead of the plain gpunvme matrix). A
+    /// gpunvme controller only: io_uring passthrough moves host memory.
+    #[arg(long, value_name = "SOURCE", value_parser = parse_gpu_source)]
+    pub gpu: Option<GpuSource>,
     /// Namespace ID on the gpunvme controller (default: the node's
     /// namespace, else 1).
     #[arg(short = 'n', long = "namespace-id", value_name = "NSID")]
     pub nsid: Option<u32>,
-    /// Read randomly within the first SIZE bytes of the namespace/device
-    /// (4k, 16M, 1G, ...; default: all of it, at most 1 GiB).
+    /// I/O pattern, as fio's --rw: randread, randwrite, read, write
+    /// (sequential), randrw (random, --rwmixread percent reads). Writes
+    /// destroy the data in --range.
+    #[arg(long, value_enum, default_value_t = Rw::Randread)]
+    pub rw: Rw,
+    /// Percent of reads in --rw randrw (fio's rwmixread).
+    #[arg(long, value_name = "PCT", default_value_t = 50,
+          value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub rwmixread: u8,
+    /// Block size of each I/O (fio's bs): 512, 4k, 128k, 1M, ... A
+    /// multiple of the LBA size, at most one command (MDTS).
+    #[arg(long, value_name = "SIZE", default_value = "4k", value_parser = parse_size)]
+    pub bs: u64,
+    /// I/O within the first SIZE bytes of the namespace/device (4k, 16M,
+    /// 1G, ...; default: all of it, at most 1 GiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub range: Option<u64>,
-    /// Queue depths (reads in flight) per queue pair, per thread group on
-    /// the block device. A list: 1,8,32 or 1 8 32.
-    #[arg(long, value_name = "N", value_delimiter = ',', num_args = 1.., value_parser = parse_count,
-          default_values_t = [1u32, 8, 32])]
+    /// Queue depths (I/Os in flight) per queue pair, per thread group on
+    /// the block device (fio's iodepth). A list: 1,8,32 or 1 8 32.
+    #[arg(long, visible_alias = "iodepth", value_name = "N", value_delimiter = ',', num_args = 1..,
+          value_parser = parse_count, default_values_t = [1u32, 8, 32])]
     pub qd: Vec<u32>,
-    /// Queue pair counts. A list: 1,4 or 1 4.
-    #[arg(long, value_name = "N", value_delimiter = ',', num_args = 1.., value_parser = parse_count,
-          default_values_t = [1u32, 4])]
+    /// Queue pair counts, one worker thread each (fio's numjobs). A list:
+    /// 1,4 or 1 4.
+    #[arg(long, visible_alias = "numjobs", value_name = "N", value_delimiter = ',', num_args = 1..,
+          value_parser = parse_count, default_values_t = [1u32, 4])]
     pub qpairs: Vec<u32>,
-    /// Length of each measurement in milliseconds.
-    #[arg(
-        long,
-        default_value_t = 1000,
-        value_name = "MS",
-        conflicts_with = "ops"
-    )]
-    pub duration_ms: u64,
-    /// Fixed number of reads per measurement instead of a duration.
+    /// Length of each measurement, after the ramp (fio's runtime): 30, 30s,
+    /// 500ms, 2m, 1h (a bare number is seconds). Default 1s.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration,
+          conflicts_with_all = ["ops", "duration_ms"])]
+    pub runtime: Option<Duration>,
+    /// The same in milliseconds (older spelling of --runtime).
+    #[arg(long, value_name = "MS", hide = true, conflicts_with = "ops")]
+    pub duration_ms: Option<u64>,
+    /// Fixed number of I/Os per measurement (after the ramp) instead of a
+    /// runtime.
     #[arg(long, value_name = "N")]
     pub ops: Option<u64>,
-    /// Seed of the random LBA sequence (fio's randseed).
+    /// Run each cell this long before measuring (fio's ramp_time): I/O
+    /// runs, nothing is recorded.
+    #[arg(long, visible_alias = "ramp_time", value_name = "TIME",
+          value_parser = parse_duration, default_value = "0")]
+    pub ramp_time: Duration,
+    /// Pin worker threads, round-robin, to these CPUs (fio's
+    /// cpus_allowed, taskset's list): 0-3,6.
+    // The full path keeps clap from taking `Vec` for repeated values: the
+    // parser returns the whole list.
+    #[arg(long, visible_alias = "cpus_allowed", value_name = "LIST", value_parser = parse_cpu_list)]
+    pub cpus_allowed: Option<::std::vec::Vec<usize>>,
+    /// Seed of the random offsets and the read/write mix (fio's randseed).
     #[arg(long, value_name = "SEED", default_value_t = 1)]
     pub randseed: u64,
     #[command(flatten)]
@@ -121,369 +169,252 @@ pub enum KernelMode {
     Poll,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Cell {
-    pub(crate) qpairs: u32,
-    pub(crate) qd: u32,
-    pub(crate) ops: u64,
-    pub(crate) seconds: f64,
-    pub(crate) iops: f64,
-    pub(crate) mib_per_s: f64,
-    pub(crate) lat_us_p50: f64,
-    pub(crate) lat_us_p99: f64,
-    pub(crate) lat_us_p999: f64,
-    pub(crate) lat_us_max: f64,
-    pub(crate) lat_us_mean: f64,
+/// One cell of a matrix: the flat numbers of every direction together
+/// (the table's, and the bench JSON's since before fio's jobs), the
+/// measurement behind them for fio's `jobs[]`.
+#[derive(Clone, Serialize)]
+struct Cell {
+    qpairs: u32,
+    qd: u32,
+    ops: u64,
+    seconds: f64,
+    iops: f64,
+    read_iops: f64,
+    write_iops: f64,
+    mib_per_s: f64,
+    gb_per_s: f64,
+    lat_us_min: f64,
+    lat_us_mean: f64,
+    lat_us_stddev: f64,
+    lat_us_p50: f64,
+    lat_us_p99: f64,
+    lat_us_p999: f64,
+    lat_us_p9999: f64,
+    lat_us_max: f64,
+    usr_cpu: f64,
+    sys_cpu: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) skipped: Option<String>,
+    skipped: Option<String>,
+    #[serde(skip)]
+    measured: Option<Measured>,
 }
 
-#[derive(Debug, Serialize)]
-pub(crate) struct Run {
-    pub(crate) target: &'static str,
-    pub(crate) device: String,
-    pub(crate) method: String,
-    pub(crate) range_bytes: u64,
-    pub(crate) results: Vec<Cell>,
+#[derive(Serialize)]
+struct Run {
+    target: &'static str,
+    device: String,
+    method: String,
+    range_bytes: u64,
+    results: Vec<Cell>,
 }
 
+/// When a worker records and stops: I/O submitted before `start` is the
+/// ramp (run, not recorded); after it, until the deadline or `ops`
+/// recorded I/Os, or Ctrl-C (what is in flight is still reaped).
 #[derive(Clone, Copy)]
 struct Stop {
+    start: Instant,
     deadline: Option<Instant>,
     ops: Option<u64>,
 }
 
 impl Stop {
-    /// Time to stop submitting: the count or deadline is reached, or
-    /// Ctrl-C was pressed (what is in flight is still reaped).
-    fn done(&self, n: u64) -> bool {
-        self.ops.is_some_and(|o| n >= o)
+    fn done(&self, measured: u64) -> bool {
+        self.ops.is_some_and(|o| measured >= o)
             || self.deadline.is_some_and(|d| Instant::now() >= d)
             || interrupted()
     }
-}
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+    fn measuring(&self, t: Instant) -> bool {
+        t >= self.start
     }
 }
 
-/// Per-worker latencies in ns: an HDR histogram, 1 ns to 60 s at three
-/// significant digits (a fixed ~200 KiB, whatever the run length).
-struct Lat(Histogram<u64>);
+/// A worker's CPU time from the start of measurement to its end.
+struct CpuClock {
+    from: Option<Cpu>,
+}
 
-impl Lat {
+impl CpuClock {
     fn new() -> Self {
-        Lat(Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds"))
+        CpuClock { from: None }
     }
-    fn record(&mut self, d: Duration) {
-        self.0.saturating_record((d.as_nanos() as u64).max(1));
-    }
-    fn merge(&mut self, other: &Lat) {
-        self.0.add(&other.0).expect("histograms of one shape");
-    }
-    fn us_at(&self, q: f64) -> f64 {
-        if self.0.is_empty() {
-            0.0
-        } else {
-            self.0.value_at_quantile(q) as f64 / 1000.0
+    /// Call as I/O goes on: takes the snapshot once measuring begins.
+    fn tick(&mut self, stop: &Stop, now: Instant) {
+        if self.from.is_none() && stop.measuring(now) {
+            self.from = Some(Cpu::thread_now());
         }
     }
+    fn used(&self) -> Cpu {
+        self.from
+            .map(|f| Cpu::thread_now().since(f))
+            .unwrap_or_default()
+    }
 }
 
-fn cell(qpairs: u32, qd: u32, lat: &Lat, secs: f64) -> Cell {
-    let ops = lat.0.len();
-    let h = &lat.0;
+/// The workload of one cell, as each worker needs it.
+#[derive(Clone, Copy)]
+struct Plan {
+    rw: Rw,
+    rwmixread: u8,
+    bs: u64,
+    range: u64,
+    qd: u32,
+    workers: u32,
+    stop: Stop,
+    randseed: u64,
+}
+
+impl Plan {
+    /// Worker `i`'s I/O sequence (distinct per worker, fixed by --randseed).
+    fn ops(&self, i: u64) -> workload::OpGen {
+        let seed = self
+            .randseed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(i + 1);
+        workload::OpGen::new(
+            self.rw,
+            self.rwmixread,
+            self.bs,
+            self.range,
+            seed,
+            i,
+            self.workers as u64,
+        )
+    }
+}
+
+fn cell(qpairs: u32, qd: u32, m: Measured, runtime: Duration) -> Cell {
+    let secs = runtime.as_secs_f64().max(1e-9);
+    let all = m.all();
+    let s = all.summary();
+    let us = |ns: u64| ns as f64 / 1000.0;
+    let (usr, sys) = m.cpu.percent(runtime);
     Cell {
         qpairs,
         qd,
-        ops,
-        seconds: secs,
-        iops: ops as f64 / secs.max(1e-9),
-        mib_per_s: ops as f64 * BS as f64 / secs.max(1e-9) / (1 << 20) as f64,
-        lat_us_p50: lat.us_at(0.50),
-        lat_us_p99: lat.us_at(0.99),
-        lat_us_p999: lat.us_at(0.999),
-        lat_us_max: if ops == 0 {
-            0.0
-        } else {
-            h.max() as f64 / 1000.0
-        },
-        lat_us_mean: if ops == 0 { 0.0 } else { h.mean() / 1000.0 },
+        ops: s.n,
+        seconds: runtime.as_secs_f64(),
+        iops: s.n as f64 / secs,
+        read_iops: m.read.ios() as f64 / secs,
+        write_iops: m.write.ios() as f64 / secs,
+        mib_per_s: all.bytes as f64 / secs / (1 << 20) as f64,
+        gb_per_s: all.bytes as f64 / secs / 1e9,
+        lat_us_min: us(s.min),
+        lat_us_mean: s.mean / 1000.0,
+        lat_us_stddev: s.stddev / 1000.0,
+        lat_us_p50: us(s.at(50.0)),
+        lat_us_p99: us(s.at(99.0)),
+        lat_us_p999: us(s.at(99.9)),
+        lat_us_p9999: us(s.at(99.99)),
+        lat_us_max: us(s.max),
+        usr_cpu: usr,
+        sys_cpu: sys,
         skipped: None,
+        measured: Some(m),
     }
 }
 
-pub(crate) fn skipped(qpairs: u32, qd: u32, why: String) -> Cell {
-    let mut c = cell(qpairs, qd, &Lat::new(), 0.0);
+fn skipped(qpairs: u32, qd: u32, why: String) -> Cell {
+    let mut c = cell(qpairs, qd, Measured::new(), Duration::ZERO);
     c.iops = 0.0;
     c.skipped = Some(why);
+    c.measured = None;
     c
 }
 
-/// One queue pair's worker: keeps `qd` reads in flight over random 4 KiB
-/// blocks until `stop`; returns its latency histogram.
-#[allow(clippy::too_many_arguments)]
-fn gpunvme_worker(
-    ctrl: &Arc<Controller>,
-    nsid: u32,
-    lba_size: u64,
-    blocks4k: u64,
-    qd: u32,
-    stop: Stop,
-    seed: u64,
-    mode: Mode,
-) -> gpunvme::Result<Lat> {
-    let buf = DmaBuffer::new(ctrl, qd as usize)?;
-    let mut qp = QueuePair::create_with(ctrl, qd + 1, mode)?;
-    // One 4 KiB page per slot. The pair keeps the buffer from now on, and
-    // releases it only once it is destroyed: nothing else can reach it.
-    let pages = buf.dma_addrs().to_vec();
-    qp.keep_until_destroyed(buf);
-    let per = (BS as u64 / lba_size).max(1) as u32;
-    let mut rng = Rng(seed | 1);
-    let mut slot_of: BTreeMap<u16, (usize, Instant)> = BTreeMap::new();
-    let mut lat = Lat::new();
-    let mut issued = 0u64;
-    let mk = |slot: usize, rng: &mut Rng| {
-        let lba = (rng.next() % blocks4k) * BS as u64 / lba_size;
-        Sqe::read(
-            nsid,
-            lba,
-            per,
-            Prp {
-                prp1: pages[slot],
-                prp2: 0,
-            },
-        )
-    };
-    for slot in 0..qd as usize {
-        if stop.done(issued) {
-            break;
-        }
-        // SAFETY: a read of one 4 KiB page (BS) of the buffer the pair
-        // keeps until it is destroyed (above); no Rust code reaches it.
-        let cid = unsafe { qp.push(mk(slot, &mut rng))? };
-        slot_of.insert(cid, (slot, Instant::now()));
-        issued += 1;
-    }
-    qp.ring();
-    while qp.outstanding() > 0 {
-        let c = qp.wait_any()?;
-        let now = Instant::now();
-        let (slot, t0) = slot_of.remove(&c.cid).expect("known cid");
-        lat.record(now - t0);
-        if !stop.done(issued) {
-            // SAFETY: as for the push above; the slot's read completed.
-            let cid = unsafe { qp.submit(mk(slot, &mut rng))? };
-            slot_of.insert(cid, (slot, Instant::now()));
-            issued += 1;
-        }
-    }
-    drop(qp);
-    Ok(lat)
-}
-
-/// Each worker's own LBA sequence: distinct per thread, fixed by --seed.
-pub(crate) fn worker_seed(a: &BenchArgs, i: u64) -> u64 {
-    a.randseed
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        .wrapping_add(i + 1)
-}
-
-/// One cell of the matrix: `workers` threads run `work(i)` at once; their
-/// histograms merged into the cell, or the first worker's error.
-fn run_cell<E: Send>(
+/// One cell: `workers` threads run `work(i)` at once (pinned round-robin
+/// to --cpus-allowed); their measurements merged into the cell, timed from
+/// the end of the ramp to the last worker's end; or the first error.
+fn run_cell<E: Send + From<String>>(
+    a: &BenchArgs,
     qpairs: u32,
-    qd: u32,
+    plan: &Plan,
     workers: usize,
-    work: impl Fn(usize) -> Result<Lat, E> + Sync,
+    work: impl Fn(usize) -> Result<Measured, E> + Sync,
 ) -> Result<Cell, E> {
-    let t = Instant::now();
-    let lats: Vec<Result<Lat, E>> = std::thread::scope(|s| {
+    let all: Vec<Result<Measured, E>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..workers)
             .map(|i| {
                 let work = &work;
-                s.spawn(move || work(i))
+                let cpu = a.cpus_allowed.as_ref().map(|c| c[i % c.len()]);
+                s.spawn(move || {
+                    if let Some(c) = cpu {
+                        workload::pin_to(c).map_err(E::from)?;
+                    }
+                    work(i)
+                })
             })
             .collect();
         hs.into_iter()
             .map(|h| h.join().expect("bench worker panicked"))
             .collect()
     });
-    let secs = t.elapsed().as_secs_f64();
-    let mut all = Lat::new();
-    for l in lats {
-        all.merge(&l?);
+    let runtime = Instant::now().saturating_duration_since(plan.stop.start);
+    let mut m = Measured::new();
+    for w in all {
+        m.merge(&w?);
     }
-    Ok(cell(qpairs, qd, &all, secs))
+    Ok(cell(qpairs, plan.qd, m, runtime))
 }
 
-fn stop_for(a: &BenchArgs, qpairs: u32) -> Stop {
-    Stop {
-        deadline: a
-            .ops
-            .is_none()
-            .then(|| Instant::now() + Duration::from_millis(a.duration_ms)),
-        ops: a.ops.map(|o| o.div_ceil(qpairs as u64)),
+/// The cell's plan: the ramp starts now.
+fn plan_for(a: &BenchArgs, range: u64, qd: u32, workers: u32) -> Plan {
+    let start = Instant::now() + a.ramp_time;
+    let runtime = a
+        .runtime
+        .or(a.duration_ms.map(Duration::from_millis))
+        .unwrap_or(Duration::from_secs(1));
+    Plan {
+        rw: a.rw,
+        rwmixread: a.rwmixread,
+        bs: a.bs,
+        range,
+        qd,
+        workers,
+        stop: Stop {
+            start,
+            deadline: a.ops.is_none().then(|| start + runtime),
+            ops: a.ops.map(|o| o.div_ceil(workers as u64)),
+        },
+        randseed: a.randseed,
     }
 }
 
+/// The range measured: --range (default 1 GiB) within `capacity`, whole
+/// --bs blocks.
 fn range_bytes(a: &BenchArgs, capacity: u64) -> u64 {
     let want = a.range.unwrap_or(1 << 30);
-    want.min(capacity) / BS as u64 * BS as u64
+    want.min(capacity) / a.bs.max(1) * a.bs.max(1)
 }
 
 const TARGET_SHARED: &str = "gpunvme";
 const TARGET_PT: &str = "passthrough";
-pub(crate) const TARGET_FIO: &str = "fio-io_uring_cmd";
+const TARGET_FIO: &str = "fio-io_uring_cmd";
 const TARGET_RAW: &str = "gpunvme-raw";
 const TARGET_KERNEL_IRQ: &str = "kernel-irq";
 const TARGET_KERNEL_POLL: &str = "kernel-poll";
 const TARGET_KERNEL_PREAD: &str = "kernel-pread";
+const TARGET_XFER_HOST: &str = "transfers-host";
+const TARGET_XFER_GPU: &str = "transfers-gpu";
 
-/// The kernel's own path to the blocks a passthrough run read: the
+/// The namespace measured: -n, else the node's, else 1.
+fn nsid(a: &BenchArgs, info: &gpunvme::Info) -> u32 {
+    a.nsid.or(info.node_nsid).unwrap_or(1)
+}
+
+/// The kernel's own path to the blocks a passthrough run used: the
 /// window's block device and the byte offset of the window in it, and the
-/// namespace's generic device with the window's byte offset there (fio).
+/// namespace's generic device with the window's byte offset there (fio);
+/// `range` is the bytes the passthrough run covered, which the baselines
+/// must not go past (a write workload would reach outside the window).
 struct Baseline {
     block_device: PathBuf,
     offset: u64,
     ng: PathBuf,
     ng_offset: u64,
     polled: bool,
-}
-
-fn gpunvme_run(
-    sysfs: &gpunvme::sysfs::Sysfs,
-    a: &BenchArgs,
-    mode: Mode,
-) -> Result<(Run, Option<Baseline>), Box<dyn std::error::Error>> {
-    let dev = a
-        .device
-        .as_ref()
-        .ok_or("bench --owner measures a gpunvme controller: name it (DEVICE) first")?;
-    let ctrl = Arc::new(crate::blockio::open_io(sysfs, dev, &a.passthrough)?);
-    let mode = crate::blockio::mode_for(&ctrl, mode == Mode::Raw, "bench")?;
-    let info = ctrl.info()?;
-    let nsid = a.nsid.or(info.node_nsid).unwrap_or(1);
-    let ns = *info
-        .namespaces
-        .iter()
-        .find(|n| n.nsid == nsid)
-        .ok_or_else(|| format!("no namespace {nsid} on {}", info.bdf))?;
-    let lba_size = ns.lba_size as u64;
-    if lba_size > BS as u64 {
-        return Err(format!("LBA size {lba_size} is larger than the 4 KiB read size").into());
-    }
-    let range = range_bytes(a, ns.capacity_bytes());
-    let blocks4k = range / BS as u64;
-    if blocks4k == 0 {
-        return Err("namespace smaller than 4 KiB".into());
-    }
-    let pt = ctrl.passthrough().cloned();
-    let baseline = pt.as_ref().and_then(|d| {
-        let r = d.window_claim()?;
-        let w = d.window();
-        let (block_device, offset) = match &r.partition {
-            Some(p) => (PathBuf::from("/dev").join(p), 0),
-            None => (PathBuf::from("/dev").join(&r.disk), w.start * lba_size),
-        };
-        Some(Baseline {
-            block_device,
-            offset,
-            ng: PathBuf::from(format!(
-                "/dev/ng{}",
-                r.disk.strip_prefix("nvme").unwrap_or_default()
-            )),
-            ng_offset: w.start * lba_size,
-            polled: d.polled(),
-        })
-    });
-    let mut results = Vec::new();
-    let mut bar = Progress::new("bench", cells(a), Unit::Items);
-    let name = if pt.is_some() {
-        TARGET_PT
-    } else {
-        mode_name(mode)
-    };
-    for &qpairs in &a.qpairs {
-        for &qd in &a.qd {
-            check_interrupt(&results)?;
-            bar.set_what(format!("bench {name} {qpairs} qpair(s) QD {qd}"));
-            bar.set(results.len() as u64);
-            if qpairs > info.io_queues {
-                results.push(skipped(
-                    qpairs,
-                    qd,
-                    format!("controller granted {} I/O queues", info.io_queues),
-                ));
-                continue;
-            }
-            if qd + 1 > info.max_queue_entries || qd == 0 {
-                results.push(skipped(
-                    qpairs,
-                    qd,
-                    format!("max queue entries {}", info.max_queue_entries),
-                ));
-                continue;
-            }
-            let stop = stop_for(a, qpairs);
-            results.push(run_cell(qpairs, qd, qpairs as usize, |i| {
-                let seed = worker_seed(a, i as u64);
-                gpunvme_worker(&ctrl, nsid, lba_size, blocks4k, qd, stop, seed, mode)
-            })?);
-        }
-    }
-    check_interrupt(&results)?;
-    let (target, method) = match (&pt, mode) {
-        (Some(d), _) => (
-            TARGET_PT,
-            format!(
-                "gpunvme passthrough back end on {} (no module): shadow queue pairs driven from \
-                 this process, polled, one thread per queue pair; a relay thread of the library \
-                 checks each SQE and submits it with io_uring NVME_URING_CMD_IO on the \
-                 namespace's /dev/ngXnY ({}), mirroring the completions",
-                ctrl.path().display(),
-                if d.polled() {
-                    "IORING_SETUP_IOPOLL on the driver's poll queues"
-                } else {
-                    "interrupt completions: the namespace has no poll queues"
-                }
-            ),
-        ),
-        (None, Mode::Shared) => (
-            TARGET_SHARED,
-            "gpunvme shared queue pairs mapped into this process, polled, one thread per queue \
-             pair; a module thread per pair checks each SQE of the shadow SQ, copies it into the \
-             real SQ, rings the doorbell and mirrors the CQEs"
-                .to_string(),
-        ),
-        (None, Mode::Raw) => (
-            TARGET_RAW,
-            "gpunvme raw queue pairs (owner mode, GPUNVME_QPAIR_RAW) mapped into this process, \
-             polled, one thread per queue pair: the real SQ, CQ and doorbells"
-                .to_string(),
-        ),
-    };
-    Ok((
-        Run {
-            target,
-            device: if pt.is_some() {
-                ctrl.path().display().to_string()
-            } else {
-                info.bdf.clone()
-            },
-            method,
-            range_bytes: range,
-            results,
-        },
-        baseline,
-    ))
+    range: u64,
 }
 
 /// Cells of one run's matrix.
@@ -491,324 +422,111 @@ fn cells(a: &BenchArgs) -> u64 {
     (a.qd.len() * a.qpairs.len()) as u64
 }
 
-fn mode_name(m: Mode) -> &'static str {
-    match m {
-        Mode::Shared => TARGET_SHARED,
-        Mode::Raw => TARGET_RAW,
-    }
-}
-
-/// After Ctrl-C: the cell that was running has reaped its reads; stop.
-pub(crate) fn check_interrupt(done: &[Cell]) -> Result<(), Interrupted> {
+/// After Ctrl-C: the cell that was running has reaped its I/O; stop.
+fn check_interrupt(done: &[Cell]) -> Result<(), Interrupted> {
     if interrupted() {
         return Err(Interrupted(format!(
-            "bench stopped after {} cell(s) (every read in flight was reaped)",
+            "bench stopped after {} cell(s) (every I/O in flight was reaped)",
             done.len()
         )));
     }
     Ok(())
 }
 
-/// Anonymous page-aligned buffer of `n` blocks for O_DIRECT.
-struct Aligned(*mut u8, usize);
-impl Aligned {
-    fn new(n: usize) -> std::io::Result<Self> {
-        // SAFETY: fresh anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                n * BS,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Aligned(p.cast(), n))
-    }
-    fn block(&self, i: usize) -> *mut u8 {
-        assert!(i < self.1);
-        // SAFETY: inside the mapping.
-        unsafe { self.0.add(i * BS) }
-    }
-}
-impl Drop for Aligned {
-    fn drop(&mut self) {
-        // SAFETY: our mapping of n blocks.
-        unsafe { libc::munmap(self.0.cast(), self.1 * BS) };
-    }
-}
-
-/// A ring of `entries` for one worker, polled (IOPOLL) or not.
-fn ring(entries: u32, mode: KernelMode) -> std::io::Result<IoUring> {
-    let mut b = IoUring::builder();
-    if mode == KernelMode::Poll {
-        b.setup_iopoll();
-    }
-    b.build(entries)
-}
-
-/// Queue one 4 KiB read of `buf`'s block `slot` at byte `off`, tagged `slot`.
-fn push_read(
-    ring: &mut IoUring,
-    fd: i32,
-    buf: &Aligned,
-    slot: usize,
-    off: u64,
-) -> Result<(), String> {
-    let e = opcode::Read::new(types::Fd(fd), buf.block(slot), BS as u32)
-        .offset(off)
-        .build()
-        .user_data(slot as u64);
-    // SAFETY: the read targets block `slot` of `buf`, which the worker
-    // unmaps only after every read it queued has completed (on an early
-    // return it leaks `buf`); each slot has at most one read in flight.
-    unsafe { ring.submission().push(&e) }.map_err(|_| "io_uring submission queue full".to_string())
-}
-
-#[allow(clippy::needless_range_loop)]
-/// One io_uring "queue pair": `qd` O_DIRECT reads in flight. In poll mode
-/// `submit_and_wait` polls the driver's poll queue instead of sleeping.
-fn uring_worker(
-    fd: i32,
-    base: u64,
-    blocks4k: u64,
-    qd: u32,
-    stop: Stop,
-    seed: u64,
-    mode: KernelMode,
-) -> Result<Lat, String> {
-    // Dropped only once no read is in flight: an early return leaks it
-    // rather than unmap memory the device may still write.
-    let buf = std::mem::ManuallyDrop::new(Aligned::new(qd as usize).map_err(|e| e.to_string())?);
-    let mut ring = ring(qd, mode).map_err(|e| format!("io_uring_setup({qd}): {e}"))?;
-    let mut rng = Rng(seed | 1);
-    let mut t0 = vec![Instant::now(); qd as usize];
-    let mut lat = Lat::new();
-    let (mut issued, mut outstanding) = (0u64, 0u32);
-    let mut failure = None;
-    for slot in 0..qd as usize {
-        if stop.done(issued) {
-            break;
-        }
-        let off = base + (rng.next() % blocks4k) * BS as u64;
-        t0[slot] = Instant::now();
-        push_read(&mut ring, fd, &buf, slot, off)?;
-        issued += 1;
-        outstanding += 1;
-    }
-    let mut done = Vec::with_capacity(qd as usize);
-    while outstanding > 0 {
-        if let Err(e) = ring.submit_and_wait(1) {
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(format!("io_uring_enter: {e}"));
-        }
-        done.clear();
-        done.extend(
-            ring.completion()
-                .map(|c| (c.user_data() as usize, c.result())),
-        );
-        let now = Instant::now();
-        for &(slot, res) in &done {
-            outstanding -= 1;
-            if res != BS as i32 {
-                failure.get_or_insert_with(|| match res {
-                    r if r == -libc::EOPNOTSUPP && mode == KernelMode::Poll => {
-                        "polled reads refused (EOPNOTSUPP): the nvme driver has no poll queues; load it with poll_queues=N".to_string()
-                    }
-                    r if r < 0 => format!("io_uring read: {}", std::io::Error::from_raw_os_error(-r)),
-                    r => format!("io_uring read returned {r} bytes"),
-                });
-                continue;
-            }
-            lat.record(now - t0[slot]);
-            if failure.is_none() && !stop.done(issued) {
-                let off = base + (rng.next() % blocks4k) * BS as u64;
-                t0[slot] = Instant::now();
-                push_read(&mut ring, fd, &buf, slot, off)?;
-                issued += 1;
-                outstanding += 1;
-            }
-        }
-    }
-    drop(ring);
-    drop(std::mem::ManuallyDrop::into_inner(buf));
-    failure.map_or(Ok(lat), Err)
-}
-
-/// The pread fallback: qd x qpairs synchronous threads.
-fn pread_cell(
-    a: &BenchArgs,
-    fd: i32,
-    base: u64,
-    blocks4k: u64,
-    qpairs: u32,
-    qd: u32,
-) -> Result<Cell, String> {
-    let threads = qpairs * qd;
-    let stop = Stop {
-        deadline: a
-            .ops
-            .is_none()
-            .then(|| Instant::now() + Duration::from_millis(a.duration_ms)),
-        ops: a.ops.map(|o| o.div_ceil(threads as u64)),
+fn workload_line(a: &BenchArgs) -> String {
+    let mix = if a.rw == Rw::Randrw {
+        format!(" ({}% reads)", a.rwmixread)
+    } else {
+        String::new()
     };
-    let failed = AtomicBool::new(false);
-    run_cell(qpairs, qd, threads as usize, |i| -> Result<Lat, String> {
-        let buf = Aligned::new(1).map_err(|e| e.to_string())?;
-        let mut rng = Rng(worker_seed(a, i as u64) | 1);
-        let mut lat = Lat::new();
-        let mut n = 0u64;
-        while !stop.done(n) && !failed.load(Ordering::Relaxed) {
-            let off = base + (rng.next() % blocks4k) * BS as u64;
-            let t0 = Instant::now();
-            // SAFETY: buf is BS bytes, ours; fd is open; pread is synchronous.
-            let r = unsafe { libc::pread(fd, buf.block(0).cast(), BS, off as libc::off_t) };
-            if r != BS as isize {
-                failed.store(true, Ordering::Relaxed);
-                return Err(format!(
-                    "pread at {off}: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
-            lat.record(t0.elapsed());
-            n += 1;
-        }
-        Ok(lat)
-    })
+    format!(
+        "rw={}{mix}, bs={}",
+        a.rw.name(),
+        crate::habits::human_bytes(a.bs)
+    )
 }
 
-/// Why `dev` cannot do polled I/O, from its queue's `io_poll` attribute
-/// (1 only when the driver has poll queues); None when it can.
-fn poll_queues_missing(dev: &std::path::Path) -> Option<String> {
-    use std::os::unix::fs::FileTypeExt;
-    use std::os::unix::fs::MetadataExt;
-    let md = match std::fs::metadata(dev) {
-        Ok(md) if md.file_type().is_block_device() => md,
-        _ => return Some(format!("{} is not a block device", dev.display())),
-    };
-    let (maj, min) = (libc::major(md.rdev()), libc::minor(md.rdev()));
-    // A partition's queue is its disk's: /sys/dev/block/M:m/queue or ../queue.
-    let base = PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
-    let attr = [base.join("queue/io_poll"), base.join("../queue/io_poll")]
-        .into_iter()
-        .find_map(|p| std::fs::read_to_string(p).ok());
-    match attr.as_deref().map(str::trim) {
-        Some("1") => None,
-        Some(_) => Some(format!(
-            "{} has no poll queues (queue/io_poll is 0): load nvme with poll_queues=N",
-            dev.display()
-        )),
-        None => Some(format!("cannot read queue/io_poll for {}", dev.display())),
-    }
-}
-
-/// The kernel driver's matrix in one completion mode (None: pread).
-fn kernel_run(
-    a: &BenchArgs,
-    dev: &PathBuf,
-    base: u64,
-    mode: Option<KernelMode>,
-) -> Result<Run, Box<dyn std::error::Error>> {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(dev)
-        .map_err(|e| format!("cannot open {} with O_DIRECT: {e}", dev.display()))?;
-    let fd = f.as_raw_fd();
-    // SAFETY: plain lseek on our descriptor.
-    let size = unsafe { libc::lseek(fd, 0, libc::SEEK_END) };
-    if size < BS as i64 || base % BS as u64 != 0 || base >= size as u64 {
-        return Err(format!("{}: size {size}, window at byte {base}", dev.display()).into());
-    }
-    let range = range_bytes(a, size as u64 - base);
-    let blocks4k = range / BS as u64;
-    // Without poll queues IOPOLL reads would complete by interrupt: say so
-    // and skip instead of publishing an interrupt figure as a polled one.
-    let no_poll = (mode == Some(KernelMode::Poll))
-        .then(|| poll_queues_missing(dev))
-        .flatten();
-    let (target, method) = match mode {
-        Some(KernelMode::Irq) => (TARGET_KERNEL_IRQ, "kernel block device: O_DIRECT io_uring (io-uring crate), one ring of qd reads per queue-pair thread, interrupt completions"),
-        Some(KernelMode::Poll) => (TARGET_KERNEL_POLL, "kernel block device: O_DIRECT io_uring with IORING_SETUP_IOPOLL (io-uring crate), one ring of qd reads per queue-pair thread, completions polled on the driver's poll queues"),
-        None => (TARGET_KERNEL_PREAD, "kernel block device: O_DIRECT pread, qd x qpairs synchronous threads"),
-    };
-    let mut results = Vec::new();
-    let mut bar = Progress::new("bench", cells(a), Unit::Items);
-    for &qpairs in &a.qpairs {
-        for &qd in &a.qd {
-            check_interrupt(&results)?;
-            bar.set_what(format!("bench {target} {qpairs} qpair(s) QD {qd}"));
-            bar.set(results.len() as u64);
-            if let Some(why) = &no_poll {
-                results.push(skipped(qpairs, qd, why.clone()));
-                continue;
-            }
-            let r = match mode {
-                Some(m) => {
-                    let stop = stop_for(a, qpairs);
-                    run_cell(qpairs, qd, qpairs as usize, |i| {
-                        uring_worker(fd, base, blocks4k, qd, stop, worker_seed(a, i as u64), m)
-                    })
-                }
-                None => pread_cell(a, fd, base, blocks4k, qpairs, qd),
-            };
-            // A mode the driver cannot do is a skipped cell with its reason,
-            // not a failed bench: the other modes still run.
-            results.push(r.or_else(|why| {
-                if why.contains("EOPNOTSUPP") || why.contains("io_uring_setup") {
-                    Ok(skipped(qpairs, qd, why))
-                } else {
-                    Err(why)
-                }
-            })?);
-        }
-    }
-    drop(f);
-    check_interrupt(&results)?;
-    Ok(Run {
-        target,
-        device: dev.display().to_string(),
-        method: method.into(),
-        range_bytes: range,
-        results,
-    })
-}
-
-fn print_run(r: &Run) {
+fn print_run(a: &BenchArgs, r: &Run) {
     println!(
-        "{} {} ({}), range {}, 4 KiB random reads",
+        "{} {} ({}), range {}, {}",
         r.target,
         r.device,
         r.method,
-        crate::habits::human_bytes(r.range_bytes)
+        crate::habits::human_bytes(r.range_bytes),
+        workload_line(a)
     );
     println!(
-        "{:>7} {:>4} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "QPAIRS", "QD", "OPS", "IOPS", "MiB/s", "P50", "P99", "P99.9", "MAX"
+        "{:>7} {:>4} {:>10} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6}",
+        "QPAIRS", "QD", "OPS", "IOPS", "MiB/s", "GB/s", "MIN", "MEAN", "P50", "P99", "P99.9",
+        "P99.99", "MAX", "USR%", "SYS%"
     );
     for c in &r.results {
         match &c.skipped {
             Some(w) => println!("{:>7} {:>4} skipped: {w}", c.qpairs, c.qd),
             None => println!(
-                "{:>7} {:>4} {:>10} {:>9} {:>9.1} {:>9} {:>9} {:>9} {:>9}",
+                "{:>7} {:>4} {:>10} {:>9} {:>9.1} {:>8.3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6.0} {:>6.0}",
                 c.qpairs,
                 c.qd,
                 c.ops,
                 human_count(c.iops),
                 c.mib_per_s,
+                c.gb_per_s,
+                human_us(c.lat_us_min),
+                human_us(c.lat_us_mean),
                 human_us(c.lat_us_p50),
                 human_us(c.lat_us_p99),
                 human_us(c.lat_us_p999),
-                human_us(c.lat_us_max)
+                human_us(c.lat_us_p9999),
+                human_us(c.lat_us_max),
+                c.usr_cpu,
+                c.sys_cpu,
             ),
         }
+    }
+    if r.results.iter().any(|c| c.skipped.is_none()) {
+        print_histogram(r);
+    }
+}
+
+/// A coarse latency histogram of the run's busiest cell (the table has
+/// the percentiles; `-o json` has every bucket).
+fn print_histogram(r: &Run) {
+    let Some((c, m)) = r
+        .results
+        .iter()
+        .filter_map(|c| c.measured.as_ref().map(|m| (c, m)))
+        .max_by_key(|(c, _)| c.ops)
+    else {
+        return;
+    };
+    let all = m.all();
+    if all.ios() == 0 {
+        return;
+    }
+    println!(
+        "latency histogram, {} qpair(s) QD {} ({} I/Os):",
+        c.qpairs,
+        c.qd,
+        all.ios()
+    );
+    // Powers of two from the minimum to the maximum.
+    let (lo, hi) = (all.hist.min().max(1), all.hist.max().max(1));
+    let mut b = lo.next_power_of_two() / 2;
+    let mut prev = 0u64;
+    while prev < hi {
+        let top = (b.max(1) * 2).min(u64::MAX / 2);
+        let n = all.hist.count_between(prev + 1, top);
+        if n > 0 {
+            let pct = 100.0 * n as f64 / all.ios() as f64;
+            let bar = "#".repeat(((pct / 2.0).round() as usize).min(50));
+            println!(
+                "  <= {:>9} {:>6.2}% {bar}",
+                human_us(top as f64 / 1000.0),
+                pct
+            );
+        }
+        prev = top;
+        b = top;
     }
 }
 
@@ -851,8 +569,10 @@ macro_rules! outln {
     };
 }
 
-/// gpunvme (shared) vs one kernel run: IOPS gpunvme/kernel, p50 and p99
-/// kernel/gpunvme (above 1: gpunvme is ahead).
+/// gpunvme (shared, passthrough, or transfers into GPU memory) vs one
+/// baseline run (the kernel's, or fio's): IOPS ours/theirs, p50 and p99
+/// theirs/ours (above 1: gpunvme is ahead). The JSON keys keep their
+/// names (`..._gpunvme_over_kernel`) whatever the baseline.
 fn kernel_ratios(g: &Run, k: &Run, show: bool) -> Vec<serde_json::Value> {
     outln!(show);
     outln!(show, "{} against {} ({})", g.target, k.target, k.method);
@@ -933,37 +653,155 @@ fn owner_ratios(raw: &Run, shared: &Run, show: bool) -> Vec<serde_json::Value> {
     out
 }
 
+/// GPU memory vs host memory through the same transfers: GB/s GPU/host
+/// (the target: at least 0.9 at 128 KiB; reported, never asserted).
+fn gpu_ratios(gpu: &Run, host: &Run, show: bool) -> Vec<serde_json::Value> {
+    outln!(show);
+    outln!(
+        show,
+        "GPU memory / host memory, the same transfers ({})",
+        gpu.method
+    );
+    outln!(
+        show,
+        "{:>7} {:>4} {:>12} {:>12} {:>10} {:>10}",
+        "QPAIRS",
+        "QD",
+        "GB/s GPU",
+        "GB/s host",
+        "GPU/host",
+        "P50 h/g"
+    );
+    let mut out = Vec::new();
+    for (cg, ch) in matched(gpu, host) {
+        let r = ratio(cg.gb_per_s, ch.gb_per_s);
+        let r50 = ratio(ch.lat_us_p50, cg.lat_us_p50);
+        outln!(
+            show,
+            "{:>7} {:>4} {:>12.3} {:>12.3} {:>10} {:>10}",
+            cg.qpairs,
+            cg.qd,
+            cg.gb_per_s,
+            ch.gb_per_s,
+            fmt_ratio(r),
+            fmt_ratio(r50)
+        );
+        out.push(json!({
+            "qpairs": cg.qpairs, "qd": cg.qd,
+            "gb_per_s_gpu": cg.gb_per_s, "gb_per_s_host": ch.gb_per_s,
+            "gbps_gpu_over_host": r,
+            "p50_latency_host_over_gpu": r50,
+        }));
+    }
+    out
+}
+
+/// fio's `jobs[]`: one job per measured cell of every run.
+fn fio_jobs(a: &BenchArgs, runs: &[Run]) -> Vec<serde_json::Value> {
+    let mut jobs = Vec::new();
+    for r in runs {
+        for c in &r.results {
+            let Some(m) = &c.measured else { continue };
+            let mut options = BTreeMap::new();
+            for (k, v) in [
+                ("rw", a.rw.name().to_string()),
+                ("bs", a.bs.to_string()),
+                ("iodepth", c.qd.to_string()),
+                ("numjobs", c.qpairs.to_string()),
+                ("size", r.range_bytes.to_string()),
+                ("filename", r.device.clone()),
+            ] {
+                options.insert(k.to_string(), v);
+            }
+            if a.rw == Rw::Randrw {
+                options.insert("rwmixread".into(), a.rwmixread.to_string());
+            }
+            if let Some(t) = a.runtime.or(a.duration_ms.map(Duration::from_millis)) {
+                options.insert("runtime".into(), format!("{}ms", t.as_millis()));
+            }
+            if !a.ramp_time.is_zero() {
+                options.insert("ramp_time".into(), format!("{}ms", a.ramp_time.as_millis()));
+            }
+            let info = fio_json::JobInfo {
+                name: format!("{} qpairs={} qd={}", r.target, c.qpairs, c.qd),
+                options,
+                qd: c.qd,
+                runtime: Duration::from_secs_f64(c.seconds),
+                gpunvme: json!({
+                    "target": r.target, "device": r.device, "method": r.method,
+                    "qpairs": c.qpairs, "qd": c.qd,
+                }),
+            };
+            jobs.push(fio_json::job(&info, m));
+        }
+    }
+    jobs
+}
+
 pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
     let show = !a.out.json();
-    let want_gpunvme = a.device.is_some() || a.block_device.is_none() || a.owner;
+    if a.bs == 0 || a.bs > 64 << 20 {
+        return Err(format!("--bs {}: expected 512 .. 64M", a.bs).into());
+    }
+    let want_gpunvme = a.device.is_some() || a.block_device.is_none() || a.owner || a.gpu.is_some();
     if want_gpunvme && a.device.is_none() {
         return Err("bench: name the gpunvme controller first (DEVICE), or measure a kernel device alone with --block-device".into());
     }
-    // JSON order: gpunvme (shared) or passthrough, kernel modes, fio,
-    // then gpunvme-raw.
-    let mut runs = Vec::new();
-    let mut baseline = None;
-    if want_gpunvme {
-        let (run, b) = gpunvme_run(sysfs, a, Mode::Shared)?;
-        runs.push(run);
-        baseline = b;
-        if show {
-            print_run(runs.last().unwrap());
+    let kernel_namespace = matches!(a.device, Some(Device::Namespace(_)));
+    if kernel_namespace {
+        // Refused before anything opens, rather than after the first run.
+        if a.owner {
+            return Err(
+                "bench --owner: raw queue pairs need a controller bound to the gpunvme \
+                 module; a kernel namespace is served through io_uring passthrough, whose \
+                 every command the relay checks"
+                    .into(),
+            );
         }
-    }
-    if a.fio.is_some() && baseline.is_none() {
+        if a.gpu.is_some() {
+            let why = gpunvme::passthrough::dmabuf_support()
+                .err()
+                .unwrap_or_default();
+            return Err(format!("bench --gpu: {why}").into());
+        }
+    } else if a.fio.is_some() {
         return Err(
             "bench --fio: name a kernel namespace (/dev/ngXnY, a partition) as DEVICE".into(),
         );
     }
+    // JSON order: gpunvme (shared, or passthrough; or with --gpu transfers
+    // into host, then GPU memory), kernel modes, fio, then gpunvme-raw.
+    let mut runs = Vec::new();
+    let mut baseline = None;
+    if want_gpunvme {
+        match &a.gpu {
+            None => {
+                let (run, b) = gpunvme_run::run(sysfs, a, gpunvme::Mode::Shared)?;
+                runs.push(run);
+                baseline = b;
+            }
+            Some(src) => {
+                let (host, gpu) = transfers_run::runs(sysfs, a, src)?;
+                runs.push(host);
+                runs.push(gpu);
+            }
+        }
+        if show {
+            for (i, r) in runs.iter().enumerate() {
+                outln!(show && i > 0);
+                print_run(a, r);
+            }
+        }
+    }
     // A passthrough run is compared with the kernel's own path to the same
-    // blocks: its window's block device, unless --block-device says.
+    // blocks: its window's block device (no further than the window), unless
+    // --block-device says.
     let kernel_dev = match (&a.block_device, &baseline) {
-        (Some(d), _) => Some((d.clone(), 0)),
-        (None, Some(b)) => Some((b.block_device.clone(), b.offset)),
+        (Some(d), _) => Some((d.clone(), 0, None)),
+        (None, Some(b)) => Some((b.block_device.clone(), b.offset, Some(b.range))),
         (None, None) => None,
     };
-    if let Some((dev, base)) = &kernel_dev {
+    if let Some((dev, base, cap)) = &kernel_dev {
         let modes: Vec<Option<KernelMode>> = if a.pread {
             vec![None]
         } else {
@@ -973,30 +811,25 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
             if !runs.is_empty() {
                 outln!(show);
             }
-            runs.push(kernel_run(a, dev, *base, m)?);
+            runs.push(kernel::run(a, dev, *base, *cap, m)?);
             if show {
-                print_run(runs.last().unwrap());
+                print_run(a, runs.last().unwrap());
             }
         }
     }
     if let (Some(fio), Some(b)) = (&a.fio, &baseline) {
         outln!(show);
-        runs.push(crate::fio::run(
-            a,
-            fio,
-            &b.ng,
-            b.ng_offset,
-            b.polled,
-            runs[0].range_bytes,
-        )?);
+        runs.push(fio_run::run(a, fio, &b.ng, b.ng_offset, b.polled, b.range)?);
         if show {
-            print_run(runs.last().unwrap());
+            print_run(a, runs.last().unwrap());
         }
     }
     // Published ratios are against the polled kernel (both sides busy-poll);
     // the interrupt-mode ones are reported beside them.
-    let ours = find(&runs, TARGET_SHARED).or_else(|| find(&runs, TARGET_PT));
-    let ratio_vs = |target| match (ours, find(&runs, target)) {
+    let base = find(&runs, TARGET_SHARED)
+        .or(find(&runs, TARGET_PT))
+        .or(find(&runs, TARGET_XFER_GPU));
+    let ratio_vs = |target| match (base, find(&runs, target)) {
         (Some(g), Some(k)) => Some(kernel_ratios(g, k, show)),
         _ => None,
     };
@@ -1004,43 +837,71 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
     let ratios_irq = ratio_vs(TARGET_KERNEL_IRQ);
     let ratios_pread = ratio_vs(TARGET_KERNEL_PREAD);
     let ratios_fio = ratio_vs(TARGET_FIO);
+    let gpu = match (find(&runs, TARGET_XFER_GPU), find(&runs, TARGET_XFER_HOST)) {
+        (Some(g), Some(h)) => Some(gpu_ratios(g, h, show)),
+        _ => None,
+    };
     let mut owner = Vec::new();
     if a.owner {
         outln!(show);
         // A file of its own, claimed as owner once the shared run's file
         // (and its queue pairs) are gone; closed at the end of the run.
-        runs.push(gpunvme_run(sysfs, a, Mode::Raw)?.0);
+        runs.push(gpunvme_run::run(sysfs, a, gpunvme::Mode::Raw)?.0);
         if show {
-            print_run(runs.last().unwrap());
+            print_run(a, runs.last().unwrap());
         }
         if let (Some(r), Some(s)) = (find(&runs, TARGET_RAW), find(&runs, TARGET_SHARED)) {
             owner = owner_ratios(r, s, show);
         }
     }
     if !show {
-        let mut v = json!({
-            "block_size": BS,
-            "pattern": "random reads, 4 KiB aligned, uniform over the range",
-            "duration_ms": if a.ops.is_none() { Some(a.duration_ms) } else { None },
+        let runtime = a.runtime.or(a.duration_ms.map(Duration::from_millis));
+        let mut global = BTreeMap::new();
+        global.insert("rw".to_string(), a.rw.name().to_string());
+        global.insert("bs".to_string(), a.bs.to_string());
+        global.insert("randseed".to_string(), a.randseed.to_string());
+        let mut v = fio_json::header(&global);
+        v.insert("jobs".into(), json!(fio_jobs(a, &runs)));
+        let ours = json!({
+            "block_size": a.bs,
+            "rw": a.rw.name(),
+            "rwmixread": (a.rw == Rw::Randrw).then_some(a.rwmixread),
+            "pattern": match a.rw {
+                Rw::Randread | Rw::Randwrite | Rw::Randrw => "random, bs aligned, uniform over the range",
+                Rw::Read | Rw::Write => "sequential, each worker its own slice of the range",
+            },
+            "runtime_ms": if a.ops.is_none() { Some(runtime.unwrap_or(Duration::from_secs(1)).as_millis() as u64) } else { None },
+            "duration_ms": if a.ops.is_none() { Some(runtime.unwrap_or(Duration::from_secs(1)).as_millis() as u64) } else { None },
+            "ramp_time_ms": a.ramp_time.as_millis() as u64,
+            "cpus_allowed": a.cpus_allowed,
             "ops": a.ops,
             "randseed": a.randseed,
             "runs": runs,
             "ratios_against": "kernel-poll",
             "ratios": ratios.unwrap_or_default(),
         });
+        if let serde_json::Value::Object(o) = ours {
+            v.extend(o);
+        }
         if let Some(r) = ratios_irq {
-            v["ratios_kernel_irq"] = json!(r);
+            v.insert("ratios_kernel_irq".into(), json!(r));
         }
         if let Some(r) = ratios_pread {
-            v["ratios_kernel_pread"] = json!(r);
+            v.insert("ratios_kernel_pread".into(), json!(r));
         }
         if let Some(r) = ratios_fio {
-            v["ratios_fio"] = json!(r);
+            v.insert("ratios_fio".into(), json!(r));
+        }
+        if let Some(r) = gpu {
+            v.insert("gpu_ratios".into(), json!(r));
         }
         if a.owner {
-            v["owner_ratios"] = json!(owner);
+            v.insert("owner_ratios".into(), json!(owner));
         }
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::Value::Object(v))?
+        );
     }
     Ok(())
 }

@@ -31,6 +31,7 @@ pub fn mode_for(ctrl: &Controller, owner: bool, who: &str) -> Result<Mode, gpunv
     Ok(Mode::Raw)
 }
 
+use crate::gpu_mem::GpuMemory;
 use crate::habits::{
     human_bytes, interrupted, parse_device, DataMismatch, Device, Interrupted, Output, Progress,
     Unit,
@@ -80,6 +81,16 @@ pub struct Range {
     /// whose every command the module checks before relaying it.
     #[arg(long)]
     pub owner: bool,
+    /// Move the data through GPU memory, registered with the controller
+    /// (a dma-buf import, once): the SSD reads into it or writes from it,
+    /// and the CPU copies between it and the host. SOURCE: a GPU index
+    /// (0, 1, ...: VRAM, HIP or CUDA), `udmabuf` (memfd pages standing in
+    /// for VRAM, as the VM tests have no GPU) or `edu` (that udmabuf read
+    /// back through the edu stand-in's DMA engine, tests/standin: slow,
+    /// keep it to a few hundred KiB). Not on a kernel namespace: io_uring
+    /// passthrough moves host memory only (the refusal says why).
+    #[arg(long, value_name = "SOURCE", value_parser = crate::gpu_mem::parse_gpu_source)]
+    pub gpu: Option<crate::gpu_mem::GpuSource>,
     #[command(flatten)]
     pub passthrough: PassthroughArgs,
 }
@@ -154,45 +165,105 @@ pub fn open(
     }
 }
 
+/// Where a session's data sits between the controller and the host.
+enum Memory {
+    /// A host DMA buffer: `None` only while a transfer has it, or after
+    /// one timed out (the poisoned queue pair keeps it; the session ends).
+    Host(Option<DmaBuffer>),
+    /// GPU memory, and the host copy of what the last transfer moved.
+    /// `lost`: a transfer timed out, so the memory may still be written:
+    /// no more copies out of (or into) it.
+    Gpu {
+        mem: GpuMemory,
+        staging: Vec<u8>,
+        lost: bool,
+    },
+}
+
 struct Session {
     io: Io,
-    /// The data buffer: `None` only while a transfer has it, or after one
-    /// timed out (the poisoned queue pair keeps it; the session ends).
-    buf: Option<DmaBuffer>,
+    mem: Memory,
+    buf_len: usize,
     lba_size: usize,
     check: RangeCheck,
 }
+
+const KEPT: &str = "the data buffer was kept by a timed-out queue pair";
 
 impl Session {
     /// Moves `n` blocks at `lba` through the buffer's first bytes; the
     /// buffer comes back unless the controller may still use it.
     fn transfer(&mut self, op: u8, lba: u64, n: u64) -> Res {
-        let buf = self
-            .buf
-            .take()
-            .ok_or("the data buffer was kept by a timed-out queue pair")?;
-        match self.io.transfer(op, lba, n, buf, 0, self.check) {
-            Ok(b) => {
-                self.buf = Some(b);
-                Ok(())
+        match &mut self.mem {
+            Memory::Host(slot) => {
+                let buf = slot.take().ok_or(KEPT)?;
+                match self.io.transfer(op, lba, n, buf, 0, self.check) {
+                    Ok(b) => {
+                        *slot = Some(b);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        *slot = e.buffer;
+                        Err(e.error.into())
+                    }
+                }
             }
-            Err(e) => {
-                self.buf = e.buffer;
-                Err(e.error.into())
+            Memory::Gpu { mem, lost, .. } => {
+                if *lost {
+                    return Err(KEPT.into());
+                }
+                self.io
+                    .transfer_gpu(op, lba, n, mem.buffer(), 0, self.check)
+                    .map_err(|e| {
+                        // A timeout: the pair keeps the registration.
+                        *lost = self.io.qpair().is_poisoned();
+                        e.into()
+                    })
             }
         }
     }
 
-    fn buf(&self) -> &DmaBuffer {
-        self.buf
-            .as_ref()
-            .expect("the buffer is back between transfers")
+    /// The first `len` bytes the last read brought in.
+    fn data(&mut self, len: usize) -> Result<&[u8], Box<dyn std::error::Error>> {
+        match &mut self.mem {
+            Memory::Host(b) => Ok(&b.as_ref().ok_or(KEPT)?.as_slice()[..len]),
+            Memory::Gpu { mem, staging, lost } => {
+                if *lost {
+                    return Err(KEPT.into());
+                }
+                // SAFETY: no transfer runs (each completed before
+                // `transfer` returned) and none timed out (`lost`).
+                unsafe { mem.copy_out(0, &mut staging[..len])? };
+                Ok(&staging[..len])
+            }
+        }
     }
 
-    fn buf_mut(&mut self) -> &mut DmaBuffer {
-        self.buf
-            .as_mut()
-            .expect("the buffer is back between transfers")
+    /// Lets `f` write the first `len` bytes the next write sends.
+    fn fill(&mut self, len: usize, f: impl FnOnce(&mut [u8])) -> Res {
+        match &mut self.mem {
+            Memory::Host(b) => {
+                f(&mut b.as_mut().ok_or(KEPT)?.as_mut_slice()[..len]);
+                Ok(())
+            }
+            Memory::Gpu { mem, staging, lost } => {
+                if *lost {
+                    return Err(KEPT.into());
+                }
+                f(&mut staging[..len]);
+                // SAFETY: as in `data`.
+                unsafe { mem.copy_in(0, &staging[..len])? };
+                Ok(())
+            }
+        }
+    }
+
+    /// What the data goes through, for the summary.
+    fn memory(&self) -> Option<&str> {
+        match &self.mem {
+            Memory::Host(_) => None,
+            Memory::Gpu { mem, .. } => Some(mem.describe()),
+        }
     }
 }
 
@@ -204,6 +275,11 @@ fn session(
     // Session's field order drops the Io (its queue pair) before the data
     // buffer: no deferred UNMAP.
     let mode = mode_for(ctrl, r.owner, "gpunvme")?;
+    if r.gpu.is_some() && ctrl.passthrough().is_some() {
+        // Before any GPU memory is allocated: the registration would fail.
+        gpunvme::passthrough::dmabuf_support()
+            .map_err(|why| gpunvme::Error::Refused(format!("--gpu: {why}")))?;
+    }
     let mut io = Io::new_with(ctrl, info, r.nsid(info), r.qd.saturating_add(1), mode)?;
     io.set_timeout(std::time::Duration::from_millis(r.timeout_ms));
     if let Some(b) = r.max_cmd_blocks {
@@ -212,10 +288,28 @@ fn session(
     let lba_size = io.namespace().lba_size as usize;
     let chunk = CHUNK_BYTES.max(lba_size);
     let want = (r.block_count as usize).saturating_mul(lba_size).min(chunk);
-    let buf = DmaBuffer::with_len(ctrl, want)?;
+    let (mem, buf_len) = match &r.gpu {
+        None => {
+            let b = DmaBuffer::with_len(ctrl, want)?;
+            let len = b.len();
+            (Memory::Host(Some(b)), len)
+        }
+        Some(src) => {
+            let mem = GpuMemory::new(ctrl, src, want)?;
+            (
+                Memory::Gpu {
+                    mem,
+                    staging: vec![0; want],
+                    lost: false,
+                },
+                want,
+            )
+        }
+    };
     Ok(Session {
         io,
-        buf: Some(buf),
+        mem,
+        buf_len,
         lba_size,
         check: if r.no_range_check {
             RangeCheck::Unchecked
@@ -234,7 +328,7 @@ fn chunks(
     r: &Range,
     mut f: impl FnMut(u64, u64, &mut Session) -> Res,
 ) -> Res {
-    let per = (s.buf().len() / s.lba_size) as u64;
+    let per = (s.buf_len / s.lba_size) as u64;
     let mut bar = Progress::new(what, r.block_count * s.lba_size as u64, Unit::Bytes);
     let mut done = 0;
     while done < r.block_count {
@@ -282,6 +376,7 @@ fn summary(
             "block_count": r.block_count, "block_size": lba_size, "bytes": bytes, "commands": cmds,
             "mode": mode.to_string(), "qid": qid, "queue_entries": depth, "qd": depth - 1,
             "seconds": secs, "bytes_per_second": rate,
+            "memory": s.memory().unwrap_or("host"),
         });
         if let (Some(v), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
             v.extend(e);
@@ -295,9 +390,13 @@ fn summary(
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
+    let via = s
+        .memory()
+        .map(|m| format!(", through GPU memory: {m}"))
+        .unwrap_or_default();
     eprintln!(
         "{what} {} block(s) of {lba_size} bytes at LBA {} of namespace {} on {} ({}, \
-         {cmds} command(s) on {mode} qid {qid} of depth {depth}, {:.1} ms, {}/s)",
+         {cmds} command(s) on {mode} qid {qid} of depth {depth}, {:.1} ms, {}/s{via})",
         r.block_count,
         r.start_block,
         r.nsid(info),
@@ -330,7 +429,7 @@ pub fn read(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, data: Option<PathBuf>, o: 
     let mut pos = 0u64;
     chunks("read", &mut s, r, |lba, n, s| {
         s.transfer(opcode::READ, lba, n)?;
-        let data = &s.buf().as_slice()[..n as usize * s.lba_size];
+        let data = s.data(n as usize * s.lba_size)?;
         if out.is_some() {
             sink.write_all(data)?;
         } else {
@@ -380,7 +479,7 @@ pub fn write(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64, o: Output) -> 
     chunks("write", &mut s, r, |lba, n, s| {
         let len = n as usize * s.lba_size;
         let lba_size = s.lba_size;
-        pattern::fill(seed, lba, lba_size, &mut s.buf_mut().as_mut_slice()[..len]);
+        s.fill(len, |b| pattern::fill(seed, lba, lba_size, b))?;
         s.transfer(opcode::WRITE, lba, n)?;
         Ok(())
     })?;
@@ -410,9 +509,10 @@ pub fn verify(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64, o: Output) ->
     chunks("verify", &mut s, r, |lba, n, s| {
         let len = n as usize * s.lba_size;
         // Poison first so a transfer that moved nothing can't pass.
-        s.buf_mut().as_mut_slice()[..len].fill(0xa5);
+        s.fill(len, |b| b.fill(0xa5))?;
         s.transfer(opcode::READ, lba, n)?;
-        match pattern::first_mismatch(seed, lba, s.lba_size, &s.buf().as_slice()[..len]) {
+        let lba_size = s.lba_size;
+        match pattern::first_mismatch(seed, lba, lba_size, s.data(len)?) {
             Some(m) => {
                 let e = format!("verify failed (seed {seed}): first mismatch at {m}");
                 bad = Some(m);

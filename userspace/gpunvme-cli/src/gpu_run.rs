@@ -7,13 +7,17 @@
 //! (before HIP loads), claim owner mode (--owner only), open the GPU, load
 //! the code object for its architecture, allocate VRAM and export it as a
 //! dma-buf for GPUNVME_IOC_MAP_DMABUF, create queue pairs and import their
-//! doorbell page, SQ and CQ into the GPU (every route tried and reported),
-//! launch one workgroup per queue pair (--api group: it drives its pair in
-//! lockstep batches; --api thread: pthread_io.hip, every thread submits
-//! and waits on its own, on pair (thread index mod pairs), with the
-//! per-thread API's shared state in VRAM), wait with a deadline (the stop
-//! flag ends a stuck kernel), report, tear down in the order that never
-//! frees memory the controller or GPU can still reach.
+//! doorbell page, SQ and CQ (and, for --api thread, a shared pair's PRP
+//! pool) into the GPU (every route tried and reported), run the
+//! round-trip self-test on every imported region and the host-mapped
+//! memory (a failure refuses the launch, naming region, route and memory
+//! type; --skip-self-test skips it and says so), launch one workgroup per
+//! queue pair (--api group: it drives its pair in lockstep batches, PRP1
+//! and PRP2 only; --api thread: pthread_io.hip, every thread submits and
+//! waits on its own, on pair (thread index mod pairs), with the per-thread
+//! API's shared state in VRAM and PRP lists up to MDTS), wait with a
+//! deadline (the stop flag ends a stuck kernel), report, tear down in the
+//! order that never frees memory the controller or GPU can still reach.
 //!
 //! On a namespace the kernel drives (DEVICE /dev/ngXnY, /dev/nvmeXnY or a
 //! partition) the queue pairs are the passthrough back end's shadow pairs
@@ -38,8 +42,8 @@ use clap::{Args, ValueEnum};
 use gpunvme::{DmaBuffer, DmabufMapping, ExportKind, Mode, QueuePair};
 use gpunvme_gpu::import::{ImportReport, Imported, Region};
 use gpunvme_gpu::kernel_abi::{
-    pq_bytes, pq_shared_init, status_name, IoArgs, IoResult, PQueue, PtArgs, QPair, NVME_OPC_READ,
-    NVME_OPC_WRITE,
+    pq_bytes, pq_prp_stride, pq_shared_init, status_name, IoArgs, IoResult, PQueue, PtArgs, QPair,
+    NVME_OPC_READ, NVME_OPC_WRITE,
 };
 use gpunvme_gpu::{code_object, fine_grain, DeviceMemory, Gpu, LaunchConfig};
 use serde_json::json;
@@ -110,7 +114,8 @@ pub struct GpuRunArgs {
     pub qpairs: u32,
     /// The device API: `group` (one workgroup per pair, lockstep batches)
     /// or `thread` (every thread submits and waits on its own; --kernel
-    /// write or read-verify; --cmds a multiple of min(QD, 64)).
+    /// write or read-verify; --cmds a multiple of min(QD, 64); commands up
+    /// to MDTS through PRP lists).
     #[arg(long, value_enum, value_name = "API", default_value = "group")]
     pub api: Api,
     /// Commands in flight per queue pair: its workgroup has min(QD, 64)
@@ -120,8 +125,10 @@ pub struct GpuRunArgs {
     /// Commands per queue pair.
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub cmds: u32,
-    /// Blocks per command (at most 8 KiB per command: the device code
-    /// builds PRP1 and PRP2, no PRP lists).
+    /// Blocks per command: at most 8 KiB per command with --api group
+    /// (its kernels build PRP1 and PRP2, no PRP lists); with --api thread
+    /// up to the controller's MDTS (at most 2 MiB), through PRP lists the
+    /// GPU builds in the pair's PRP pool.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub cmd_blocks: u32,
     /// First logical block of the run; queue pair q's command k covers
@@ -153,10 +160,19 @@ pub struct GpuRunArgs {
     /// Where each queue pair's CQ lives: `host` (the module's memory, the
     /// GPU polls it over PCIe; a shared pair's mirror) or `gpu` (with
     /// --owner: GPU memory exported as a dma-buf, written by the controller
-    /// peer to peer, polled locally: GPUNVME_QPAIR_CQ_IN_MAP). `gpunvme
-    /// probe` recommends one per GPU.
-    #[arg(long, value_enum, value_name = "WHERE", default_value = "host")]
-    pub cq: CqPlace,
+    /// peer to peer, polled locally: GPUNVME_QPAIR_CQ_IN_MAP). Default:
+    /// host, except with --owner on RDNA (gfx10/11/12), where a host CQ is
+    /// one the controller writes peer to peer, which the field report
+    /// found stale there: gpu (an explicit --cq host is warned about).
+    /// `gpunvme probe` recommends one per GPU.
+    #[arg(long, value_enum, value_name = "WHERE")]
+    pub cq: Option<CqPlace>,
+    /// Launch without the round-trip self-test of the queue memory (the
+    /// GPU and the CPU each store a value the other must see, in every
+    /// imported region, before the kernel runs); the run says it was
+    /// skipped.
+    #[arg(long)]
+    pub skip_self_test: bool,
     /// Where `make kernels` put the code objects.
     #[arg(long, value_name = "DIR", default_value = "kernels/build")]
     pub code_objects: PathBuf,
@@ -204,10 +220,60 @@ impl Payload<'_> {
             Payload::Host { buf, .. } => buf.dma_addrs(),
         }
     }
+
+    /// What the data buffer is, for the report.
+    fn memory(&self, gpu: &Gpu) -> String {
+        match self {
+            Payload::Vram { .. } => format!("{:?}", gpu.payload_memory()),
+            Payload::Host { .. } => "host memory (passthrough back end)".into(),
+        }
+    }
 }
 
-/// Most bytes one command may move: PRP1 + PRP2, no lists.
+/// Most bytes one command of the group API's kernels may move: PRP1 +
+/// PRP2, no lists.
 const MAX_CMD_BYTES: u64 = 8192;
+
+/// Most bytes one command of the per-thread API may move here: PRP1's page
+/// and one PRP-list page (512 entries) per command slot, no chaining.
+const THREAD_MAX_CMD_BYTES: u64 = 2 << 20;
+
+/// PRP-list entries a command of `bytes` may need at any 4-byte aligned
+/// buffer offset (pqueue.h `prp_list_entries`, at its worst).
+pub fn max_list_entries(bytes: u64) -> u64 {
+    bytes.div_ceil(4096)
+}
+
+/// Where the CQs go (`--cq`, or its default), and a line to print about it.
+/// With --owner on RDNA a host CQ is written by the controller peer to
+/// peer, which the field report found stale on RDNA: the default there is
+/// the GPU's memory, and an explicit `--cq host` gets a warning.
+pub fn resolve_cq(
+    arg: Option<CqPlace>,
+    owner: bool,
+    kind: gpunvme_gpu::RuntimeKind,
+    arch: &str,
+) -> (CqPlace, Option<String>) {
+    let rdna = kind == gpunvme_gpu::RuntimeKind::Hip && fine_grain::is_rdna(arch);
+    match (arg, owner && rdna) {
+        (Some(CqPlace::Host), true) => (
+            CqPlace::Host,
+            Some(format!(
+                "warning: --owner --cq host on {arch} (RDNA): the controller writes this CQ in host \
+                 memory peer to peer, and a GPU poll of such memory was found stale on RDNA (the \
+                 field report); --cq gpu puts it in GPU memory"
+            )),
+        ),
+        (None, true) => (
+            CqPlace::Gpu,
+            Some(format!(
+                "--owner on {arch} (RDNA): CQs in GPU memory (--cq gpu), not a host CQ the \
+                 controller writes peer to peer (found stale on RDNA); --cq host to override"
+            )),
+        ),
+        (arg, _) => (arg.unwrap_or(CqPlace::Host), None),
+    }
+}
 
 /// Checks the arguments against the controller before anything is set up.
 pub fn plan(
@@ -219,19 +285,26 @@ pub fn plan(
     if a.qpairs == 0 || a.cmds == 0 || a.cmd_blocks == 0 || a.qd == 0 {
         return Err("--qpairs, --qd, --cmds and --cmd-blocks must be at least 1".into());
     }
-    if a.cq == CqPlace::Gpu && !a.owner {
+    if a.cq == Some(CqPlace::Gpu) && !a.owner {
         return Err(
             "--cq gpu needs --owner: a shared pair's CQ is the module's mirror, written by its relay"
                 .into(),
         );
     }
     let cmd_bytes = a.cmd_blocks as u64 * lba_size as u64;
-    if cmd_bytes > MAX_CMD_BYTES {
+    if a.api == Api::Group && cmd_bytes > MAX_CMD_BYTES {
         return Err(format!(
-            "--cmd-blocks {} x {lba_size}-byte LBAs = {cmd_bytes} bytes per command; the device code builds \
-             PRP1/PRP2 only, so at most {MAX_CMD_BYTES} bytes ({} blocks)",
+            "--cmd-blocks {} x {lba_size}-byte LBAs = {cmd_bytes} bytes per command; the group API's \
+             kernels build PRP1/PRP2 only, so at most {MAX_CMD_BYTES} bytes ({} blocks); --api thread \
+             goes up to MDTS through PRP lists",
             a.cmd_blocks,
             MAX_CMD_BYTES / lba_size as u64
+        ));
+    }
+    if a.cmd_blocks > 65536 {
+        return Err(format!(
+            "--cmd-blocks {}: one NVMe command moves at most 65536 blocks",
+            a.cmd_blocks
         ));
     }
     if a.api == Api::Thread {
@@ -249,11 +322,11 @@ pub fn plan(
                 a.cmds
             ));
         }
-        if cmd_bytes > 4096 && cmd_bytes % 4096 != 0 {
+        if cmd_bytes > THREAD_MAX_CMD_BYTES {
             return Err(format!(
-                "--api thread: {cmd_bytes} bytes per command would need a PRP list where a command \
-                 starts inside a page, and gpu-run gives the per-thread API no PRP pool: at most \
-                 4096 bytes, or a multiple of 4096"
+                "--api thread: {cmd_bytes} bytes per command; gpu-run gives each command slot one \
+                 PRP-list page, so at most {THREAD_MAX_CMD_BYTES} bytes ({} blocks)",
+                THREAD_MAX_CMD_BYTES / lba_size as u64
             ));
         }
     }
@@ -285,19 +358,32 @@ pub fn plan(
     Ok(bytes)
 }
 
+/// This process's mapping of one imported region.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RegionMap {
+    pub(crate) cpu: *mut u8,
+    pub(crate) len: usize,
+    /// MMIO (a raw pair's doorbell page), not memory.
+    pub(crate) mmio: bool,
+}
+
 /// One queue pair as the GPU sees it.
-struct GpuQueue<'g> {
+pub(crate) struct GpuQueue<'g> {
     // Field order is drop order: the GPU's mappings go before the pair,
     // the pair (destroyed, then its CQ's dma-buf mapping released) before
     // the CQ's dma-buf and GPU memory.
-    imports: Vec<Imported<'g>>,
-    reports: Vec<ImportReport>,
-    qp: QueuePair,
+    pub(crate) imports: Vec<Imported<'g>>,
+    pub(crate) reports: Vec<ImportReport>,
+    /// Beside `imports`: the CPU mapping each was made from.
+    pub(crate) regions: Vec<RegionMap>,
+    pub(crate) qp: QueuePair,
     /// The CQ as the GPU addresses it.
-    cq: u64,
+    pub(crate) cq: u64,
+    /// A shared pair's PRP pool as the GPU addresses it, if imported.
+    pub(crate) pool: Option<u64>,
     /// Held only to go after the pair.
     #[allow(dead_code)]
-    cq_vram: Option<(OwnedFd, DeviceMemory<'g>)>,
+    pub(crate) cq_vram: Option<(OwnedFd, DeviceMemory<'g>)>,
 }
 
 /// A pair whose memory the GPU could not map, handed back with the reports.
@@ -324,10 +410,71 @@ fn pair_with_cq_in_vram<'g>(
     Ok((qp, (fd, mem)))
 }
 
-fn import_pair<'g>(
+/// Where one pair's PRP lists go, as `PQueue` names them.
+#[derive(Debug, Clone, Copy, Default)]
+struct PrpLists {
+    va: u64,
+    dma: u64,
+    page_dma: u64,
+    stride: u32,
+}
+
+/// A raw pair's PRP lists: VRAM (uncached on AMD, as payload) the GPU
+/// writes and the controller reads, mapped for the controller, and the
+/// DMA address of each of its 4 KiB pages where the GPU reads them.
+struct VramPool<'g> {
+    // Drop order: the controller's mapping before the dma-buf and VRAM.
+    map: DmabufMapping,
+    #[allow(dead_code)]
+    fd: OwnedFd,
+    mem: DeviceMemory<'g>,
+    pages: gpunvme_gpu::HostMapped<'g>,
+}
+
+impl<'g> VramPool<'g> {
+    fn new(
+        gpu: &'g Gpu,
+        ctrl: &Arc<gpunvme::Controller>,
+        depth: u32,
+        entries: u64,
+    ) -> Result<VramPool<'g>, Box<dyn std::error::Error>> {
+        use std::os::fd::AsFd;
+        let slot = (entries * 8).next_power_of_two().max(8);
+        let mem = gpu.alloc_payload((depth as u64 * slot) as usize)?;
+        let fd = gpu
+            .export_dmabuf(&mem)
+            .map_err(|e| format!("gpu-run: exporting VRAM for PRP lists: {e}"))?;
+        let map = DmabufMapping::new(ctrl, fd.as_fd(), mem.len())?;
+        let pages = gpu.alloc_host_mapped(map.dma_addrs().len() * 8)?;
+        for (i, d) in map.dma_addrs().iter().enumerate() {
+            // SAFETY: inside `pages`; no kernel runs yet.
+            unsafe { pages.at::<u64>(i * 8).write(*d) };
+        }
+        Ok(VramPool {
+            map,
+            fd,
+            mem,
+            pages,
+        })
+    }
+
+    fn lists(&self, depth: u32) -> PrpLists {
+        PrpLists {
+            va: self.mem.ptr(),
+            dma: 0,
+            page_dma: self.pages.dev(),
+            stride: pq_prp_stride(self.map.dma_addrs().len() as u64 * 4096, depth),
+        }
+    }
+}
+
+/// Imports a pair's doorbell page, SQ, CQ (unless it is in VRAM already)
+/// and, with `with_pool` on a shared pair, its PRP pool into the GPU.
+pub(crate) fn import_pair<'g>(
     gpu: &'g Gpu,
     qp: QueuePair,
     cq_vram: Option<(OwnedFd, DeviceMemory<'g>)>,
+    with_pool: bool,
 ) -> Result<GpuQueue<'g>, ImportFailure> {
     let mem = qp.memory();
     let raw = qp.mode() == Mode::Raw;
@@ -360,9 +507,24 @@ fn import_pair<'g>(
     ];
     let mut imports = Vec::new();
     let mut reports = Vec::new();
+    let mut regions = Vec::new();
     // A CQ in VRAM is already the GPU's.
-    let n = if cq_vram.is_some() { 2 } else { 3 };
-    for (kind, name, cpu, len, mmio) in parts.into_iter().take(n) {
+    let mut parts: Vec<_> = parts
+        .into_iter()
+        .filter(|p| p.0 != ExportKind::Cq || cq_vram.is_none())
+        .collect();
+    let pool_wanted = with_pool && !raw && !mem.prp_pool.is_null();
+    if pool_wanted {
+        parts.push((
+            ExportKind::PrpPool,
+            "PRP pool",
+            mem.prp_pool,
+            mem.prp_pool_len,
+            false,
+        ));
+    }
+    let cq_at = if cq_vram.is_none() { Some(2) } else { None };
+    for (kind, name, cpu, len, mmio) in parts {
         let what = format!("q{} {} ({})", qp.qid(), name, qp.mode());
         let fd = match qp.export(kind) {
             Ok(fd) => Some(fd),
@@ -395,7 +557,10 @@ fn import_pair<'g>(
         let (imp, rep) = unsafe { gpu.import(&region) };
         reports.push(rep);
         match imp {
-            Some(i) => imports.push(i),
+            Some(i) => {
+                imports.push(i);
+                regions.push(RegionMap { cpu, len, mmio });
+            }
             None => {
                 drop(imports);
                 return Err(Box::new((
@@ -406,15 +571,19 @@ fn import_pair<'g>(
             }
         }
     }
-    let cq = match &cq_vram {
-        Some((_, m)) => m.ptr(),
-        None => imports[2].device_ptr,
+    let cq = match (&cq_vram, cq_at) {
+        (Some((_, m)), _) => m.ptr(),
+        (None, Some(i)) => imports[i].device_ptr,
+        (None, None) => unreachable!("a CQ not in VRAM is imported"),
     };
+    let pool = pool_wanted.then(|| imports.last().expect("the pool was imported").device_ptr);
     Ok(GpuQueue {
         imports,
         reports,
+        regions,
         qp,
         cq,
+        pool,
         cq_vram,
     })
 }
@@ -477,6 +646,10 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         kind
     );
     eprintln!("gpu-run: {}", fg.describe());
+    let (cq_place, cq_note) = resolve_cq(a.cq, a.owner, kind, &dev.arch);
+    if let Some(n) = cq_note {
+        eprintln!("gpu-run: {n}");
+    }
     let co_name = match a.api {
         Api::Group => a.kernel.name(),
         Api::Thread => "pthread_io",
@@ -487,7 +660,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let hz = gpu.tick_hz()?;
 
     // Data buffer in VRAM, imported by the module for the controller's DMA;
-    // uncached on RDNA (the payload contract of kernels/include/gpunvme/fence.h).
+    // uncached on AMD (the payload contract of kernels/include/gpunvme/fence.h).
     // Through passthrough: host memory the back end registered, mapped into
     // the GPU (io_uring cannot take a dma-buf of GPU memory: the message
     // says what is missing).
@@ -536,6 +709,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
             vram,
         }
     };
+    let payload_memory = payload.memory(&gpu);
     // The group API's kernels build PRPs from one base address; the
     // per-thread API's from the DMA address of each 4 KiB page, which the
     // GPU reads from `pages`.
@@ -567,7 +741,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let res = gpu.alloc_host_mapped(nres * size_of::<IoResult>())?;
     let stop = gpu.alloc_host_mapped(4096)?;
 
-    if a.cq == CqPlace::Gpu {
+    if cq_place == CqPlace::Gpu {
         eprintln!(
             "gpu-run: CQs in GPU memory: written by the controller peer to peer, polled locally"
         );
@@ -575,14 +749,14 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let mut queues: Vec<GpuQueue<'_>> = Vec::new();
     let mut all_reports: Vec<ImportReport> = Vec::new();
     for _ in 0..a.qpairs {
-        let (qp, cq_vram) = match a.cq {
+        let (qp, cq_vram) = match cq_place {
             CqPlace::Gpu => {
                 let (qp, v) = pair_with_cq_in_vram(&gpu, &ctrl, depth)?;
                 (qp, Some(v))
             }
             CqPlace::Host => (QueuePair::create_with(&ctrl, depth, mode)?, None),
         };
-        let gq = match import_pair(&gpu, qp, cq_vram) {
+        let gq = match import_pair(&gpu, qp, cq_vram, a.api == Api::Thread) {
             Ok(g) => g,
             Err(failure) => {
                 let (_, reports, why) = *failure;
@@ -601,6 +775,89 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         all_reports.extend(gq.reports.iter().cloned());
         queues.push(gq);
     }
+    // The per-thread API's PRP lists: a shared pair's pool (the module's,
+    // imported above); for a raw pair, VRAM of its own the controller
+    // reads the lists from, when a command may need one.
+    let cmd_bytes = (a.cmd_blocks as u64) * ns.lba_size as u64;
+    let mut pools: Vec<Option<PrpLists>> = Vec::new();
+    let mut vram_pools: Vec<VramPool<'_>> = Vec::new();
+    if a.api == Api::Thread {
+        for gq in &queues {
+            let m = gq.qp.memory();
+            let lists = match gq.pool {
+                Some(va) => Some(PrpLists {
+                    va,
+                    dma: m.prp_dma,
+                    page_dma: 0,
+                    stride: pq_prp_stride(m.prp_pool_len as u64, depth),
+                }),
+                None if max_list_entries(cmd_bytes) > 1 => {
+                    let p = VramPool::new(&gpu, &ctrl, depth, max_list_entries(cmd_bytes))?;
+                    let l = p.lists(depth);
+                    vram_pools.push(p);
+                    Some(l)
+                }
+                None => None,
+            };
+            if let Some(l) = &lists {
+                if max_list_entries(cmd_bytes) * 8 > l.stride as u64 {
+                    return Err(format!(
+                        "gpu-run: q{}'s PRP pool holds {} list entries per command; {cmd_bytes} \
+                         bytes per command may need {}",
+                        gq.qp.qid(),
+                        l.stride / 8,
+                        max_list_entries(cmd_bytes)
+                    )
+                    .into());
+                }
+            }
+            pools.push(lists);
+        }
+    }
+
+    // Before anything drives a queue: the GPU and the CPU must see each
+    // other's stores in every region the GPU imported, and in the
+    // host-mapped memory (stop flag, descriptors, results).
+    let self_test = if a.skip_self_test {
+        eprintln!("gpu-run: {}", crate::self_test::SKIPPED);
+        None
+    } else {
+        let mut cells = crate::self_test::queue_cells(&queues);
+        cells.push(crate::self_test::host_cell(
+            &gpu,
+            &stop,
+            "host-mapped memory (stop flag, descriptors, results)",
+        ));
+        // SAFETY: the cells are in `queues` and `stop`, kept until the
+        // self-test returned, and leaked below if its kernel may still run.
+        let st = unsafe { crate::self_test::run(&gpu, &a.code_objects, cells) }
+            .map_err(|e| format!("gpu-run: {e} (--skip-self-test launches without it)"))?;
+        for c in &st.cells {
+            eprintln!("gpu-run: self-test {}", c.line());
+        }
+        if st.kernel_still_running {
+            // It may still write the cells: nothing of them is freed.
+            std::mem::forget(queues);
+            std::mem::forget(stop);
+            return Err(format!("gpu-run: {}", st.refusal().unwrap_or_default()).into());
+        }
+        if let Some(why) = st.refusal() {
+            if a.out.json() {
+                // The report still says which region failed, and how.
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({
+                        "gpu": dev, "ok": false, "refused": why,
+                        "self_test": crate::self_test::json(Some(&st), false),
+                        "imports": all_reports,
+                    }))?
+                );
+            }
+            return Err(format!("gpu-run: {why}").into());
+        }
+        Some(st)
+    };
+
     // The per-thread API's shared state of each pair (tickets, ring lock,
     // CQ view, command slots), in VRAM: only the GPU touches it.
     let mut states: Vec<DeviceMemory<'_>> = Vec::new();
@@ -628,17 +885,21 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
             Api::Thread => {
                 let mut st = gpu.alloc(pq_bytes(depth) as usize)?;
                 st.write_at(0, &pq_shared_init(depth))?;
+                let lists = pools[q].unwrap_or_default();
                 let mut p = PQueue {
                     sq,
                     cq,
                     sq_db,
                     cq_db,
                     stop: stop.dev(),
+                    prp_va: lists.va,
+                    prp_page_dma: lists.page_dma,
+                    prp_dma: lists.dma,
                     timeout_ticks,
                     tick_hz: hz,
                     depth,
-                    // No PRP pool: plan() admits only commands that need
-                    // none (prp_stride 0).
+                    // 0: no pool (every command fits PRP1 + PRP2).
+                    prp_stride: lists.stride,
                     max_transfer: info.max_transfer_for(mode).unwrap_or(0),
                     ..Default::default()
                 };
@@ -700,19 +961,22 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let t0 = Instant::now();
     // The launch owns everything the kernel (and, through its commands,
     // the controller) can reach; tuple order is teardown order: the GPU's
-    // mappings and the queue pairs (the controller stops), the payload
-    // (the module's VRAM mapping, the dma-buf, VRAM; or the GPU's mapping
-    // of host memory, then that memory), then the host memory.
-    let keep = (queues, states, payload, qps, args_mem, res, stop, pages);
+    // mappings and the queue pairs (the controller stops), a raw pair's
+    // PRP lists, the payload (the module's VRAM mapping, the dma-buf, VRAM;
+    // or the GPU's mapping of host memory, then that memory), then the
+    // host memory.
+    let keep = (
+        queues, states, vram_pools, payload, qps, args_mem, res, stop, pages,
+    );
     // SAFETY: the arguments are the example kernels' (qpairs or pqueues,
     // io_args or pt_args, results), all in host memory of `keep`, and so
-    // is everything they lead to: the imported doorbell/SQ/CQ of the pairs
-    // in `keep.0`, the per-thread API's shared state in `keep.1`, the stop
-    // flag in `keep.6`, the page list in `keep.7`, the data buffer
-    // (by GPU address and, for the controller, by the DMA addresses of its
-    // mapping, both in `keep.2`). Rust touches none of it while the kernel
-    // runs (results are read after `finish`). The example kernels' waits
-    // end on the stop flag.
+    // is everything they lead to: the imported doorbell/SQ/CQ/PRP pool of
+    // the pairs in `keep.0`, the per-thread API's shared state in `keep.1`,
+    // a raw pair's PRP lists in `keep.2`, the stop flag in `keep.7`, the
+    // page list in `keep.8`, the data buffer (by GPU address and, for the
+    // controller, by the DMA addresses of its mapping, both in `keep.3`).
+    // Rust touches none of it while the kernel runs (results are read
+    // after `finish`). The example kernels' waits end on the stop flag.
     let mut launch = unsafe { gpu.launch(&module, entry, cfg, keep)? };
     let batches = a.cmds.div_ceil(lanes) as u64
         * if a.kernel == Kernel::Sweep {
@@ -778,7 +1042,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let stuck = stop_raised.is_some();
     let by_user = stop_raised.is_some_and(|(_, why)| why == "Ctrl-C");
     let wall = t0.elapsed();
-    let (queues, states, payload, qps, args_mem, res, stop, pages) = launch
+    let (queues, states, vram_pools, payload, qps, args_mem, res, stop, pages) = launch
         .finish()
         .map_err(|_| "gpu-run: the kernel finished, but its stream says otherwise")?;
     let results: Vec<IoResult> = (0..nres)
@@ -816,6 +1080,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     // the payload (its mapping for the controller, then the memory).
     drop(queues);
     drop(states);
+    drop(vram_pools);
     drop(payload);
     drop((qps, args_mem, res, stop, pages));
 
@@ -849,7 +1114,9 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
                 "api": match a.api { Api::Group => "group", Api::Thread => "thread" },
                 "routes": routes, "imports": all_reports, "wall_ms": wall.as_secs_f64() * 1e3, "stopped": stuck,
                 "ok": !failed && mismatches == 0, "mismatches": mismatches, "pattern": a.pattern,
-                "cq": match a.cq { CqPlace::Host => "host", CqPlace::Gpu => "gpu" },
+                "cq": match cq_place { CqPlace::Host => "host", CqPlace::Gpu => "gpu" },
+                "payload_memory": payload_memory,
+                "self_test": crate::self_test::json(self_test.as_ref(), a.skip_self_test),
             }))?
         );
     } else {
@@ -973,18 +1240,85 @@ mod tests {
             None
         )
         .is_ok());
-        // 12 x 512 = 6 KiB would need a PRP list at offsets inside a page.
-        let e = plan(&thread(&["--cmd-blocks", "12"]), 512, 1 << 20, None).unwrap_err();
-        assert!(e.contains("no PRP pool"), "{e}");
-        assert!(plan(&thread(&["--cmd-blocks", "16"]), 512, 1 << 20, None).is_ok());
+        // PRP lists: 6 KiB at offsets inside a page, 128 KiB, up to MDTS.
+        assert!(plan(&thread(&["--cmd-blocks", "12"]), 512, 1 << 20, None).is_ok());
         assert!(plan(&thread(&["--cmd-blocks", "3"]), 512, 1 << 20, None).is_ok());
-        // The group API takes what the per-thread API refuses.
         assert!(plan(
-            &args(&["--cmds", "48", "--cmd-blocks", "12"]),
-            512,
-            1 << 20,
-            None
+            &thread(&["--cmd-blocks", "32"]),
+            4096,
+            1 << 30,
+            Some(128 << 10)
         )
         .is_ok());
+        let e = plan(
+            &thread(&["--cmd-blocks", "64"]),
+            4096,
+            1 << 30,
+            Some(128 << 10),
+        )
+        .unwrap_err();
+        assert!(e.contains("MDTS of 131072"), "{e}");
+        // One list page per command slot: 2 MiB at most, whatever MDTS says.
+        let e = plan(
+            &thread(&["--cmd-blocks", "513", "--cmds", "32"]),
+            4096,
+            1 << 30,
+            None,
+        )
+        .unwrap_err();
+        assert!(e.contains("one PRP-list page"), "{e}");
+        // The group API builds no lists: 8 KiB.
+        let e = plan(&args(&["--cmd-blocks", "32"]), 4096, 1 << 30, None).unwrap_err();
+        assert!(e.contains("--api thread goes up to MDTS"), "{e}");
+        let e = plan(&thread(&["--cmd-blocks", "65537"]), 512, 1 << 40, None).unwrap_err();
+        assert!(e.contains("65536 blocks"), "{e}");
+    }
+
+    #[test]
+    fn list_entries_cover_a_command_at_any_offset() {
+        // pqueue.h prp_list_entries(off, len), at its worst over offsets.
+        let entries = |off: u64, len: u64| {
+            let first = 4096 - (off & 4095);
+            if len <= first {
+                0
+            } else {
+                (len - first).div_ceil(4096)
+            }
+        };
+        for len in [512u64, 4096, 6144, 8192, 12288, 128 << 10, 2 << 20] {
+            let worst = (0..4096).step_by(4).map(|o| entries(o, len)).max().unwrap();
+            assert!(worst <= max_list_entries(len), "{len}: {worst}");
+        }
+    }
+
+    #[test]
+    fn owner_on_rdna_puts_the_cq_in_gpu_memory_or_warns() {
+        use gpunvme_gpu::RuntimeKind::{Cuda, Hip};
+        let (c, n) = resolve_cq(None, true, Hip, "gfx1101");
+        assert_eq!(c, CqPlace::Gpu);
+        let n = n.unwrap();
+        assert!(
+            n.contains("found stale on RDNA") && !n.contains("  "),
+            "{n}"
+        );
+        let (c, n) = resolve_cq(Some(CqPlace::Host), true, Hip, "gfx1030");
+        assert_eq!(c, CqPlace::Host);
+        let n = n.unwrap();
+        assert!(
+            n.starts_with("warning: --owner --cq host on gfx1030") && !n.contains("  "),
+            "{n}"
+        );
+        // Shared pairs (the relay's mirror), CDNA and NVIDIA: host, silently.
+        for (owner, kind, arch) in [
+            (false, Hip, "gfx1101"),
+            (true, Hip, "gfx942"),
+            (true, Cuda, "sm_90"),
+        ] {
+            assert_eq!(resolve_cq(None, owner, kind, arch), (CqPlace::Host, None));
+        }
+        assert_eq!(
+            resolve_cq(Some(CqPlace::Gpu), true, Hip, "gfx1101"),
+            (CqPlace::Gpu, None)
+        );
     }
 }

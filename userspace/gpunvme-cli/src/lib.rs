@@ -5,10 +5,12 @@
 
 mod bench;
 mod blockio;
-mod fio;
+mod gpu_mem;
 mod gpu_run;
 pub mod habits;
 mod passthrough_args;
+mod probe;
+mod self_test;
 mod sriov;
 
 use std::path::PathBuf;
@@ -42,6 +44,8 @@ fn examples(lines: &str) -> String {
         -n/--namespace-id, -s/--start-block (first LBA), -c/--block-count (a number of blocks, 1-based: -c 8 is eight \
         blocks, unlike nvme-cli's 0-based count), --qd (commands in flight per queue pair, like fio's iodepth), \
         --qpairs (queue pairs), -p/--pattern SEED (the data pattern of write, verify, pattern and the GPU examples), \
+        --gpu SOURCE (read, write, verify and bench through GPU memory registered once: a GPU index, or the VM's \
+        udmabuf and edu stand-ins; not on a namespace the kernel drives), \
         -o/--output-format normal|json. Lists take commas or spaces (--qd 1,8,32 or --qd 1 8 32); sizes take binary \
         suffixes (512, 4k, 1M, 1MiB, 2G). A progress bar is drawn on stderr when it is a terminal. Ctrl-C stops \
         submitting, reaps what is in flight (gpu-run: raises the GPU's stop flag) and exits 130.",
@@ -127,16 +131,21 @@ enum Cmd {
     /// Look for a GPU runtime (HIP, then CUDA), list the GPUs, say which
     /// doorbell mapping mode this machine can do (direct, bridge only or
     /// none), and for each controller bound to gpunvme its IOMMU mode and
-    /// the modes (shared, owner) you may use.
-    #[command(after_help = examples("  gpunvme probe\n  gpunvme probe -o json"))]
-    Probe {
-        #[command(flatten)]
-        out: Output,
-    },
+    /// the modes (shared, owner) you may use. Then run the round-trip
+    /// self-test on GPU --gpu: in host-mapped memory and, with DEVICE, in
+    /// every region of a shared queue pair the GPU imports (doorbell
+    /// cells, shadow SQ, CQ mirror, PRP pool), the GPU stores a value the
+    /// CPU must see and the CPU one the GPU must see, with deadlines; one
+    /// line per region with its import route and memory type. Exit 1 if a
+    /// region fails (or, with DEVICE, if the test cannot run).
+    #[command(override_usage = "gpunvme probe [DEVICE] [OPTIONS]")]
+    #[command(after_help = examples("  gpunvme probe\n  gpunvme probe -o json\n  gpunvme probe 0000:01:00.0  # also a shared queue pair's memory\n  gpunvme probe /dev/gpunvme0 --gpu 1 --code-objects kernels/build\n  gpunvme probe --skip-self-test"))]
+    Probe(probe::ProbeArgs),
     /// Read blocks through a queue pair of this process (shared, or raw
-    /// with --owner): to --data FILE, or a hex dump on stdout.
+    /// with --owner), into host memory or (--gpu) GPU memory: to --data
+    /// FILE, or a hex dump on stdout.
     #[command(override_usage = "gpunvme read <DEVICE> --start-block <LBA> [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme read 0000:01:00.0 -s 0 -c 8\n  gpunvme read /dev/gpunvme0 --start-block 2048 --block-count 256 --data blocks.bin\n  gpunvme read gpunvme0n1 -s 0 -c 2048 -d out.bin -o json  # summary as JSON, data to the file\n  gpunvme read /dev/ng0n1 --partition /dev/nvme0n1p3 -s 0 -c 8  # a partition of a kernel-driven SSD, no module"))]
+    #[command(after_help = examples("  gpunvme read 0000:01:00.0 -s 0 -c 8\n  gpunvme read /dev/gpunvme0 --start-block 2048 --block-count 256 --data blocks.bin\n  gpunvme read gpunvme0n1 -s 0 -c 2048 -d out.bin -o json  # summary as JSON, data to the file\n  gpunvme read 0000:01:00.0 -s 0 -c 256 --gpu 0 -d vram.bin  # SSD -> VRAM of GPU 0 -> file\n  gpunvme read /dev/ng0n1 --partition /dev/nvme0n1p3 -s 0 -c 8  # a partition of a kernel-driven SSD, no module"))]
     Read {
         #[command(flatten)]
         range: blockio::Range,
@@ -153,7 +162,7 @@ enum Cmd {
     #[command(
         override_usage = "gpunvme write <DEVICE> --start-block <LBA> --pattern <SEED> [OPTIONS]"
     )]
-    #[command(after_help = examples("  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme write /dev/gpunvme0 --start-block 4096 --block-count 512 --pattern 7 --qd 8 --owner\n  gpunvme write /dev/nvme0n1p3 -s 0 -c 2048 -p 42  # through io_uring passthrough, LBAs of the partition"))]
+    #[command(after_help = examples("  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme write /dev/gpunvme0 --start-block 4096 --block-count 512 --pattern 7 --qd 8 --owner\n  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42 --gpu 0  # from VRAM of GPU 0\n  gpunvme write /dev/nvme0n1p3 -s 0 -c 2048 -p 42  # through io_uring passthrough, LBAs of the partition"))]
     Write {
         #[command(flatten)]
         range: blockio::Range,
@@ -168,7 +177,7 @@ enum Cmd {
     #[command(
         override_usage = "gpunvme verify <DEVICE> --start-block <LBA> --pattern <SEED> [OPTIONS]"
     )]
-    #[command(after_help = examples("  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme verify gpunvme0n1 -n 1 -s 0 -c 8 --pattern 42 -o json\n  gpunvme verify /dev/ng1n1 --lba-window 0:65536 -s 0 -c 2048 -p 42  # e.g. an NVMe/TCP namespace"))]
+    #[command(after_help = examples("  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme verify gpunvme0n1 -n 1 -s 0 -c 8 --pattern 42 -o json\n  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42 --gpu udmabuf  # through a udmabuf (the VM's VRAM stand-in)\n  gpunvme verify /dev/ng1n1 --lba-window 0:65536 -s 0 -c 2048 -p 42  # e.g. an NVMe/TCP namespace"))]
     Verify {
         #[command(flatten)]
         range: blockio::Range,
@@ -201,23 +210,34 @@ enum Cmd {
         #[arg(short = 'b', long = "block-size", value_name = "SIZE", default_value = "512", value_parser = parse_size)]
         block_size: u64,
     },
-    /// 4 KiB random-read benchmark: IOPS and latency p50/p99/p99.9/max at
-    /// each queue depth (default 1, 8, 32) with each number of queue pairs
-    /// (default 1, 4) on shared queue pairs (with --owner also on raw ones),
-    /// or on a kernel namespace through the passthrough back end, beside
-    /// the kernel's own io_uring on the same blocks (and fio with --fio);
-    /// with --block-device, the same matrix on a kernel nvme device (O_DIRECT
-    /// io_uring with interrupt completions and, polled like gpunvme, with
-    /// IORING_SETUP_IOPOLL; or pread threads with --pread). Table on stdout.
+    /// Storage benchmark with fio's knobs: --rw (randread, randwrite, read,
+    /// write, randrw with --rwmixread), --bs, --runtime 30s, --ramp-time,
+    /// --cpus-allowed, at each queue depth (--qd/--iodepth, default 1, 8,
+    /// 32) with each number of queue pairs (--qpairs/--numjobs, default 1,
+    /// 4) on shared queue pairs (with --owner also on raw ones; with --gpu
+    /// the library's transfers into GPU memory against host memory, GB/s
+    /// GPU/host), or on a kernel namespace through the passthrough back
+    /// end, beside the kernel's own io_uring on the same blocks (and fio's
+    /// io_uring_cmd engine with --fio); with --block-device, the same on a
+    /// kernel nvme device (O_DIRECT io_uring with interrupt completions
+    /// and, polled like gpunvme, IORING_SETUP_IOPOLL; or pread/pwrite
+    /// threads with --pread). Tables (IOPS, MiB/s, GB/s,
+    /// min/mean/p50-p99.99/max latency, CPU use, a latency histogram) on
+    /// stdout; -o json adds fio's jobs[] (fio's field names, json+ bins)
+    /// for fio's tools.
     #[command(override_usage = "gpunvme bench [DEVICE] [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme bench 0000:01:00.0\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1 4\n  gpunvme bench /dev/gpunvme0 --qd 1,32 --qpairs 1 --range 16M --ops 10000 -o json > bench.json\n  gpunvme bench 0000:01:00.0 --owner --block-device /dev/nvme1n1 --duration-ms 300\n  gpunvme bench --block-device /dev/nvme1n1 --kernel-mode poll  # the kernel driver only\n  gpunvme bench /dev/ng0n1 --partition /dev/nvme0n1p3 --qd 1,32 --qpairs 1 --fio  # passthrough vs the kernel's io_uring and fio"))]
+    #[command(after_help = examples("  gpunvme bench 0000:01:00.0\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1 4\n  gpunvme bench 0000:01:00.0 --rw randrw --rwmixread 70 --bs 16k --runtime 30s --ramp-time 2s --cpus-allowed 2-5\n  gpunvme bench /dev/gpunvme0 --rw read --bs 128k --qd 32 --qpairs 1 --gpu 0  # GPU memory vs host memory\n  gpunvme bench /dev/gpunvme0 --qd 1,32 --qpairs 1 --range 16M --ops 10000 -o json > bench.json\n  gpunvme bench 0000:01:00.0 --owner --block-device /dev/nvme1n1 --runtime 300ms\n  gpunvme bench --block-device /dev/nvme1n1 --kernel-mode poll --rw randwrite  # the kernel driver only\n  gpunvme bench /dev/ng0n1 --partition /dev/nvme0n1p3 --qd 1,32 --qpairs 1 --fio  # passthrough vs the kernel's io_uring and fio"))]
     Bench(bench::BenchArgs),
     /// Run an example GPU kernel (write, read-verify, sweep; with --api
     /// thread, write and read-verify through the per-thread API) against a
     /// controller bound to gpunvme: VRAM exported to the controller, queue
     /// pairs (shared, or raw with --owner) imported into the GPU, every
-    /// import route reported. Needs a GPU, ROCm or the NVIDIA driver, and
-    /// access to the node (root for --owner).
+    /// import route reported, and before the kernel the round-trip
+    /// self-test of every imported region (the GPU and the CPU each store
+    /// a value the other must see; a failure refuses the launch, naming
+    /// region, route and memory type; --skip-self-test skips it and says
+    /// so). Needs a GPU, ROCm or the NVIDIA driver, and access to the node
+    /// (root for --owner).
     #[command(override_usage = "gpunvme gpu-run <DEVICE> --kernel <KERNEL> [OPTIONS]")]
     #[command(after_help = examples("  gpunvme gpu-run 0000:01:00.0 --kernel write -p 7\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --qpairs 4 --qd 63 --cmds 64 --cmd-blocks 8 -s 0\n  gpunvme gpu-run /dev/gpunvme0 --kernel sweep --rounds 32 -o json\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --owner --cq gpu\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --api thread --qpairs 2 --cmds 64\n  gpunvme gpu-run /dev/ng0n1 --partition /dev/nvme0n1p3 --kernel read-verify -p 7  # no module: passthrough, host payload"))]
     GpuRun(gpu_run::GpuRunArgs),
@@ -306,7 +326,7 @@ fn run(cli: Cli) -> Res {
             }
             Ok(())
         }
-        Cmd::Probe { out } => probe(&sysfs, out.json()),
+        Cmd::Probe(a) => probe::probe(&sysfs, &a),
         Cmd::Read { range, data, out } => blockio::read(&sysfs, &range, data, out),
         Cmd::Write {
             range,
@@ -504,7 +524,7 @@ fn info_json(ctrl: &Controller, i: &Info) -> serde_json::Value {
 }
 
 /// One line on the modes `i.modes` allows this caller, and why not owner.
-fn modes_line(i: &Info) -> String {
+pub(crate) fn modes_line(i: &Info) -> String {
     let mut s = format!("{}", i.modes);
     if !i.modes.shared {
         s.push_str(" (another file owns the controller: no shared queue pairs until it closes)");
@@ -617,150 +637,4 @@ fn print_info(ctrl: &Controller, i: &Info) {
         c.max_page_size()
     );
     println!("    controller memory buffer (CMBS)    {}", yes(c.cmbs));
-}
-
-/// A controller bound to gpunvme as `probe` sees it: its node's answer to
-/// GET_INFO, or why there is none.
-struct Probed {
-    bdf: String,
-    node: Option<PathBuf>,
-    info: Result<Info, String>,
-}
-
-impl Probed {
-    fn json(&self) -> serde_json::Value {
-        match &self.info {
-            Ok(i) => json!({
-                "bdf": self.bdf, "node": self.node, "iommu_mode": i.iommu_mode,
-                "modes": i.modes, "node_nsid": i.node_nsid,
-            }),
-            Err(e) => json!({"bdf": self.bdf, "node": self.node, "error": e}),
-        }
-    }
-}
-
-fn probe_controllers(sysfs: &Sysfs) -> Vec<Probed> {
-    let Ok(ctrls) = sysfs.list() else {
-        return Vec::new();
-    };
-    ctrls
-        .into_iter()
-        .filter(|c| c.driver.as_deref() == Some(GPUNVME_DRIVER))
-        .map(|c| {
-            let info = match &c.node {
-                None => Err("no /dev/gpunvme<N> node found".to_string()),
-                Some(node) => Controller::open(node)
-                    .and_then(|ctrl| ctrl.info())
-                    .map_err(|e| e.to_string()),
-            };
-            Probed {
-                bdf: c.bdf,
-                node: c.node,
-                info,
-            }
-        })
-        .collect()
-}
-
-fn probe(sysfs: &Sysfs, json: bool) -> Res {
-    let r = gpunvme_gpu::probe();
-    let module = sysfs.driver_loaded(GPUNVME_DRIVER);
-    let controllers = probe_controllers(sysfs);
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "gpu": r, "gpunvme_module_loaded": module,
-                "controllers": controllers.iter().map(Probed::json).collect::<Vec<_>>(),
-            }))?
-        );
-        return Ok(());
-    }
-    match &r.runtime {
-        Some(rt) => println!(
-            "GPU runtime: {} ({}{})",
-            rt.kind,
-            rt.library,
-            rt.version
-                .map(|v| format!(", version {v}"))
-                .unwrap_or_default()
-        ),
-        None => println!("GPU runtime: none found"),
-    }
-    for a in &r.attempts {
-        println!("  tried {}: {}", a.library, a.outcome);
-    }
-    if r.devices.is_empty() {
-        println!("GPUs: none");
-    } else {
-        println!("GPUs:");
-        for d in &r.devices {
-            println!(
-                "  [{}] {} {}{}: {}",
-                d.index,
-                d.name,
-                d.arch,
-                d.pci_bus_id
-                    .as_ref()
-                    .map(|b| format!(" at {b}"))
-                    .unwrap_or_default(),
-                d.doorbell
-            );
-            println!("      CQ: {} ({})", d.cq, d.cq_reason);
-            println!("      queue memory: {}", d.queue_memory);
-        }
-    }
-    println!("Doorbell mapping: {}", r.doorbell);
-    println!("  why: {}", r.reason);
-    println!(
-        "  shared queue pairs (the default) always go through the module's relay, for any GPU;"
-    );
-    println!("  only raw pairs (owner mode, --owner) need the GPU to ring the controller directly");
-    println!(
-        "gpunvme module: {}",
-        if module {
-            "loaded".to_string()
-        } else {
-            format!(
-                "not loaded (no {}/bus/pci/drivers/gpunvme)",
-                sysfs.root().display()
-            )
-        }
-    );
-    if module && controllers.is_empty() {
-        println!("gpunvme controllers: none bound (`gpunvme bind BDF`)");
-    }
-    for c in &controllers {
-        let node = c
-            .node
-            .as_ref()
-            .map_or("no node".to_string(), |p| p.display().to_string());
-        match &c.info {
-            Err(e) => println!("controller {} ({node}): {e}", c.bdf),
-            Ok(i) => println!(
-                "controller {} ({node}): IOMMU {}; modes you may use: {}",
-                c.bdf,
-                i.iommu_mode,
-                modes_line(i)
-            ),
-        }
-    }
-    if r.devices.is_empty() {
-        println!();
-        if r.runtime.is_none() {
-            println!("Missing: a GPU runtime. Install ROCm (libamdhip64.so) for an AMD GPU or the NVIDIA driver");
-            println!("(libcuda.so.1) for an NVIDIA GPU, with the GPU visible to this system.");
-        } else {
-            println!("Missing: a GPU. The runtime loaded but reports no device (driver not loaded, no permission");
-            println!("on /dev/kfd or /dev/nvidia*, or no GPU in this machine).");
-        }
-        println!("Without a GPU nothing can drive the NVMe queues from the GPU side. The relay of shared");
-        println!("queue pairs (the CPU bridge) runs inside the gpunvme kernel module: it needs the module loaded");
-        println!("and a controller bound to it (`gpunvme bind BDF`), and a GPU to serve.");
-    } else if !module {
-        println!();
-        println!("Both modes need the gpunvme kernel module (shared pairs are relayed by it, raw pairs are");
-        println!("created by it): load it and bind a controller with `gpunvme bind BDF`.");
-    }
-    Ok(())
 }

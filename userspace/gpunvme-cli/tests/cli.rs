@@ -110,6 +110,8 @@ fn help_lists_exactly_the_subcommands() {
             "--no-range-check",
             "--timeout-ms",
             "--owner",
+            "--gpu",
+            "udmabuf",
             "raw queue pair",
             "shared queue pair",
         ] {
@@ -123,7 +125,15 @@ fn help_lists_exactly_the_subcommands() {
         "--block-device",
         "--qd",
         "--qpairs",
-        "--duration-ms",
+        "--runtime",
+        "--ramp-time",
+        "--rw",
+        "--rwmixread",
+        "--bs",
+        "--iodepth",
+        "--numjobs",
+        "--cpus-allowed",
+        "--gpu",
         "--ops",
         "--output-format",
         "--range",
@@ -419,6 +429,38 @@ fn probe_always_reports() {
 }
 
 #[test]
+fn probe_says_what_became_of_the_self_test() {
+    let root = fake_sysfs("probe-selftest");
+    let r = root.to_str().unwrap();
+    let o = gpunvme(&["probe", "--skip-self-test", "--sysfs-root", r]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("\nself-test SKIPPED (--skip-self-test): nothing checked"),
+        "{}",
+        stdout(&o)
+    );
+    let o = gpunvme(&["probe", "--skip-self-test", "-o", "json", "--sysfs-root", r]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["self_test"]["skipped"], true, "{v}");
+    // Without the flag it ran (a GPU and the code objects here) or says why not.
+    let o = gpunvme(&["probe", "-o", "json", "--sysfs-root", r]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let st = &v["self_test"];
+    assert_eq!(st["skipped"], false, "{v}");
+    assert!(st["not_run"].is_string() || st["cells"].is_array(), "{v}");
+    // A named device must be tested: it cannot be here, so probe fails,
+    // after its report.
+    let o = gpunvme(&["probe", "0000:99:00.0", "--sysfs-root", r]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stdout(&o).contains("Doorbell mapping: "), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("self-test could not run"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn probe_reports_each_bound_controller() {
     // Bound to gpunvme, but its node cannot be opened here: probe still
     // answers, naming the controller and why it has no IOMMU mode for it.
@@ -509,7 +551,7 @@ fn ctrl_c_stops_in_order_and_exits_130() {
     let t0 = std::time::Instant::now();
     let child = Command::new(env!("CARGO_BIN_EXE_gpunvme"))
         .args(["bench", "--block-device", f.to_str().unwrap(), "--pread"])
-        .args(["--qd", "1", "--qpairs", "1", "--duration-ms", "60000"])
+        .args(["--qd", "1", "--qpairs", "1", "--runtime", "60s"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -640,4 +682,148 @@ fn passthrough_options_and_devices_are_checked_before_anything_opens() {
         assert!(e.contains(want), "{args:?}: {e}");
         assert_eq!(e.trim_end().lines().count(), 1, "{e}");
     }
+}
+
+/// What the passthrough back end cannot do, `bench` refuses before
+/// anything opens (no /dev/ng97n3 exists here: an open would fail with
+/// another message): GPU memory and raw pairs on a kernel namespace, and
+/// --fio without one.
+#[test]
+fn bench_refuses_what_passthrough_cannot_measure_before_anything_opens() {
+    let root = fake_namespace("pt-bench");
+    let r = root.to_str().unwrap();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "bench",
+                "/dev/ng97n3",
+                "--gpu",
+                "udmabuf",
+                "--sysfs-root",
+                r,
+            ],
+            "bench --gpu: GPU memory as the payload of io_uring NVMe passthrough",
+        ),
+        (
+            &["bench", "/dev/nvme97n3p1", "--owner", "--sysfs-root", r],
+            "bench --owner: raw queue pairs need a controller bound to the gpunvme module",
+        ),
+        (
+            &["bench", "0000:03:00.0", "--fio", "--sysfs-root", r],
+            "bench --fio: name a kernel namespace",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = gpunvme(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains(want), "{args:?}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    }
+}
+
+/// A real bench run (pread/pwrite threads on a file: no device needed)
+/// with fio's knobs: its JSON has fio's jobs[], with the mix, the runtime
+/// and CPU use it ran with, and fio's own fio_jsonplus_clat2csv reads and
+/// validates it (Debian's fio package; tests/deps.sh installs it).
+#[test]
+fn a_bench_run_writes_fio_json_that_fios_tool_reads() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fio-json");
+    fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("bench.img");
+    fs::write(&f, vec![0u8; 4 << 20]).unwrap();
+    if fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&f)
+        .is_err()
+    {
+        eprintln!("SKIP: {} refuses O_DIRECT", dir.display());
+        return;
+    }
+    let o = gpunvme(&[
+        "bench",
+        "--block-device",
+        f.to_str().unwrap(),
+        "--pread",
+        "--rw",
+        "randrw",
+        "--rwmixread",
+        "70",
+        "--bs",
+        "4k",
+        "--qd",
+        "1,2",
+        "--numjobs",
+        "1",
+        "--runtime",
+        "300ms",
+        "--ramp-time",
+        "50ms",
+        "-o",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2, "one job per cell");
+    let cells = v["runs"][0]["results"].as_array().unwrap();
+    for (j, c) in jobs.iter().zip(cells) {
+        let (r, w) = (&j["read"], &j["write"]);
+        let (nr, nw) = (
+            r["total_ios"].as_u64().unwrap(),
+            w["total_ios"].as_u64().unwrap(),
+        );
+        assert_eq!(nr + nw, c["ops"].as_u64().unwrap(), "{j}");
+        let share = nr as f64 / (nr + nw) as f64;
+        assert!(
+            (0.55..0.85).contains(&share),
+            "{share} reads at --rwmixread 70"
+        );
+        assert_eq!(r["io_bytes"].as_u64().unwrap(), nr * 4096);
+        let runtime = j["job_runtime"].as_u64().unwrap();
+        assert!(
+            (300..2000).contains(&runtime),
+            "measured {runtime} ms of a 300 ms runtime"
+        );
+        assert!(
+            r["clat_ns"]["percentile"]["99.990000"].as_u64().unwrap()
+                >= r["clat_ns"]["min"].as_u64().unwrap()
+        );
+        let bins: u64 = r["clat_ns"]["bins"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|n| n.as_u64().unwrap())
+            .sum();
+        assert_eq!(bins, nr, "every read in a bin");
+        assert!(j["usr_cpu"].as_f64().unwrap() + j["sys_cpu"].as_f64().unwrap() > 0.0);
+        assert_eq!(j["job options"]["rw"], "randrw");
+        assert_eq!(j["job options"]["rwmixread"], "70");
+    }
+    assert_eq!(jobs[1]["job options"]["iodepth"], "2");
+    let src = dir.join("run.json");
+    fs::write(&src, &o.stdout).unwrap();
+    // --validate checks the CSVs a first run wrote: write them, then validate.
+    let gen = Command::new("fio_jsonplus_clat2csv")
+        .arg(&src)
+        .arg(dir.join("run.csv"))
+        .output()
+        .expect("fio_jsonplus_clat2csv: install Debian's fio package (tests/deps.sh does)");
+    assert!(
+        gen.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gen.stderr)
+    );
+    let val = Command::new("fio_jsonplus_clat2csv")
+        .arg(&src)
+        .arg(dir.join("run.csv"))
+        .arg("--validate")
+        .output()
+        .unwrap();
+    let vt = String::from_utf8_lossy(&val.stdout);
+    assert!(
+        val.status.success() && vt.matches("validated").count() == 2,
+        "{vt}"
+    );
 }

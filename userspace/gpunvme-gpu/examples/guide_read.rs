@@ -21,6 +21,7 @@ use gpunvme_gpu::import::Region;
 use gpunvme_gpu::kernel_abi::{
     pq_bytes, pq_prp_stride, pq_shared_init, status_name, GuideArgs, IoResult, PQueue,
 };
+use gpunvme_gpu::selftest::{self, Cell, Deadlines};
 use gpunvme_gpu::{code_object, fine_grain, Gpu, LaunchConfig};
 
 const THREADS: u32 = 64; // one workgroup; thread t reads LBAs 8t..8t+8
@@ -46,7 +47,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let module = gpu.load_module(&image)?;
     let hz = gpu.tick_hz()?;
 
-    // The payload: VRAM (uncached on RDNA) the controller DMAs into.
+    // The payload: VRAM (uncached on AMD) the controller DMAs into.
     let bytes = (THREADS * BLOCKS) as usize * ns.lba_size as usize;
     let buf = gpu.alloc_payload(bytes)?;
     let dmabuf = gpu.export_dmabuf(&buf)?;
@@ -62,6 +63,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let stop = gpu.alloc_host_mapped(4)?;
     let pqs = gpu.alloc_host_mapped(PAIRS as usize * size_of::<PQueue>())?;
     let mut pairs = Vec::new();
+    let mut cells = Vec::new();
     for i in 0..PAIRS as usize {
         let qp = QueuePair::create_with(&ctrl, DEPTH, Mode::Shared)?;
         let m = qp.memory();
@@ -73,8 +75,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             (ExportKind::PrpPool, m.prp_pool, m.prp_pool_len),
         ] {
             let fd = qp.export(part)?;
+            let what = format!("pair {i} {part:?}");
             let region = Region {
-                what: "queue memory",
+                what: &what,
                 dmabuf: Some(fd.as_fd()),
                 cpu: Some(cpu),
                 len,
@@ -83,7 +86,11 @@ fn main() -> Result<(), Box<dyn Error>> {
             // SAFETY: `cpu` is qp's mapping of `len` bytes; the import is
             // kept beside qp and dropped before it (see `keep`).
             let (imported, report) = unsafe { gpu.import(&region) };
-            dev.push(imported.ok_or_else(|| report.describe())?);
+            let imported = imported.ok_or_else(|| report.describe())?;
+            // SAFETY: the same mapping; the self-test below uses its last
+            // 16 bytes, which nothing reads before the launch.
+            cells.push(unsafe { Cell::of_import(&report, &imported, cpu, len) });
+            dev.push(imported);
         }
         let mut st = gpu.alloc(pq_bytes(DEPTH) as usize)?;
         st.write_at(0, &pq_shared_init(DEPTH))?;
@@ -107,6 +114,18 @@ fn main() -> Result<(), Box<dyn Error>> {
         // SAFETY: inside `pqs`; no kernel runs yet.
         unsafe { pqs.at::<PQueue>(i * size_of::<PQueue>()).write(q) };
         pairs.push((dev, st, qp)); // drop order: GPU mappings, state, pair
+    }
+    // The round-trip self-test: the GPU and the CPU must see each other's
+    // stores in every region, through these very mappings, or nothing runs.
+    // SAFETY: the cells are in `pairs`, kept past the test (leaked if its
+    // kernel would not end).
+    let st =
+        unsafe { selftest::load_and_run(&gpu, Path::new(&build), cells, Deadlines::default())? };
+    if let Some(why) = st.refusal() {
+        if st.kernel_still_running {
+            std::mem::forget(pairs);
+        }
+        return Err(why.into());
     }
     let args = gpu.alloc_host_mapped(size_of::<GuideArgs>())?;
     let res = gpu.alloc_host_mapped(size_of::<IoResult>())?;

@@ -19,10 +19,11 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("sweep", "gpunvme_sweep"),
     ("pthread_io", "gpunvme_pthread_io"),
     ("guide_read", "gpunvme_guide_read"),
+    ("selftest", "gpunvme_selftest"),
 ];
 
 /// The entry point of an example kernel (`write`, `read_verify`, `sweep`,
-/// `pthread_io`, `guide_read`).
+/// `pthread_io`, `guide_read`) or of the self-test (`selftest`).
 pub fn entry_point(kernel: &str) -> Option<&'static str> {
     KERNELS.iter().find(|(k, _)| *k == kernel).map(|(_, e)| *e)
 }
@@ -73,7 +74,7 @@ pub fn candidates(kind: RuntimeKind, arch: &str, kernel: &str) -> Vec<PathBuf> {
 pub fn load(dir: &Path, kind: RuntimeKind, arch: &str, kernel: &str) -> Result<(PathBuf, Vec<u8>)> {
     if entry_point(kernel).is_none() {
         return Err(GpuError(format!(
-            "unknown kernel `{kernel}`: the examples are write, read_verify and sweep"
+            "unknown kernel `{kernel}`: the kernels are write, read_verify, sweep, pthread_io, guide_read and selftest"
         )));
     }
     let cands = candidates(kind, arch, kernel);

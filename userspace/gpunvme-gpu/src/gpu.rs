@@ -206,6 +206,24 @@ impl Gpu {
         })
     }
 
+    /// A `Gpu` over a test backend (the fakes of this crate's unit tests).
+    #[cfg(test)]
+    pub(crate) fn with_backend(
+        backend: Box<dyn Backend>,
+        device: GpuDevice,
+        runtime: RuntimeInfo,
+        drop_deadline: Duration,
+    ) -> Gpu {
+        Gpu {
+            backend: ManuallyDrop::new(backend),
+            device,
+            runtime,
+            live: AtomicUsize::new(0),
+            drop_deadline,
+            quarantine: Mutex::new(Vec::new()),
+        }
+    }
+
     /// The device.
     pub fn device(&self) -> &GpuDevice {
         &self.device
@@ -240,12 +258,10 @@ impl Gpu {
 
     /// Allocates `bytes` of device memory for payload the SSD reads or
     /// writes while a kernel runs (the payload contract of
-    /// `kernels/include/gpunvme/fence.h`): uncached VRAM on RDNA
-    /// (`hipExtMallocWithFlags(hipDeviceMallocUncached)`), where a
-    /// system-scope acquire never invalidates GL2, so coarse-grained VRAM
-    /// could serve the kernel stale lines; plain device memory elsewhere
-    /// (see [`payload_memory`]). Rounded up to 64 KiB like
-    /// [`alloc`](Self::alloc), and exportable the same way.
+    /// `kernels/include/gpunvme/fence.h`): uncached VRAM on every AMD GPU
+    /// (`hipExtMallocWithFlags(hipDeviceMallocUncached)`), plain device
+    /// memory on NVIDIA (see [`payload_memory`] for why). Rounded up to
+    /// 64 KiB like [`alloc`](Self::alloc), and exportable the same way.
     pub fn alloc_payload(&self, bytes: usize) -> Result<DeviceMemory<'_>> {
         let len = bytes.max(1).div_ceil(64 << 10) * (64 << 10);
         let ptr = match self.payload_memory() {
@@ -472,25 +488,29 @@ impl Gpu {
 /// while a kernel runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PayloadMemory {
-    /// `hipMalloc` / `cuMemAlloc`: the kernel's payload_acquire() and
-    /// payload_release() make it coherent with the SSD (NVIDIA; AMD gfx9,
-    /// whose system-scope release writes L2 back and whose acquire
-    /// invalidates it; that a peer's DMA into coarse-grained VRAM drops
-    /// the lines L2 holds for it there is not verified on hardware).
+    /// `cuMemAlloc`: NVIDIA, where a peer's writes into VRAM go through
+    /// L2, and the kernel's payload_acquire() drops stale L1 lines.
     Device,
-    /// `hipExtMallocWithFlags(hipDeviceMallocUncached)`: RDNA (gfx10, 11,
-    /// 12), whose system-scope release is only waits and whose acquire
-    /// never invalidates GL2.
+    /// `hipExtMallocWithFlags(hipDeviceMallocUncached)`: every AMD GPU.
+    /// RDNA (gfx10, 11, 12): a system-scope release there is only waits
+    /// and an acquire never invalidates GL2, so coarse-grained VRAM could
+    /// serve stale lines or keep dirty ones. CDNA (gfx90a, gfx942): a
+    /// system-scope acquire (buffer_invl2 / buffer_inv sc1) drops only
+    /// the L2 lines of *non-local* memory; a line of coarse-grained local
+    /// VRAM is dropped when another agent's write is a coherent request,
+    /// which a PCIe peer's is only if the platform configures it so
+    /// (LLVM's AMDGPU memory model, GFX90A/GFX942): nothing here has shown
+    /// it on hardware, so it is uncached there too until a hardware test
+    /// does (review s3, 2.3).
     Uncached,
 }
 
 /// The payload memory a GPU needs (the payload contract of
 /// `kernels/include/gpunvme/fence.h`).
-pub fn payload_memory(kind: RuntimeKind, arch: &str) -> PayloadMemory {
-    if kind == RuntimeKind::Hip && crate::fine_grain::is_rdna(arch) {
-        PayloadMemory::Uncached
-    } else {
-        PayloadMemory::Device
+pub fn payload_memory(kind: RuntimeKind, _arch: &str) -> PayloadMemory {
+    match kind {
+        RuntimeKind::Hip => PayloadMemory::Uncached,
+        RuntimeKind::Cuda => PayloadMemory::Device,
     }
 }
 
@@ -817,18 +837,17 @@ mod tests {
     use std::sync::Mutex;
 
     #[test]
-    fn payload_memory_is_uncached_on_rdna_only() {
-        for arch in ["gfx1030", "gfx1100", "gfx1101", "gfx1201"] {
+    fn payload_memory_is_uncached_on_every_amd_gpu() {
+        // CDNA too: a PCIe peer's write need not drop a coarse-grained
+        // local L2 line there (review s3, 2.3), and no hardware run has
+        // shown that it does.
+        for arch in [
+            "gfx1030", "gfx1100", "gfx1101", "gfx1201", "gfx90a", "gfx942", "unknown",
+        ] {
             assert_eq!(
                 payload_memory(RuntimeKind::Hip, arch),
                 PayloadMemory::Uncached,
                 "{arch}"
-            );
-        }
-        for arch in ["gfx90a", "gfx942"] {
-            assert_eq!(
-                payload_memory(RuntimeKind::Hip, arch),
-                PayloadMemory::Device
             );
         }
         assert_eq!(

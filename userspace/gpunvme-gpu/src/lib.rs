@@ -15,7 +15,7 @@
 //!   the controller) or `none`. Shared pairs, the default, work with
 //!   either.
 //! - [`Gpu`]: one opened GPU: VRAM allocation (payload buffers through
-//!   [`Gpu::alloc_payload`]: uncached on RDNA, see [`PayloadMemory`]) and its export as a dma-buf
+//!   [`Gpu::alloc_payload`]: uncached on AMD, see [`PayloadMemory`]) and its export as a dma-buf
 //!   (for `GPUNVME_IOC_MAP_DMABUF`), host memory mapped for the GPU, import
 //!   of the module's doorbell/SQ/CQ dma-bufs into the GPU's address space
 //!   ([`import`]: every route is tried in order and the report says which
@@ -23,6 +23,11 @@
 //!   launch with a deadline.
 //! - [`fine_grain`]: `HSA_FORCE_FINE_GRAIN_PCIE` for consumer RDNA, set
 //!   before HIP loads.
+//! - [`selftest`]: the round-trip self-test of queue memory before a
+//!   launch: for every region a kernel will use, the GPU stores a value
+//!   the CPU must see and the CPU one the GPU must see, through the very
+//!   mappings, with deadlines (the protocol and its CPU half are the
+//!   device library's `selftest.h`).
 //! - [`code_object`]: which file of `make kernels` fits a GPU.
 //! - [`kernel_abi`]: the argument blocks of the example kernels, pinned to
 //!   the C++ layout by asserts on both sides.
@@ -52,6 +57,7 @@ pub mod kernel_abi;
 pub mod mem_type;
 mod probe;
 mod runtime;
+pub mod selftest;
 
 pub use error::{GpuError, Result};
 pub use gpu::{

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Which GPU memory type each imported queue region is mapped with, and
 //! which import routes may be used for it.
 //!

@@ -41,7 +41,10 @@ run() {
     local ld=()
     ./gpunvme --version >/dev/null 2>&1 || ld=(./ld-linux-x86-64.so.2 --library-path ./lib)
     { ldd --version | head -1; nvidia-smi -L 2>&1; uname -r; } >"$out/env.txt" 2>&1 || true
-    "${ld[@]}" ./gpunvme probe >"$out/probe.txt" 2>&1 || true
+    # probe runs the round-trip self-test too (host-mapped memory: no
+    # gpunvme module there), from the staged code objects.
+    "${ld[@]}" ./gpunvme probe --code-objects "$here/.." >"$out/probe.txt" 2>&1 || true
+    "${ld[@]}" ./gpunvme probe --code-objects "$here/.." -o json >"$out/probe.json" 2>&1 || true
     export GPUNVME_KERNELS_BUILD=$here/..
     local rc=0
     timeout 300 "${ld[@]}" ./gpu_launch --include-ignored --test-threads=1 --nocapture \

@@ -655,3 +655,124 @@ fn import_reports_every_route() {
         libc::close(fd);
     }
 }
+
+/// A memfd page of this process (ordinary shared memory, as the module's
+/// queue mappings are), zero-filled; never unmapped (a test).
+fn memfd_page() -> *mut u8 {
+    // SAFETY: plain syscalls on our own descriptor and mapping.
+    unsafe {
+        let fd = libc::memfd_create(c"gpunvme-selftest".as_ptr(), libc::MFD_CLOEXEC);
+        assert!(fd >= 0);
+        assert_eq!(libc::ftruncate(fd, 4096), 0);
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        libc::close(fd);
+        p as *mut u8
+    }
+}
+
+/// The round-trip self-test (selftest.hip, the CPU half from selftest.h)
+/// through this runtime's own routes: a page imported the way gpu-run
+/// imports queue memory without a dma-buf (cuMemHostRegister /
+/// hipHostRegister) and host-mapped memory pass; a cell whose GPU address
+/// is another page than the one the CPU reads (a mapping that does not
+/// reach the memory the CPU sees) is refused, naming region, route and
+/// memory type; every cell holds its old words again afterwards.
+#[test]
+#[ignore = "needs a GPU"]
+fn self_test_passes_real_mappings_and_refuses_one_that_misses_the_cpus_memory() {
+    use gpunvme_gpu::selftest::{self, Cell, Deadlines, Outcome};
+    let gpu = Gpu::open(0).expect("a GPU");
+    let (a, b) = (memfd_page(), memfd_page());
+    let import = |cpu: *mut u8, what: &'static str| {
+        let region = gpunvme_gpu::import::Region {
+            what,
+            dmabuf: None,
+            cpu: Some(cpu),
+            len: 4096,
+            mmio: false,
+        };
+        // SAFETY: our page, never unmapped; no kernel runs yet.
+        let (i, r) = unsafe { gpu.import(&region) };
+        eprintln!("# {}", r.describe());
+        (i.expect("host registration of ordinary memory works"), r)
+    };
+    let (ia, ra) = import(a, "page A (queue memory stand-in)");
+    let (ib, rb) = import(b, "page B");
+    // Old contents the test must put back: the last 16 bytes of A, and
+    // A's words at 1024 (the misdirected cell's CPU side).
+    for (off, v) in [
+        (4080usize, 0x0a0b_0c0du32),
+        (4084, 0x1122_3344),
+        (1024, 77),
+        (1028, 78),
+    ] {
+        // SAFETY: inside page A; nothing else uses it now.
+        unsafe { a.add(off).cast::<u32>().write_volatile(v) };
+    }
+    let host = gpu.alloc_host_mapped(4096).unwrap();
+    // SAFETY: every cell is in page A, page B or `host`, which outlive the
+    // test (the pages are never unmapped; `host` is leaked below if the
+    // kernel may still run); nothing else touches them meanwhile.
+    let cells = unsafe {
+        vec![
+            Cell::of_import(&ra, &ia, a, 4096),
+            Cell::new(
+                "host-mapped memory",
+                "alloc_host_mapped",
+                None,
+                host.cpu().add(2048),
+                host.dev() + 2048,
+            ),
+            Cell::new(
+                "a mapping of page B read as page A",
+                ib.route,
+                rb.mem_type(),
+                a.add(1024),
+                ib.device_ptr + 1024,
+            ),
+        ]
+    };
+    let t = std::time::Instant::now();
+    // SAFETY: as above.
+    let st = unsafe { selftest::load_and_run(&gpu, &build_dir(), cells, Deadlines::default()) }
+        .expect("the self-test runs");
+    eprintln!("# self-test in {:?}:", t.elapsed());
+    for c in &st.cells {
+        eprintln!("#   {}", c.line());
+    }
+    if st.kernel_still_running {
+        std::mem::forget(host);
+        panic!("the self-test kernel did not end");
+    }
+    let outcomes: Vec<Outcome> = st.cells.iter().map(|c| c.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [Outcome::Pass, Outcome::Pass, Outcome::GpuToCpu],
+        "{st:#?}"
+    );
+    assert!(st.cells[..2]
+        .iter()
+        .all(|c| c.gpu_round_trip_us.is_some_and(|us| us > 0.0)));
+    let why = st
+        .refusal()
+        .expect("the misdirected cell refuses the launch");
+    assert!(why.contains("a mapping of page B read as page A"), "{why}");
+    assert!(why.contains(ib.route), "{why}");
+    assert!(why.contains("memory type"), "{why}");
+    // SAFETY: page A, the kernel has finished.
+    let word = |off: usize| unsafe { a.add(off).cast::<u32>().read_volatile() };
+    assert_eq!(
+        [word(4080), word(4084), word(1024), word(1028)],
+        [0x0a0b_0c0d, 0x1122_3344, 77, 78],
+        "the cells hold their old words again"
+    );
+    drop((ia, ib));
+}

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use gpunvme_sys as sys;
 
+use crate::command::{build_prps, Prp, PrpListMem};
 use crate::controller::Controller;
 use crate::dma::{release, PAGE_SIZE};
 use crate::error::{Error, Result};
@@ -109,6 +110,29 @@ impl DmabufMapping {
     /// DMA address of each 4 KiB page.
     pub fn dma_addrs(&self) -> &[u64] {
         &self.dma
+    }
+
+    /// PRP1/PRP2 for `len` bytes at byte `offset` (dword aligned) of the
+    /// dma-buf, as [`crate::DmaBuffer::prp`] does for host memory; `lists`
+    /// is where a PRP list goes when more than two pages are named.
+    pub fn prp(&self, offset: u64, len: usize, lists: Option<PrpListMem<'_>>) -> Result<Prp> {
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.len)
+        {
+            return Err(Error::Invalid(format!(
+                "{len} bytes at offset {offset} do not fit a {}-byte dma-buf mapping",
+                self.len
+            )));
+        }
+        let first = (offset / PAGE_SIZE as u64) as usize;
+        build_prps(
+            &self.dma[first..],
+            (offset % PAGE_SIZE as u64) as usize,
+            len,
+            lists,
+        )
+        .map_err(Error::Invalid)
     }
 
     /// The base address when the pages are consecutive in the controller's

@@ -19,6 +19,7 @@ use crate::command::{opcode, pages_spanned, prp_list_pages, PrpListMem, Sqe};
 use crate::controller::{Controller, Info, Namespace};
 use crate::dma::{DmaBuffer, PAGE_SIZE};
 use crate::error::{Error, Result};
+use crate::gpu_buffer::GpuBuffer;
 use crate::qpair::{Mode, QueuePair};
 
 /// Largest transfer used when the controller reports no MDTS limit.
@@ -333,12 +334,79 @@ impl Io {
         offset: usize,
         check: RangeCheck,
     ) -> TransferResult {
-        if let Err(error) = self.check_transfer(op, lba, count, &buf, offset, check) {
-            return Err(TransferError {
+        match self.pump(op, lba, count, Target::Host(&buf), offset, check) {
+            Ok(()) => Ok(buf),
+            Err(Failure::Completed(error)) => Err(TransferError {
                 error,
                 buffer: Some(buf),
-            });
+            }),
+            // Timeout or a protocol error: commands may still be in
+            // flight on `buf` and on their PRP slots. The pair is
+            // poisoned; it keeps the buffer until it is destroyed.
+            Err(Failure::InFlight(error)) => {
+                self.qp.keep_until_destroyed(buf);
+                Err(TransferError {
+                    error,
+                    buffer: None,
+                })
+            }
         }
+    }
+
+    /// Reads `count` blocks from `lba` into GPU memory: `buf` at byte
+    /// `offset` (dword aligned), split and pipelined as
+    /// [`transfer`](Self::transfer) does. Rust holds no reference to that
+    /// memory, so `buf` is only borrowed; if a wait times out the poisoned
+    /// pair keeps a clone of it (and so the exporter's allocation it may
+    /// own) until the pair is destroyed.
+    pub fn read_gpu(&mut self, lba: u64, count: u64, buf: &GpuBuffer, offset: usize) -> Result<()> {
+        self.transfer_gpu(opcode::READ, lba, count, buf, offset, RangeCheck::Checked)
+    }
+
+    /// Writes `count` blocks at `lba` from GPU memory: `buf` at `offset`.
+    pub fn write_gpu(
+        &mut self,
+        lba: u64,
+        count: u64,
+        buf: &GpuBuffer,
+        offset: usize,
+    ) -> Result<()> {
+        self.transfer_gpu(opcode::WRITE, lba, count, buf, offset, RangeCheck::Checked)
+    }
+
+    /// [`transfer`](Self::transfer) between the namespace and a registered
+    /// GPU buffer (see [`read_gpu`](Self::read_gpu)).
+    pub fn transfer_gpu(
+        &mut self,
+        op: u8,
+        lba: u64,
+        count: u64,
+        buf: &GpuBuffer,
+        offset: usize,
+        check: RangeCheck,
+    ) -> Result<()> {
+        match self.pump(op, lba, count, Target::Gpu(buf), offset, check) {
+            Ok(()) => Ok(()),
+            Err(Failure::Completed(e)) => Err(e),
+            Err(Failure::InFlight(e)) => {
+                self.qp.keep_until_destroyed_other(buf.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// The pipeline of [`transfer`](Self::transfer) on any target.
+    fn pump(
+        &mut self,
+        op: u8,
+        lba: u64,
+        count: u64,
+        target: Target<'_>,
+        offset: usize,
+        check: RangeCheck,
+    ) -> std::result::Result<(), Failure> {
+        self.check_target(op, lba, count, target, offset, check)
+            .map_err(Failure::Completed)?;
         let lba_size = self.ns.lba_size as u64;
         let per_cmd = (self.max_bytes as u64) / lba_size;
         let mut next = 0u64; // blocks submitted
@@ -349,8 +417,8 @@ impl Io {
                 let n = (count - next).min(per_cmd);
                 let off = offset + (next * lba_size) as usize;
                 let len = (n * lba_size) as usize;
-                match self.submit_piece(op, lba + next, n, &buf, off, len) {
-                    Ok(()) => next += n,
+                match self.push_piece(op, lba + next, n, target, off, len) {
+                    Ok(_) => next += n,
                     Err(e) => {
                         first_err = Some(e);
                     }
@@ -361,40 +429,28 @@ impl Io {
             }
             match self.qp.wait_any_raw() {
                 Ok(c) => {
-                    if let Some(slot) = self.slot_of_cid[c.cid as usize].take() {
-                        self.free_slots.push(slot);
-                    }
+                    self.release_slot(c.cid);
                     if let Err(e) = c.ok(self.qp.qid()) {
                         first_err.get_or_insert(e);
                     }
                 }
-                // Timeout or a protocol error: commands may still be in
-                // flight on `buf` and on their PRP slots. The pair is
-                // poisoned; it keeps the buffer until it is destroyed.
-                Err(error) => {
-                    self.qp.keep_until_destroyed(buf);
-                    return Err(TransferError {
-                        error,
-                        buffer: None,
-                    });
-                }
+                Err(error) => return Err(Failure::InFlight(error)),
             }
         }
         match first_err {
-            Some(error) => Err(TransferError {
-                error,
-                buffer: Some(buf),
-            }),
-            None => Ok(buf),
+            Some(error) => Err(Failure::Completed(error)),
+            None => Ok(()),
         }
     }
 
-    fn check_transfer(
+    /// Checks a transfer of `count` blocks at `lba` with `target` at byte
+    /// `offset` before anything is submitted.
+    pub(crate) fn check_target(
         &self,
         op: u8,
         lba: u64,
         count: u64,
-        buf: &DmaBuffer,
+        target: Target<'_>,
         offset: usize,
         check: RangeCheck,
     ) -> Result<()> {
@@ -414,10 +470,11 @@ impl Io {
                 "transfer of opcode 0x{op:02x}: only Read and Write"
             )));
         }
-        if !Arc::ptr_eq(buf.controller(), self.qp.controller()) {
+        if !Arc::ptr_eq(target.controller(), self.qp.controller()) {
             return Err(Error::Invalid(format!(
-                "the buffer is mapped for another open file than qid {}'s ({}): its DMA \
+                "the {} is mapped for another open file than qid {}'s ({}): its DMA \
                  addresses mean nothing to this one",
+                target.kind(),
                 self.qp.qid(),
                 self.qp.controller().path().display()
             )));
@@ -425,11 +482,16 @@ impl Io {
         let lba_size = self.ns.lba_size as u64;
         count
             .checked_mul(lba_size)
-            .filter(|&b| (offset as u64).checked_add(b).is_some_and(|e| e <= buf.len() as u64))
+            .filter(|&b| {
+                (offset as u64)
+                    .checked_add(b)
+                    .is_some_and(|e| e <= target.len())
+            })
             .ok_or_else(|| {
                 Error::Invalid(format!(
-                    "{count} blocks of {lba_size} bytes at offset {offset} do not fit a {}-byte buffer",
-                    buf.len()
+                    "{count} blocks of {lba_size} bytes at offset {offset} do not fit a {}-byte {}",
+                    target.len(),
+                    target.kind()
                 ))
             })?;
         if offset % 4 != 0 {
@@ -443,18 +505,34 @@ impl Io {
         Ok(())
     }
 
-    /// Builds and pushes one command of `n` blocks at `lba` over `len`
-    /// bytes of `buf` at `off`, in a free PRP-list slot.
-    fn submit_piece(
+    /// Whether a command can be pushed now: a PRP-list slot is free and
+    /// the pair is not poisoned.
+    pub(crate) fn can_push(&self) -> bool {
+        !self.free_slots.is_empty() && !self.qp.is_poisoned()
+    }
+
+    /// Builds and pushes (without ringing) one command of `n` blocks at
+    /// `lba` over `len` bytes of `target` at `off`, in a free PRP-list
+    /// slot; returns its CID.
+    ///
+    /// The caller has checked the target ([`check_target`](Self::check_target))
+    /// and keeps what it names alive and out of Rust's reach until the
+    /// command's completion came back through [`poll`](Self::poll) or
+    /// [`pump`](Self::pump), or else hands it to the pair
+    /// ([`QueuePair::keep_until_destroyed`] and `_other`).
+    pub(crate) fn push_piece(
         &mut self,
         op: u8,
         lba: u64,
         n: u64,
-        buf: &DmaBuffer,
+        target: Target<'_>,
         off: usize,
         len: usize,
-    ) -> Result<()> {
-        let slot = *self.free_slots.last().expect("a free slot");
+    ) -> Result<u16> {
+        let slot = *self.free_slots.last().ok_or_else(|| Error::QueueFull {
+            qid: self.qp.qid(),
+            outstanding: self.qp.outstanding(),
+        })?;
         let lists: PrpListMem<'_> = match (&mut self.lists, self.qp.prp_pool_mut()) {
             (Some(b), _) => {
                 b.list_pages(slot * self.list_pages_per_cmd, self.list_pages_per_cmd)?
@@ -462,24 +540,94 @@ impl Io {
             (None, Some(pool)) => pool.list_slot(slot, self.list_entries_per_cmd)?,
             (None, None) => unreachable!("an Io has list pages or a pool"),
         };
-        let prp = buf.prp(off, len, Some(lists))?;
+        let prp = target.prp(off, len, Some(lists))?;
         let s = if op == opcode::READ {
             Sqe::read(self.ns.nsid, lba, n as u32, prp)
         } else {
             Sqe::write(self.ns.nsid, lba, n as u32, prp)
         };
-        // SAFETY: the PRPs name `len` bytes of `buf` (a mapping of this
-        // pair's controller, checked in check_transfer) and a list in
-        // slot `slot`, which is not in use by another command. `transfer`
-        // owns `buf` until every command on it completed, or hands it to
-        // the pair (keep_until_destroyed) when a wait fails; the list
-        // slot is reused only after its command completed, and the list
-        // memory (pool or `lists`) lives as long as the pair.
+        // SAFETY: the PRPs name `len` bytes of the target (a mapping of
+        // this pair's controller, checked in check_target) and a list in
+        // slot `slot`, which is not in use by another command. The caller
+        // owns the target until every command on it completed, or hands it
+        // to the pair when a wait fails (see above); the list slot is
+        // reused only after its command completed, and the list memory
+        // (pool or `lists`) lives as long as the pair.
         let cid = unsafe { self.qp.push(s)? };
         self.free_slots.pop();
         self.slot_of_cid[cid as usize] = Some(slot);
         self.commands += 1;
-        Ok(())
+        Ok(cid)
+    }
+
+    /// Rings the doorbell for what was pushed and takes one completion
+    /// that has arrived, if any (raw status), freeing its PRP-list slot.
+    pub(crate) fn poll(&mut self) -> Result<Option<crate::Completion>> {
+        let c = self.qp.poll_any_raw()?;
+        if let Some(c) = &c {
+            self.release_slot(c.cid);
+        }
+        Ok(c)
+    }
+
+    fn release_slot(&mut self, cid: u16) {
+        if let Some(slot) = self.slot_of_cid[cid as usize].take() {
+            self.free_slots.push(slot);
+        }
+    }
+
+    /// The queue pair, writable: to poison it or hand it what a command
+    /// may still reach.
+    pub(crate) fn qpair_mut(&mut self) -> &mut QueuePair {
+        &mut self.qp
+    }
+}
+
+/// How a pipelined transfer failed.
+enum Failure {
+    /// Every command completed (one with an error status), or none was
+    /// submitted: the target is free again.
+    Completed(Error),
+    /// A wait failed: commands may still be in flight on the target.
+    InFlight(Error),
+}
+
+/// What a transfer moves data into or out of.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target<'a> {
+    /// Host memory (the transfer owns it meanwhile).
+    Host(&'a DmaBuffer),
+    /// A registered dma-buf (GPU memory; Rust holds no reference into it).
+    Gpu(&'a GpuBuffer),
+}
+
+impl Target<'_> {
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            Target::Host(b) => b.len() as u64,
+            Target::Gpu(b) => b.len(),
+        }
+    }
+
+    fn controller(&self) -> &Arc<Controller> {
+        match self {
+            Target::Host(b) => b.controller(),
+            Target::Gpu(b) => b.controller(),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Target::Host(_) => "buffer",
+            Target::Gpu(_) => "GPU buffer",
+        }
+    }
+
+    fn prp(&self, off: usize, len: usize, lists: Option<PrpListMem<'_>>) -> Result<crate::Prp> {
+        match self {
+            Target::Host(b) => b.prp(off, len, lists),
+            Target::Gpu(b) => b.mapping().prp(off as u64, len, lists),
+        }
     }
 }
 
@@ -500,7 +648,7 @@ pub(crate) mod tests {
     pub(crate) const LBA: usize = 512;
     const BLOCKS: usize = 4096; // 2 MiB namespace
 
-    fn info(max_transfer: u32) -> Info {
+    pub(crate) fn info(max_transfer: u32) -> Info {
         Info {
             bdf: "model".into(),
             pci_vendor: 0x1b36,

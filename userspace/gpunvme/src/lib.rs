@@ -18,6 +18,12 @@
 //! - [`Io`]: LBA-range reads/writes of a namespace, split at MDTS (and at
 //!   the module's shared-mode cap), PRP lists in the pair's pool or, on a
 //!   raw pair, in a buffer of its own;
+//! - [`GpuBuffer`]: GPU memory (a dma-buf) registered once for
+//!   CPU-initiated transfers (cuFile's `cuFileBufRegister`), and
+//!   [`Transfers`]: byte or block ranges between a namespace and such
+//!   buffers (or host buffers), split at MDTS over several queue pairs,
+//!   synchronous or asynchronous ([`Transfer`]: cuFile's and hipFile's
+//!   job, from the CPU);
 //! - [`pattern`]: deterministic per-LBA data for integrity checks;
 //! - [`passthrough`]: the same queues on any namespace the kernel drives
 //!   (the system's SSD, NVMe over Fabrics), relayed through io_uring NVMe
@@ -70,6 +76,7 @@ mod dma;
 mod dmabuf;
 mod error;
 mod fork;
+mod gpu_buffer;
 mod io;
 mod map;
 #[cfg(test)]
@@ -80,6 +87,7 @@ mod qpair;
 mod regs;
 mod status;
 pub mod sysfs;
+mod transfers;
 
 pub use command::{Cqe, Prp, PrpListMem, Sqe};
 pub use controller::{
@@ -89,8 +97,10 @@ pub use controller::{
 pub use dma::{DmaBuffer, PAGE_SIZE};
 pub use dmabuf::{contiguous_base, DmabufMapping};
 pub use error::{Error, Result};
+pub use gpu_buffer::{GpuBuffer, GpuBufferCache};
 pub use gpunvme_sys as sys;
 pub use io::{Io, RangeCheck, TransferError, TransferResult, NO_MDTS_CAP};
 pub use qpair::{Completion, ExportKind, Mode, PrpPool, QueueMemory, QueuePair, DEFAULT_TIMEOUT};
 pub use regs::{Cap, Version};
 pub use status::Status;
+pub use transfers::{Buffer, Completed, Direction, Transfer, TransferOptions, Transfers};

@@ -37,6 +37,7 @@ use crate::qpair::{Mode, PrpPool, QueuePair};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Event {
     MapHost(u32),
+    MapDmabuf(u32),
     Unmap(u32, Result<(), i32>),
     Destroy(u16, Result<(), i32>),
 }
@@ -54,6 +55,9 @@ pub(crate) struct Knobs {
 struct State {
     next_handle: u32,
     maps: Vec<u32>,
+    /// Each imported dma-buf's memory, mapped here: its addresses are its
+    /// "DMA" addresses (kept mapped until its UNMAP).
+    dmabufs: Vec<(u32, Mapping)>,
     live_pairs: usize,
     next_qid: u16,
     log: Vec<Event>,
@@ -147,6 +151,30 @@ impl Model {
             st.maps.push(h);
             st.log.push(Event::MapHost(h));
             Ok(0)
+        } else if request == sys::GPUNVME_IOC_MAP_DMABUF {
+            // A memfd (or any mappable fd) stands in for the dma-buf: its
+            // pages, mapped into this process, are the "DMA" addresses.
+            // SAFETY: the caller passes a struct gpunvme_map_dmabuf whose
+            // dma_addrs has room for max_pages entries.
+            let m = unsafe { &mut *(arg as *mut sys::gpunvme_map_dmabuf) };
+            // SAFETY: lseek on the caller's open descriptor.
+            let len = unsafe { libc::lseek(m.fd, 0, libc::SEEK_END) };
+            if len <= 0 || len % 4096 != 0 || (len / 4096) as u64 > m.max_pages {
+                return Err(libc::EINVAL);
+            }
+            let map = Mapping::shared(m.fd, 0, len as usize).map_err(|_| libc::EINVAL)?;
+            for i in 0..(len / 4096) as usize {
+                // SAFETY: as above, i < max_pages.
+                unsafe { *(m.dma_addrs as *mut u64).add(i) = map.ptr() as u64 + i as u64 * 4096 };
+            }
+            m.handle = st.next_handle;
+            m.len = len as u64;
+            st.next_handle += 1;
+            let h = m.handle;
+            st.maps.push(h);
+            st.dmabufs.push((h, map));
+            st.log.push(Event::MapDmabuf(h));
+            Ok(0)
         } else if request == sys::GPUNVME_IOC_UNMAP {
             // SAFETY: the caller passes a struct gpunvme_unmap.
             let h = unsafe { (*(arg as *mut sys::gpunvme_unmap)).handle };
@@ -154,6 +182,7 @@ impl Model {
                 Err(libc::EBUSY)
             } else if let Some(i) = st.maps.iter().position(|&m| m == h) {
                 st.maps.remove(i);
+                st.dmabufs.retain(|(d, _)| *d != h);
                 Ok(())
             } else {
                 Err(libc::ENOENT)

@@ -451,10 +451,25 @@ pub struct QueuePair {
     /// Buffers its commands may still DMA into: released only after the
     /// pair is destroyed.
     held: Vec<DmaBuffer>,
+    /// Other things its commands may still reach (a registered GPU buffer
+    /// and the exporter's memory behind it, a transfer's state): dropped
+    /// only after the pair is destroyed, leaked if the destroy fails.
+    held_other: Vec<Kept>,
     /// A raw pair's CQ memory when it is not the module's
     /// ([`create_raw_cq_in`](Self::create_raw_cq_in)): released only after
     /// the pair is destroyed.
     cq_in: Option<DmabufMapping>,
+}
+
+/// Something a poisoned pair keeps (see
+/// [`QueuePair::keep_until_destroyed_other`]); opaque, so only its
+/// presence is shown.
+struct Kept(#[allow(dead_code)] Box<dyn Send>);
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Kept(..)")
+    }
 }
 
 // SAFETY: the raw pointers point into mappings owned by `self`; the
@@ -613,6 +628,7 @@ impl QueuePair {
             timeout: DEFAULT_TIMEOUT,
             poisoned: None,
             held: Vec::new(),
+            held_other: Vec::new(),
             cq_in: None,
         }
     }
@@ -669,7 +685,8 @@ impl QueuePair {
         self.poisoned.as_deref()
     }
 
-    fn poison(&mut self, why: String) {
+    /// Refuses new commands from now on (see [`is_poisoned`](Self::is_poisoned)).
+    pub(crate) fn poison(&mut self, why: String) {
         self.poisoned.get_or_insert(why);
     }
 
@@ -681,9 +698,30 @@ impl QueuePair {
         self.held.push(buf);
     }
 
-    /// Buffers kept by [`keep_until_destroyed`](Self::keep_until_destroyed).
+    /// Keeps `thing` (whatever owns memory a command of this pair may
+    /// still DMA into: a [`crate::GpuBuffer`], the allocation behind it)
+    /// until this pair is destroyed; if the destroy fails it is leaked,
+    /// never dropped, since the controller may still write that memory.
+    pub fn keep_until_destroyed_other(&mut self, thing: impl Send + 'static) {
+        self.held_other.push(Kept(Box::new(thing)));
+    }
+
+    /// Buffers kept by [`keep_until_destroyed`](Self::keep_until_destroyed)
+    /// and [`keep_until_destroyed_other`](Self::keep_until_destroyed_other).
     pub fn kept_buffers(&self) -> usize {
-        self.held.len()
+        self.held.len() + self.held_other.len()
+    }
+
+    /// Takes the oldest completion that has arrived, if any, without
+    /// waiting (raw status; rings the doorbell first if something was
+    /// pushed).
+    pub(crate) fn poll_any_raw(&mut self) -> Result<Option<Completion>> {
+        self.ring();
+        if let Some(c) = self.ring.take_any() {
+            return Ok(Some(c));
+        }
+        self.reap()?;
+        Ok(self.ring.take_any())
     }
 
     /// Exports part of this pair as a dma-buf (`GPUNVME_IOC_EXPORT`), for a
@@ -1099,6 +1137,7 @@ impl Drop for QueuePair {
             for b in std::mem::take(&mut self.held) {
                 std::mem::forget(b);
             }
+            std::mem::forget(std::mem::take(&mut self.held_other));
             std::mem::forget(self.cq_in.take());
             return;
         }
@@ -1130,6 +1169,7 @@ impl Drop for QueuePair {
         let maps = [self.sq.take(), self.cq.take(), self.db.take()];
         let pool = self.pool.take().map(|p| p.map);
         let held = std::mem::take(&mut self.held);
+        let held_other = std::mem::take(&mut self.held_other);
         let cq_in = self.cq_in.take();
         if !destroyed {
             // The controller may still run this pair's commands (EIO,
@@ -1141,6 +1181,8 @@ impl Drop for QueuePair {
             for b in held {
                 b.keep_until_close();
             }
+            // No UNMAP, no free: what they own stays as it is for good.
+            std::mem::forget(held_other);
             if let Some(m) = cq_in {
                 m.keep_until_close();
             }
@@ -1155,6 +1197,7 @@ impl Drop for QueuePair {
         drop((maps, pool));
         // Each UNMAPs now (or parks on EBUSY while other pairs live).
         drop(held);
+        drop(held_other);
         drop(cq_in);
         for (handle, map) in retry {
             let mut st = self.ctrl.lifecycle();

@@ -24,7 +24,7 @@ pub type __u16 = ::core::ffi::c_ushort;
 pub type __s32 = ::core::ffi::c_int;
 pub type __u32 = ::core::ffi::c_uint;
 pub type __u64 = ::core::ffi::c_ulonglong;
-#[doc = " struct gpunvme_ns_info - one active namespace.\n @nsid:          namespace ID (1-based).\n @lba_size:      bytes per logical block in the current format.\n @capacity_lbas: namespace size (NSZE) in logical blocks."]
+#[doc = " struct gpunvme_ns_info - one active namespace.\n @nsid:          namespace ID (1-based).\n @lba_size:      bytes per logical block in the current format; 0 while\n                 the namespace is detached, deleted, being identified\n                 again after a change, or in a format the module does not\n                 carry (metadata): its commands are then refused.\n @capacity_lbas: namespace size (NSZE) in logical blocks (0 when\n                 @lba_size is)."]
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
 pub struct gpunvme_ns_info {

@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
+//! Lanes: the queue pairs of a namespace and what each transfer needs.
+//!
+//! A [`Lane`] is one [`Io`] (a queue pair of its own), its bounce buffer
+//! for host memory, and, made on first use, a second pair for dma-buf
+//! transfers. [`Lanes`] hands a free lane to each transfer (several run at
+//! once from several threads, or from the async workers) and replaces a
+//! lane whose pair a timeout poisoned: the next transfer gets a fresh one.
+//!
+//! Host memory of Python objects is never a DMA target: a read lands in
+//! the bounce buffer and is copied out, a write is copied in first. So a
+//! timed-out command can only ever write the bounce buffer, which the
+//! poisoned pair keeps until it is destroyed.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use gpunvme::{Controller, DmaBuffer, Info, Io, Mode, Namespace};
+
+use crate::dmabuf_io::{DmabufIo, DmabufTransfers};
+use crate::errors::{fail, FResult, Fail, Kind};
+use crate::plan::{Dir, Plan};
+use crate::target::Target;
+
+/// How long a transfer waits for a free lane before giving up. Each lane
+/// in use finishes or times out (every wait on the device has a deadline),
+/// so this is only reached when many threads share few lanes.
+const LANE_WAIT: Duration = Duration::from_secs(120);
+
+/// What every lane of a namespace is made with.
+#[derive(Debug, Clone)]
+pub(crate) struct LaneConfig {
+    pub(crate) ctrl: Arc<Controller>,
+    pub(crate) info: Info,
+    pub(crate) ns: Namespace,
+    pub(crate) depth: u32,
+    pub(crate) mode: Mode,
+    pub(crate) timeout: Duration,
+    pub(crate) bounce_bytes: usize,
+    pub(crate) lanes: usize,
+}
+
+fn range_check(plan: &Plan) -> gpunvme::RangeCheck {
+    if plan.unchecked {
+        gpunvme::RangeCheck::Unchecked
+    } else {
+        gpunvme::RangeCheck::Checked
+    }
+}
+
+/// One queue pair of a namespace, with its buffers.
+pub(crate) struct Lane {
+    // Drop order: the pairs go before the bounce buffer (whose UNMAP the
+    // module refuses while pairs of the file live: it is then parked).
+    io: Io,
+    dma: Option<DmabufIo>,
+    /// `None` after a timeout: the poisoned pair keeps it.
+    bounce: Option<DmaBuffer>,
+}
+
+impl Lane {
+    fn new(cfg: &LaneConfig) -> FResult<Self> {
+        let mut io = Io::new_with(&cfg.ctrl, &cfg.info, cfg.ns.nsid, cfg.depth, cfg.mode)?;
+        io.set_timeout(cfg.timeout);
+        // Whole blocks, at least one.
+        let bs = cfg.ns.lba_size as usize;
+        let bytes = (cfg.bounce_bytes / bs).max(1) * bs;
+        let bounce = DmaBuffer::with_len(&cfg.ctrl, bytes)?;
+        Ok(Lane {
+            io,
+            dma: None,
+            bounce: Some(bounce),
+        })
+    }
+
+    /// Whether it can take more transfers.
+    fn healthy(&self) -> bool {
+        !self.io.qpair().is_poisoned()
+            && self.bounce.is_some()
+            && !self.dma.as_ref().is_some_and(|d| d.is_poisoned())
+    }
+
+    /// The bounce buffer's size in whole blocks.
+    fn bounce_blocks(&self, bs: usize) -> u64 {
+        self.bounce.as_ref().map_or(0, |b| (b.len() / bs) as u64)
+    }
+
+    /// Runs `plan` against `target`.
+    pub(crate) fn run(
+        &mut self,
+        cfg: &LaneConfig,
+        plan: &Plan,
+        target: &mut Target,
+    ) -> FResult<()> {
+        let op = plan.dir.opcode();
+        match target {
+            Target::Host(mem) => {
+                let bs = cfg.ns.lba_size as usize;
+                let chunk = self.bounce_blocks(bs).max(1);
+                let mut done = 0u64;
+                while done < plan.count {
+                    let n = (plan.count - done).min(chunk);
+                    let bytes = n as usize * bs;
+                    let at = plan.buf_offset + done as usize * bs;
+                    let mut bounce = self
+                        .bounce
+                        .take()
+                        .ok_or_else(|| fail(Kind::Invalid, "the lane lost its bounce buffer"))?;
+                    if plan.dir == Dir::Write {
+                        mem.copy_out(at, &mut bounce.as_mut_slice()[..bytes]);
+                    }
+                    match self
+                        .io
+                        .transfer(op, plan.lba + done, n, bounce, 0, range_check(plan))
+                    {
+                        Ok(b) => {
+                            if plan.dir == Dir::Read {
+                                mem.copy_in(at, &b.as_slice()[..bytes]);
+                            }
+                            self.bounce = Some(b);
+                        }
+                        Err(e) => {
+                            // Back when every command completed; kept by the
+                            // poisoned pair after a timeout.
+                            self.bounce = e.buffer;
+                            return Err(Fail::Lib(e.error));
+                        }
+                    }
+                    done += n;
+                }
+                Ok(())
+            }
+            Target::Pinned(loan) => {
+                let buf = loan.take();
+                match self.io.transfer(
+                    op,
+                    plan.lba,
+                    plan.count,
+                    buf,
+                    plan.buf_offset,
+                    range_check(plan),
+                ) {
+                    Ok(b) => {
+                        loan.back(Some(b));
+                        Ok(())
+                    }
+                    Err(e) => {
+                        loan.back(e.buffer);
+                        Err(Fail::Lib(e.error))
+                    }
+                }
+            }
+            Target::Dmabuf(map, base) => {
+                if self.dma.is_none() {
+                    self.dma = Some(DmabufIo::new(
+                        &cfg.ctrl,
+                        &cfg.info,
+                        cfg.ns,
+                        cfg.depth,
+                        cfg.mode,
+                        cfg.timeout,
+                    )?);
+                }
+                let dma = self.dma.as_mut().expect("made above");
+                let offset = usize::try_from(*base + plan.buf_offset as u64).map_err(|_| {
+                    fail(
+                        Kind::OutOfRange,
+                        "a dma-buf offset beyond the address space",
+                    )
+                })?;
+                dma.transfer_gpu(op, plan.lba, plan.count, map, offset)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// A 4 KiB-class read loop in Rust alone, for the overhead bench: the
+    /// library's own latency through this lane's pair and bounce buffer.
+    pub(crate) fn rust_read_loop(
+        &mut self,
+        lba: u64,
+        count: u64,
+        iters: usize,
+    ) -> FResult<Vec<u64>> {
+        let mut lat = Vec::with_capacity(iters);
+        let mut buf = self
+            .bounce
+            .take()
+            .ok_or_else(|| fail(Kind::Invalid, "the lane lost its bounce buffer"))?;
+        for _ in 0..iters {
+            let t = Instant::now();
+            match self.io.read(lba, count, buf, 0) {
+                Ok(b) => buf = b,
+                Err(e) => {
+                    self.bounce = e.buffer;
+                    return Err(Fail::Lib(e.error));
+                }
+            }
+            lat.push(t.elapsed().as_nanos() as u64);
+        }
+        self.bounce = Some(buf);
+        Ok(lat)
+    }
+
+    /// Flush, or Write Zeroes of `count` blocks at `lba`.
+    pub(crate) fn io(&mut self) -> &mut Io {
+        &mut self.io
+    }
+}
+
+struct PoolState {
+    idle: Vec<Lane>,
+    /// Lanes in existence (idle and in use).
+    live: usize,
+    closed: bool,
+}
+
+/// The lanes of a namespace.
+pub(crate) struct Lanes {
+    pub(crate) cfg: LaneConfig,
+    state: Mutex<PoolState>,
+    freed: Condvar,
+}
+
+impl Lanes {
+    /// Makes every lane now, so that a device that cannot give as many
+    /// queue pairs says so at once.
+    pub(crate) fn new(cfg: LaneConfig) -> FResult<Self> {
+        let mut idle = Vec::with_capacity(cfg.lanes);
+        for _ in 0..cfg.lanes {
+            idle.push(Lane::new(&cfg)?);
+        }
+        Ok(Lanes {
+            state: Mutex::new(PoolState {
+                live: idle.len(),
+                idle,
+                closed: false,
+            }),
+            freed: Condvar::new(),
+            cfg,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// [`gpunvme::Error::Forked`] in a child of fork(): checked before any
+    /// lock, which the parent may have held at the fork.
+    pub(crate) fn check_process(&self) -> FResult<()> {
+        if self.cfg.ctrl.is_usable_here() {
+            Ok(())
+        } else {
+            Err(Fail::Lib(gpunvme::Error::Forked {
+                path: self.cfg.ctrl.path().to_path_buf(),
+                opened_by: self.cfg.ctrl.opened_by(),
+                now: std::process::id(),
+            }))
+        }
+    }
+
+    /// Runs `f` on a free lane (waiting for one, making a replacement for
+    /// a lane a timeout poisoned).
+    pub(crate) fn with_lane<R>(
+        &self,
+        f: impl FnOnce(&LaneConfig, &mut Lane) -> FResult<R>,
+    ) -> FResult<R> {
+        self.check_process()?;
+        let deadline = Instant::now() + LANE_WAIT;
+        let mut st = self.lock();
+        let lane = loop {
+            if st.closed {
+                return Err(fail(Kind::Closed, "the namespace was closed"));
+            }
+            if let Some(l) = st.idle.pop() {
+                break l;
+            }
+            if st.live < self.cfg.lanes {
+                // A replacement: made without the lock held.
+                st.live += 1;
+                drop(st);
+                match Lane::new(&self.cfg) {
+                    Ok(l) => break l,
+                    Err(e) => {
+                        self.lock().live -= 1;
+                        self.freed.notify_one();
+                        return Err(e);
+                    }
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(fail(
+                    Kind::Timeout,
+                    format!(
+                        "all {} queue pair(s) of the namespace stayed busy for {} s",
+                        self.cfg.lanes,
+                        LANE_WAIT.as_secs()
+                    ),
+                ));
+            }
+            st = self
+                .freed
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        };
+        let mut held = Held {
+            lanes: self,
+            lane: Some(lane),
+        };
+        f(&self.cfg, held.lane.as_mut().expect("held"))
+    }
+
+    /// The qids of the idle lanes' pairs: their `Io`s' (`dma` false) or
+    /// their dma-buf pairs' (those made so far).
+    pub(crate) fn qids(&self, dma: bool) -> Vec<u16> {
+        let st = self.lock();
+        if dma {
+            st.idle
+                .iter()
+                .filter_map(|l| l.dma.as_ref().map(|d| d.qid()))
+                .collect()
+        } else {
+            st.idle.iter().map(|l| l.io.qpair().qid()).collect()
+        }
+    }
+
+    /// Refuses new transfers and destroys the idle lanes' queue pairs;
+    /// lanes in use go when their transfer ends.
+    pub(crate) fn close(&self) {
+        let idle = {
+            let mut st = self.lock();
+            st.closed = true;
+            st.live -= st.idle.len();
+            std::mem::take(&mut st.idle)
+        };
+        drop(idle);
+        self.freed.notify_all();
+    }
+}
+
+/// A lane out of the pool; back (or replaced) when dropped, also on panic.
+struct Held<'a> {
+    lanes: &'a Lanes,
+    lane: Option<Lane>,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let lane = self.lane.take().expect("held");
+        let mut st = self.lanes.lock();
+        if lane.healthy() && !st.closed {
+            st.idle.push(lane);
+            drop(st);
+        } else {
+            st.live -= 1;
+            drop(st);
+            // Destroys its pairs (a poisoned one keeps what it may still
+            // write until the destroy is confirmed).
+            drop(lane);
+        }
+        self.lanes.freed.notify_one();
+    }
+}

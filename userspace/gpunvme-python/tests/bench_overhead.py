@@ -1,0 +1,104 @@
+# SPDX-License-Identifier: MIT OR GPL-2.0-only
+"""Per-call overhead of the Python package: 4 KiB reads at queue depth 1,
+Python against the Rust library on the same queue pair in the same run.
+
+    python bench_overhead.py /dev/gpunvme0 [--nsid N] [--iters 2000] [--json FILE]
+
+The Rust side is ``Namespace._rust_read_loop``: ``gpunvme::Io::read`` in
+a Rust loop, timed per call. The Python sides time each call from Python:
+``ns.read(numpy_array)`` (host memory, copied through the bounce buffer),
+``ns.read(host_buffer)`` (zero copy) and ``ns.read_async(...).result()``.
+Rounds alternate so drift hits every side alike. Prints a table, the
+ratios (issue 27's target: Python at most 1.15x the Rust latency) and a
+JSON line; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import gpunvme
+
+BLOCK = 4096
+
+
+def stats(ns_list):
+    s = sorted(ns_list)
+    pick = lambda q: s[min(len(s) - 1, int(q * len(s)))]  # noqa: E731
+    return {"n": len(s), "p50_us": pick(0.50) / 1e3, "p99_us": pick(0.99) / 1e3,
+            "mean_us": statistics.fmean(s) / 1e3, "min_us": s[0] / 1e3}
+
+
+def timed(call, n):
+    out = []
+    clock = time.perf_counter_ns
+    for _ in range(n):
+        t = clock()
+        call()
+        out.append(clock() - t)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("device")
+    ap.add_argument("--nsid", type=int, default=None)
+    ap.add_argument("--iters", type=int, default=2000, help="reads per side (default 2000)")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--lba", type=int, default=0, help="first block read (default 0)")
+    ap.add_argument("--json", help="also write the JSON here")
+    a = ap.parse_args(argv)
+
+    with gpunvme.open(a.device) as dev:
+        ns = dev.namespace(a.nsid, qpairs=1)
+        if BLOCK % ns.lba_size:
+            print(f"bench: {ns.lba_size}-byte blocks do not make 4 KiB reads", file=sys.stderr)
+            return 1
+        count = BLOCK // ns.lba_size
+        arr = np.zeros(BLOCK, dtype=np.uint8)
+        hb = dev.alloc(BLOCK)
+        sides = {
+            "rust": lambda n: ns._rust_read_loop(a.lba, count, n),
+            "python_numpy": lambda n: timed(lambda: ns.read(arr, a.lba, count), n),
+            "python_host_buffer": lambda n: timed(lambda: ns.read(hb, a.lba, count), n),
+            "python_async": lambda n: timed(lambda: ns.read_async(arr, a.lba, count).result(60), n),
+        }
+        per = max(1, a.iters // a.rounds)
+        for run in sides.values():  # warm-up: page faults, the worker thread
+            run(min(per, 100))
+        lat = {k: [] for k in sides}
+        for _ in range(a.rounds):
+            for k, run in sides.items():
+                lat[k] += run(per)
+        ns.close()
+
+    res = {k: stats(v) for k, v in lat.items()}
+    rust = res["rust"]
+    ratios = {f"{k}_p50": res[k]["p50_us"] / rust["p50_us"] for k in res if k != "rust"}
+    ratios.update({f"{k}_mean": res[k]["mean_us"] / rust["mean_us"] for k in res if k != "rust"})
+    print(f"4 KiB reads, QD1, one queue pair, {per * a.rounds} per side in {a.rounds} alternating rounds")
+    print(f"{'side':<20} {'p50 us':>9} {'mean us':>9} {'p99 us':>9} {'x rust p50':>11} {'x rust mean':>12}")
+    for k, r in res.items():
+        rp = r["p50_us"] / rust["p50_us"]
+        rm = r["mean_us"] / rust["mean_us"]
+        print(f"{k:<20} {r['p50_us']:>9.2f} {r['mean_us']:>9.2f} {r['p99_us']:>9.2f} {rp:>11.3f} {rm:>12.3f}")
+    print(f"target (issue 27): python_numpy and python_host_buffer at most 1.15x rust; "
+          f"got {ratios['python_numpy_p50']:.3f}x and {ratios['python_host_buffer_p50']:.3f}x (p50)")
+    doc = {"bench": "python_overhead", "block_bytes": BLOCK, "queue_depth": 1, "results": res,
+           "ratios_vs_rust": ratios, "target_ratio": 1.15}
+    line = json.dumps(doc, sort_keys=True)
+    print(line)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
