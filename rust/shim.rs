@@ -303,6 +303,9 @@ impl Export {
 }
 
 /// An export whose revoke started: its importers were told to unmap.
+/// `finish` it before the exported memory may go: dropped unfinished, only
+/// the module's reference goes, and whether an importer still maps the
+/// memory is not known.
 pub(crate) struct Revoking(HeldExport);
 
 impl Revoking {

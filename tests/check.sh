@@ -7,7 +7,8 @@
 #   python the Python package's wheel built by maturin, and its tests that need
 #          no device (pytest: errors, buffer parsing with fake DLPack capsules,
 #          transfer checks, the .pyi against the module)
-#   gpu    the device library as host C++ (kernels/ host-test: queue, per-thread API, self-test harness)
+#   gpu    the device library as host C++ (kernels/ host-test: queue, per-thread API, self-test harness,
+#          the array over model controllers, array_host.h as C11)
 #   relay  the H200 bench's port of the shared-mode relay and checks, as host C++
 #   ptmodel the device library (kernels/hostrun) through the userspace passthrough
 #          back end on its model namespace (no device, no VM)

@@ -19,8 +19,12 @@
 #   env.txt           nvidia-smi, nvcc --version, CPU, kernel
 #   sass_fences.txt   fence / system-scope instructions in the built kernels
 #   bench.png         only where python3 has matplotlib (plot.py OUTDIR)
+#   array.json, array.log, array_build.log   the storage array's bench
+#                     (array_bench.cu; ARRAY_ARGS="--quick" for a short run)
+#   array.png         only where python3 has matplotlib (plot_array.py OUTDIR)
 # Exit status: 0 when the build worked and every check passed (never
-# depends on a time), 1 otherwise. About 2 minutes on the H200 machine.
+# depends on a time), 1 otherwise. About 2 minutes on the H200 machine,
+# plus the array bench's (not yet measured; bounded at 10 minutes).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mkdir -p "${1:-$here/results}" && cd "${1:-$here/results}" && pwd)
@@ -74,8 +78,23 @@ timeout 300 "$build/gpunvme_bench" --out "$out" ${BENCH_ARGS:-} 2>&1 | tee "$out
 brc=${PIPESTATUS[0]}
 [ "$brc" = 0 ] || { echo "bench exit status $brc"; rc=1; }
 
+# 3. The storage array (array_bench.cu): array against the raw per-thread
+# API and a plain gather, 1..8 fixture controllers, the hit-rate curve.
+if nvcc -std=c++17 -O2 -arch=sm_90 -lineinfo -I"$here/../include" \
+	-Xcompiler -Wall,-Wextra,-pthread \
+	"$here/array_bench.cu" -o "$build/array_bench" > "$out/array_build.log" 2>&1; then
+	timeout 600 "$build/array_bench" --out "$out" ${ARRAY_ARGS:-} 2>&1 | tee "$out/array.log"
+	arc=${PIPESTATUS[0]}
+	[ "$arc" = 0 ] || { echo "array bench exit status $arc"; rc=1; }
+else
+	cat "$out/array_build.log"
+	echo "nvcc build of array_bench FAILED"
+	rc=1
+fi
+
 if python3 -c 'import matplotlib' 2> /dev/null; then
 	python3 "$here/plot.py" "$out" || true
+	python3 "$here/plot_array.py" "$out" || true
 fi
 echo "total $(( $(date +%s) - t0 )) s; results in $out"
 exit $rc

@@ -61,6 +61,7 @@
 #include "../examples/sweep.hip"
 #include "../examples/pthread_io.hip"
 #include "../examples/guide_read.hip"
+#include "../examples/guide_array.hip"
 
 #include "gpunvme.h" /* uapi/gpunvme.h */
 #ifdef GPUNVME_HOSTRUN_PASSTHROUGH
@@ -145,6 +146,21 @@ static int dev_ioctl(unsigned long request, void *arg)
 	return ioctl(g_fd, request, arg);
 #endif
 }
+
+/* The same on a given file: another node's (the array's controllers), or
+ * the back end's own memfd in passthrough builds, which have only that one. */
+static int fd_ioctl(int fd, unsigned long request, void *arg)
+{
+#ifdef GPUNVME_HOSTRUN_PASSTHROUGH
+	if (fd != g_fd) {
+		errno = EBADF;
+		return -1;
+	}
+	return gpunvme_pt_ioctl(g_pt, request, arg);
+#else
+	return ioctl(fd, request, arg);
+#endif
+}
 static uint32_t g_nsid, g_lba_size, g_blocks_per_page;
 static uint64_t g_lba_next; /* LBA cursor: every batch gets fresh blocks */
 static uint64_t g_lba_end;
@@ -222,10 +238,21 @@ static int open_controller(std::string &why)
 	     gpunvme_pt_polled(g_pt) ? "polled" : "by interrupt", g_info.shared_max_transfer);
 	return g_fd;
 }
-#else
-static int open_controller(std::string &why)
+
+/* The array's tests open other controllers' nodes: the passthrough build
+ * has its one namespace only, so they fail with this reason. */
+static int open_node(const char *bdf, gpunvme_info *, std::string &why)
 {
-	const char *bdf = gpunvme_bdf();
+	why = std::string("hostrun-pt opens no module node (") + bdf +
+	      "): the array's tests need the module";
+	errno = ENODEV;
+	return -1;
+}
+#else
+/* Load the module, bind bdf to it and open its /dev/gpunvme<N> (N is bind
+ * order: the node whose GET_INFO names bdf); its info in *info. */
+static int open_node(const char *bdf, gpunvme_info *info, std::string &why)
+{
 	int r = load_module();
 	if (r) {
 		why = std::string("load_module: ") + strerror(-r);
@@ -236,7 +263,6 @@ static int open_controller(std::string &why)
 		why = std::string("bind_gpunvme ") + bdf + ": " + strerror(-r);
 		return -1;
 	}
-	/* /dev/gpunvme<N>: N is bind order; find the one for our BDF. */
 	for (int tries = 0; tries < 200; tries++) {
 		for (int n = 0; n < 16; n++) {
 			char path[64];
@@ -244,17 +270,10 @@ static int open_controller(std::string &why)
 			int fd = open(path, O_RDWR | O_CLOEXEC);
 			if (fd < 0)
 				continue;
-			UAPI_INIT(g_info);
-			if (ioctl(fd, GPUNVME_IOC_GET_INFO, &g_info) == 0 &&
-			    !std::strcmp(g_info.bdf, bdf)) {
-				diag("%s: %s on %s, io_queues %u, MQES+1 %u",
-				     path, g_info.model, g_info.bdf,
-				     g_info.io_queues, g_info.max_queue_entries);
-				diag("IOMMU mode %s, modes %s%s, shared max transfer %u bytes, MDTS %u bytes",
-				     iommu_name(g_info.iommu_mode),
-				     (g_info.modes & GPUNVME_MODE_SHARED) ? "shared " : "",
-				     (g_info.modes & GPUNVME_MODE_OWNER) ? "owner" : "",
-				     g_info.shared_max_transfer, g_info.mdts_bytes);
+			UAPI_INIT(*info);
+			if (ioctl(fd, GPUNVME_IOC_GET_INFO, info) == 0 && !std::strcmp(info->bdf, bdf)) {
+				diag("%s: %s on %s, io_queues %u, MQES+1 %u", path, info->model,
+				     info->bdf, info->io_queues, info->max_queue_entries);
 				return fd;
 			}
 			close(fd);
@@ -265,6 +284,17 @@ static int open_controller(std::string &why)
 	return -1;
 }
 
+static int open_controller(std::string &why)
+{
+	int fd = open_node(gpunvme_bdf(), &g_info, why);
+	if (fd >= 0)
+		diag("IOMMU mode %s, modes %s%s, shared max transfer %u bytes, MDTS %u bytes",
+		     iommu_name(g_info.iommu_mode),
+		     (g_info.modes & GPUNVME_MODE_SHARED) ? "shared " : "",
+		     (g_info.modes & GPUNVME_MODE_OWNER) ? "owner" : "",
+		     g_info.shared_max_transfer, g_info.mdts_bytes);
+	return fd;
+}
 #endif
 
 static int setup(std::string &why)
@@ -354,6 +384,7 @@ static void teardown()
 /* ---- a queue pair as the GPU sees it ----------------------------------- */
 
 struct pair {
+	int fd = -1;       /* the file the pair belongs to */
 	gpunvme_qpair_create c;
 	void *sq = MAP_FAILED, *cq = MAP_FAILED, *db = MAP_FAILED;
 	void *pool = MAP_FAILED; /* a shared pair's PRP pool */
@@ -362,19 +393,20 @@ struct pair {
 	bool live = false;
 };
 
-static int pair_open(pair &p, uint32_t depth, uint32_t flags)
+static int pair_open(pair &p, uint32_t depth, uint32_t flags, int fd = -1)
 {
+	p.fd = fd < 0 ? g_fd : fd;
 	UAPI_INIT(p.c);
 	p.c.depth = depth;
 	p.c.flags = flags;
-	if (dev_ioctl(GPUNVME_IOC_CREATE_QPAIR, &p.c))
+	if (fd_ioctl(p.fd, GPUNVME_IOC_CREATE_QPAIR, &p.c))
 		return -errno;
 	p.live = true;
 	p.sq = mmap(nullptr, p.c.sq_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-		    g_fd, p.c.sq_offset);
+		    p.fd, p.c.sq_offset);
 	p.cq = mmap(nullptr, p.c.cq_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-		    g_fd, p.c.cq_offset);
-	p.db = mmap(nullptr, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, g_fd,
+		    p.fd, p.c.cq_offset);
+	p.db = mmap(nullptr, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, p.fd,
 		    p.c.db_offset);
 	if (p.sq == MAP_FAILED || p.cq == MAP_FAILED || p.db == MAP_FAILED)
 		return -errno;
@@ -383,7 +415,7 @@ static int pair_open(pair &p, uint32_t depth, uint32_t flags)
 		if (!p.c.prp_size || p.c.prp_dma % 8)
 			return -EPROTO;
 		p.pool = mmap(nullptr, p.c.prp_size, PROT_READ | PROT_WRITE,
-			      MAP_SHARED, g_fd, p.c.prp_offset);
+			      MAP_SHARED, p.fd, p.c.prp_offset);
 		if (p.pool == MAP_FAILED)
 			return -errno;
 	}
@@ -421,7 +453,7 @@ static void pair_close(pair &p)
 		gpunvme_qpair_destroy d;
 		UAPI_INIT(d);
 		d.qid = p.c.qid;
-		if (dev_ioctl(GPUNVME_IOC_DESTROY_QPAIR, &d)) {
+		if (fd_ioctl(p.fd, GPUNVME_IOC_DESTROY_QPAIR, &d)) {
 			diag("DESTROY_QPAIR %u: %s", p.c.qid, strerror(errno));
 			g_ok = false;
 		}
@@ -662,7 +694,7 @@ static void pair_job_run(pair_job &j)
  * mirrored, none rejected, doorbells rung). -1 when debugfs (or one
  * counter) is not there (a skip of that check, not a failure).
  */
-static long long bridge_counter(uint16_t qid, const char *name)
+static long long bridge_counter_of(const char *bdf, uint16_t qid, const char *name)
 {
 #ifdef GPUNVME_HOSTRUN_PASSTHROUGH
 	/* The library's relay counts the same (no real doorbells: -1). */
@@ -670,7 +702,7 @@ static long long bridge_counter(uint16_t qid, const char *name)
 #endif
 	char path[256];
 	std::snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s-q%u/%s",
-		      gpunvme_bdf(), qid, name);
+		      bdf, qid, name);
 	FILE *f = std::fopen(path, "r");
 	if (!f)
 		return -1;
@@ -679,6 +711,11 @@ static long long bridge_counter(uint16_t qid, const char *name)
 		v = -1;
 	std::fclose(f);
 	return v;
+}
+
+static long long bridge_counter(uint16_t qid, const char *name)
+{
+	return bridge_counter_of(gpunvme_bdf(), qid, name);
 }
 
 static bool bridge_relayed(const pair &p, uint64_t commands)
@@ -1938,6 +1975,663 @@ static void t_guide_read(uint32_t flags)
 		pt_close(t);
 }
 
+/* ---- the array (array.h) over several controllers ------------------------- */
+
+/*
+ * The array tests run the guide's array kernels (examples/guide_array.hip)
+ * with host threads as lanes over controllers of their own,
+ * GPUNVME_ARRAY_BDFS (comma-separated; a test needing more is skipped),
+ * each with the CLI's pattern of seed GPUNVME_ARRAY_SEED at LBAs
+ * GPUNVME_ARRAY_LBA .. + GPUNVME_ARRAY_BLOCKS of namespace 1 (`gpunvme
+ * write BDF --pattern SEED --start-block LBA --block-count BLOCKS`;
+ * tests/selftests/gpunvme_array_hostrun.sh writes it, runs this and reads
+ * the write-back test's blocks back through the kernel's nvme driver). The
+ * write-back test writes the pattern of GPUNVME_ARRAY_WB_SEED at
+ * GPUNVME_ARRAY_WB_LBA .. + GPUNVME_ARRAY_WB_BLOCKS of the first two
+ * controllers on shared pairs, of seed + 1 at the next WB_BLOCKS on raw
+ * ones. Every controller's frames are the same host memory mapped for each
+ * (MAP_HOST, one DMA address table per controller), as gpunvme-gpu maps
+ * one GPU allocation into every controller.
+ */
+struct array_env {
+	std::vector<std::string> bdfs;
+	uint64_t seed = 0, lba = 0, blocks = 0, wb_seed = 0, wb_lba = 0, wb_blocks = 0;
+};
+static array_env g_aenv;
+
+static uint64_t env_u64(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v ? std::strtoull(v, nullptr, 0) : 0;
+}
+
+static void array_env_read()
+{
+	g_aenv = array_env{};
+	if (const char *b = getenv("GPUNVME_ARRAY_BDFS")) {
+		std::string all = b;
+		for (size_t at = 0; at < all.size();) {
+			size_t comma = all.find(',', at);
+			std::string one = all.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+			if (!one.empty())
+				g_aenv.bdfs.push_back(one);
+			at = comma == std::string::npos ? all.size() : comma + 1;
+		}
+	}
+	g_aenv.seed = env_u64("GPUNVME_ARRAY_SEED");
+	g_aenv.lba = env_u64("GPUNVME_ARRAY_LBA");
+	g_aenv.blocks = env_u64("GPUNVME_ARRAY_BLOCKS");
+	g_aenv.wb_seed = env_u64("GPUNVME_ARRAY_WB_SEED");
+	g_aenv.wb_lba = env_u64("GPUNVME_ARRAY_WB_LBA");
+	g_aenv.wb_blocks = env_u64("GPUNVME_ARRAY_WB_BLOCKS");
+}
+
+/* One controller of the array tests: its file (owner mode claimed for raw
+ * pairs), kept open for the rest of the mode; owner mode's PRP pools. */
+struct actl {
+	std::string bdf;
+	int fd = -1;
+	uint32_t flags = 0;
+	gpunvme_info info{};
+	uint8_t *pool = nullptr;
+	std::vector<uint64_t> pool_dma;
+	uint32_t pool_handle = 0;
+};
+static std::vector<actl> g_actl;
+
+static void array_close_all()
+{
+	for (actl &c : g_actl) {
+		if (c.pool_handle) {
+			gpunvme_unmap u;
+			UAPI_INIT(u);
+			u.handle = c.pool_handle;
+			if (ioctl(c.fd, GPUNVME_IOC_UNMAP, &u))
+				diag("%s: UNMAP (pool): %s", c.bdf.c_str(), strerror(errno));
+		}
+		if (c.pool)
+			munmap(c.pool, POOL_PAGES * PAGE);
+		if (c.fd >= 0)
+			close(c.fd);
+	}
+	g_actl.clear();
+}
+
+/* The first n array controllers, open for `flags` (raw: owner claimed).
+ * False with g_skip set when the boot has fewer or owner mode is refused
+ * (EPERM), false with g_ok cleared on a failure. */
+static bool array_ctls(uint32_t n, uint32_t flags)
+{
+	if (g_aenv.bdfs.size() < n || !g_aenv.blocks) {
+		g_skip = "needs " + std::to_string(n) + " controllers in GPUNVME_ARRAY_BDFS (" +
+			 std::to_string(g_aenv.bdfs.size()) + " given) and GPUNVME_ARRAY_BLOCKS";
+		return false;
+	}
+	for (uint32_t k = g_actl.size(); k < n; k++) {
+		actl c;
+		c.bdf = g_aenv.bdfs[k];
+		c.flags = flags;
+		std::string why;
+		c.fd = open_node(c.bdf.c_str(), &c.info, why);
+		if (c.fd < 0) {
+			diag("%s", why.c_str());
+			g_ok = false;
+			return false;
+		}
+		if (c.info.num_namespaces < 1 || c.info.page_size != PAGE || c.info.ns[0].nsid != 1) {
+			diag("%s: needs namespace 1 and 4 KiB pages", c.bdf.c_str());
+			close(c.fd);
+			g_ok = false;
+			return false;
+		}
+		if (flags & GPUNVME_QPAIR_RAW) {
+			gpunvme_owner o;
+			UAPI_INIT(o);
+			if (ioctl(c.fd, GPUNVME_IOC_CLAIM_OWNER, &o)) {
+				const int e = errno;
+				close(c.fd);
+				if (e == EPERM) {
+					g_skip = c.bdf + ": CLAIM_OWNER: " + strerror(e);
+					return false;
+				}
+				diag("%s: CLAIM_OWNER: %s", c.bdf.c_str(), strerror(e));
+				g_ok = false;
+				return false;
+			}
+			c.pool = (uint8_t *)mmap(nullptr, POOL_PAGES * PAGE, PROT_READ | PROT_WRITE,
+						 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			c.pool_dma.assign(POOL_PAGES, 0);
+			gpunvme_map_host m;
+			UAPI_INIT(m);
+			m.addr = (uintptr_t)c.pool;
+			m.len = POOL_PAGES * PAGE;
+			m.dma_addrs = (uintptr_t)c.pool_dma.data();
+			if (c.pool == MAP_FAILED || ioctl(c.fd, GPUNVME_IOC_MAP_HOST, &m)) {
+				diag("%s: MAP_HOST (pool): %s", c.bdf.c_str(), strerror(errno));
+				close(c.fd);
+				g_ok = false;
+				return false;
+			}
+			c.pool_handle = m.handle;
+		}
+		g_actl.push_back(std::move(c));
+	}
+	return true;
+}
+
+struct array_cfg {
+	uint32_t n_ctrl = 1;
+	uint32_t layout = ARRAY_STRIPE;
+	uint32_t chunk = 1;
+	uint32_t page_shift = 14; /* 16 KiB: a PRP list per load */
+	uint32_t frames = 8;
+	uint32_t ways = 8;
+	uint32_t nqp = 2;
+	uint32_t depth = 32;
+	uint64_t lba = 0, blocks = 0; /* on every controller */
+	uint64_t timeout_ticks = WAIT_TICKS;
+};
+
+/* An array over the first n_ctrl array controllers: the frames (host
+ * memory) mapped for each, nqp pairs on each, the cache's bookkeeping, the
+ * descriptor. Closed in the safe order: pairs, then the frames' mappings,
+ * then the memory. */
+struct arun {
+	array_cfg c;
+	uint32_t flags = 0;
+	uint8_t *frames = nullptr;
+	size_t frame_bytes = 0;
+	std::vector<uint64_t> frame_dma;
+	std::vector<uint32_t> frame_handle;
+	std::vector<std::vector<ptq>> qs;
+	std::vector<std::vector<pqueue>> views;
+	std::vector<array_ctrl> actrl;
+	void *meta = nullptr;
+	uint32_t stop = 0;
+	array_desc d{};
+	bool ready = false;
+
+	uint64_t page_bytes() const { return 1ull << c.page_shift; }
+	uint64_t elements() const { return d.bytes / 8; }
+
+	bool open(const array_cfg &x, uint32_t f)
+	{
+		c = x;
+		flags = f;
+		if (!array_ctls(c.n_ctrl, f))
+			return false;
+		const uint32_t lba_size = g_actl[0].info.ns[0].lba_size;
+		for (uint32_t k = 0; k < c.n_ctrl; k++) {
+			const gpunvme_info &in = g_actl[k].info;
+			if (in.ns[0].lba_size != lba_size || in.ns[0].capacity_lbas < c.lba + c.blocks ||
+			    c.nqp > in.io_queues || c.depth > in.max_queue_entries ||
+			    ((f & GPUNVME_QPAIR_RAW) && c.nqp * POOL_WIN > POOL_PAGES)) {
+				diag("%s: LBA size %u (want %u), %llu LBAs (want %llu), %u queues of %u (want %u of %u)",
+				     g_actl[k].bdf.c_str(), in.ns[0].lba_size, lba_size,
+				     (unsigned long long)in.ns[0].capacity_lbas,
+				     (unsigned long long)(c.lba + c.blocks), in.io_queues,
+				     in.max_queue_entries, c.nqp, c.depth);
+				g_ok = false;
+				return false;
+			}
+		}
+		frame_bytes = (size_t)c.frames << c.page_shift;
+		frames = (uint8_t *)mmap(nullptr, frame_bytes, PROT_READ | PROT_WRITE,
+					 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (frames == MAP_FAILED) {
+			frames = nullptr;
+			g_ok = false;
+			return false;
+		}
+		std::memset(frames, 0xA5, frame_bytes);
+		const uint32_t fp = (uint32_t)(frame_bytes / PAGE);
+		frame_dma.assign((size_t)c.n_ctrl * fp, 0);
+		qs.resize(c.n_ctrl);
+		views.resize(c.n_ctrl);
+		for (uint32_t k = 0; k < c.n_ctrl; k++) {
+			actl &a = g_actl[k];
+			gpunvme_map_host m;
+			UAPI_INIT(m);
+			m.addr = (uintptr_t)frames;
+			m.len = frame_bytes;
+			m.dma_addrs = (uintptr_t)(frame_dma.data() + (size_t)k * fp);
+			if (ioctl(a.fd, GPUNVME_IOC_MAP_HOST, &m)) {
+				diag("%s: MAP_HOST (frames): %s", a.bdf.c_str(), strerror(errno));
+				g_ok = false;
+				return false;
+			}
+			frame_handle.push_back(m.handle);
+			qs[k].resize(c.nqp);
+			for (uint32_t i = 0; i < c.nqp; i++) {
+				ptq &t = qs[k][i];
+				int r = pair_open(t.p, c.depth, f, a.fd);
+				if (r) {
+					diag("%s: CREATE_QPAIR/mmap (depth %u): %s", a.bdf.c_str(), c.depth,
+					     strerror(-r));
+					g_ok = false;
+					return false;
+				}
+				t.mem = std::aligned_alloc(64, (pq_bytes(c.depth) + 63) / 64 * 64);
+				pq_init(t.mem, c.depth, 0, 0, 1);
+				pqueue &q = t.q;
+				q = pqueue{};
+				q.sq = t.p.view.sq;
+				q.cq = t.p.view.cq;
+				q.sq_db = t.p.view.sq_db;
+				q.cq_db = t.p.view.cq_db;
+				q.stop = &stop;
+				q.timeout_ticks = c.timeout_ticks;
+				q.tick_hz = TICK_HZ;
+				q.depth = c.depth;
+				q.backoff = 1;
+				pq_attach(q, t.mem);
+				if (is_shared(f)) {
+					q.prp_va = (uint64_t *)t.p.pool;
+					q.prp_dma = t.p.c.prp_dma;
+					q.prp_stride = pq_prp_stride(t.p.c.prp_size, c.depth);
+					q.max_transfer = a.info.shared_max_transfer;
+				} else {
+					q.prp_va = (uint64_t *)(a.pool + (size_t)i * POOL_WIN * PAGE);
+					q.prp_page_dma = a.pool_dma.data() + (size_t)i * POOL_WIN;
+					q.prp_stride = pq_prp_stride((uint64_t)POOL_WIN * PAGE, c.depth);
+					q.max_transfer = a.info.mdts_bytes;
+				}
+				views[k].push_back(q);
+			}
+			array_ctrl x{};
+			x.base_lba = c.lba;
+			x.lbas = c.blocks;
+			x.nqp = c.nqp;
+			x.nsid = 1;
+			x.lba_shift = (uint32_t)__builtin_ctz(lba_size);
+			actrl.push_back(x);
+		}
+		for (uint32_t k = 0; k < c.n_ctrl; k++)
+			actrl[k].qps = views[k].data();
+		/* Whole pages (stripe: whole chunks) of the blocks on each. */
+		uint64_t lp = c.blocks * lba_size / page_bytes();
+		if (c.layout == ARRAY_STRIPE)
+			lp = lp / c.chunk * c.chunk;
+		d = array_desc{};
+		d.ctrl = actrl.data();
+		d.frames = frames;
+		d.frame_dma = frame_dma.data();
+		d.stop = &stop;
+		d.bytes = (c.layout == ARRAY_REPLICATE ? lp : lp * c.n_ctrl) * page_bytes();
+		d.timeout_ticks = c.timeout_ticks;
+		d.tick_hz = TICK_HZ;
+		d.n_ctrl = c.n_ctrl;
+		d.layout = c.layout;
+		d.chunk_pages = c.chunk;
+		d.page_shift = c.page_shift;
+		d.n_frames = c.frames;
+		d.ways = c.ways;
+		d.n_sets = c.frames / c.ways;
+		d.frame_pages = fp;
+		reset();
+		const int32_t chk = array_check(d);
+		if (chk != OK) {
+			diag("array_check: %d", chk);
+			g_ok = false;
+			return false;
+		}
+		ready = true;
+		return true;
+	}
+
+	/* An empty cache (frames poisoned). */
+	void reset()
+	{
+		std::free(meta);
+		const uint64_t n = array_meta_bytes(d.n_frames, d.n_sets);
+		meta = std::aligned_alloc(64, (n + 63) / 64 * 64);
+		std::memset(meta, 0, n);
+		array_meta_attach(d, meta);
+		std::memset(frames, 0xA5, frame_bytes);
+	}
+
+	/* Where element byte x is, by the layout's definition (not the
+	 * library's code): controller and namespace byte offset. */
+	uint64_t disk_byte(uint64_t x, uint32_t *k) const
+	{
+		const uint64_t p = x / page_bytes(), in = x % page_bytes();
+		uint64_t lp = p;
+		*k = 0;
+		if (c.layout == ARRAY_STRIPE) {
+			*k = (uint32_t)(p / c.chunk % c.n_ctrl);
+			lp = p / c.chunk / c.n_ctrl * c.chunk + p % c.chunk;
+		}
+		return c.lba * g_actl[0].info.ns[0].lba_size + lp * page_bytes() + in;
+	}
+
+	/* The host's own check of every cached page: each VALID frame's words
+	 * against the pattern where its page lives. Returns wrong words. */
+	uint64_t check_frames(uint64_t seed, uint32_t *valid) const
+	{
+		uint64_t wrong = 0;
+		*valid = 0;
+		for (uint32_t f = 0; f < c.frames; f++) {
+			const uint64_t st = d.state[f];
+			if (!(st & fstate::VALID) || !fs_tag(st))
+				continue;
+			(*valid)++;
+			const uint64_t p = fs_tag(st) - 1;
+			const uint64_t *w = (const uint64_t *)(frames + ((uint64_t)f << c.page_shift));
+			for (uint64_t e = 0; e < page_bytes() / 8; e++) {
+				uint32_t k;
+				wrong += w[e] != gx::pattern(seed, disk_byte(p * page_bytes() + 8 * e, &k));
+			}
+		}
+		return wrong;
+	}
+
+	void close()
+	{
+		for (auto &v : qs)
+			for (auto &t : v)
+				pt_close(t);
+		for (size_t k = 0; k < frame_handle.size(); k++) {
+			gpunvme_unmap u;
+			UAPI_INIT(u);
+			u.handle = frame_handle[k];
+			if (ioctl(g_actl[k].fd, GPUNVME_IOC_UNMAP, &u)) {
+				diag("%s: UNMAP (frames): %s", g_actl[k].bdf.c_str(), strerror(errno));
+				g_ok = false;
+			}
+		}
+		frame_handle.clear();
+		if (frames)
+			munmap(frames, frame_bytes);
+		frames = nullptr;
+		std::free(meta);
+		meta = nullptr;
+		qs.clear();
+	}
+	~arun() { close(); }
+};
+
+/* A guide kernel over [first, first + count) with groups x lanes threads. */
+static gx::io_result array_launch(void (*k)(const array_desc *, const array_args *, gx::io_result *),
+				  const arun &r, uint64_t seed, uint64_t first, uint64_t count,
+				  uint32_t groups, uint32_t lanes, uint32_t fua = 0, bool *ran = nullptr)
+{
+	array_args x{};
+	x.seed = seed;
+	x.first = first;
+	x.count = count;
+	x.threads = groups * lanes;
+	x.fua = fua;
+	gx::io_result res{};
+	const bool ok = run_groups(groups, lanes, [&] { k(&r.d, &x, &res); });
+	if (ran)
+		*ran = ok;
+	CHECK(ok, "a lane of the array kernel never reached a barrier");
+	return res;
+}
+
+static void array_report(const arun &r, const char *what)
+{
+	const array_stats &s = *r.d.stats;
+	diag("%s: %u controller(s) %s chunk %u, %llu KiB pages, %u frames in %u sets: %llu elements; loads %llu write-backs %llu evictions %llu waits %llu noframe %llu failures %llu retired %llu",
+	     what, r.c.n_ctrl, r.c.layout == ARRAY_REPLICATE ? "replicate" : "stripe", r.c.chunk,
+	     (unsigned long long)(r.page_bytes() / 1024), r.c.frames, r.d.n_sets,
+	     (unsigned long long)r.elements(), (unsigned long long)s.loads,
+	     (unsigned long long)s.writebacks, (unsigned long long)s.evictions,
+	     (unsigned long long)s.waits, (unsigned long long)s.noframe,
+	     (unsigned long long)s.failures, (unsigned long long)s.dead);
+}
+
+/* Shared pairs: each pair's relay counters show its commands relayed. */
+static void array_relayed(const arun &r)
+{
+	if (!is_shared(r.flags))
+		return;
+	uint64_t mirrored = 0;
+	bool seen = false;
+	for (uint32_t k = 0; k < r.c.n_ctrl; k++)
+		for (const ptq &t : r.qs[k]) {
+			const long long m = bridge_counter_of(g_actl[k].bdf.c_str(), t.p.c.qid, "cqes_mirrored");
+			const long long rej = bridge_counter_of(g_actl[k].bdf.c_str(), t.p.c.qid, "sqes_rejected");
+			if (m < 0)
+				continue;
+			seen = true;
+			mirrored += (uint64_t)m;
+			CHECK(rej <= 0, "%s q%u: %lld SQEs rejected", g_actl[k].bdf.c_str(), t.p.c.qid, rej);
+			CHECK((uint64_t)m == t.q.st->cqes, "%s q%u: relay mirrored %lld CQEs, the pair consumed %llu",
+			      g_actl[k].bdf.c_str(), t.p.c.qid, m, (unsigned long long)t.q.st->cqes);
+		}
+	const array_stats &s = *r.d.stats;
+	if (seen)
+		CHECK(mirrored == s.loads + s.writebacks, "relays mirrored %llu CQEs, the array sent %llu commands",
+		      (unsigned long long)mirrored, (unsigned long long)(s.loads + s.writebacks));
+	else
+		diag("no relay counters in debugfs; relay not checked");
+}
+
+/*
+ * Every element of an array striped over n controllers against the CLI's
+ * pattern (the guide's check kernel, 4 groups x 8 threads, then the host's
+ * own check of every cached page), through a cache of 8 frames, far fewer
+ * than the pages (eviction under load).
+ */
+static void array_every_element(uint32_t flags, uint32_t n, uint32_t layout, uint32_t chunk)
+{
+	array_cfg c;
+	c.n_ctrl = n;
+	c.layout = layout;
+	c.chunk = chunk;
+	c.lba = g_aenv.lba;
+	c.blocks = g_aenv.blocks;
+	arun r;
+	if (!r.open(c, flags))
+		return;
+	const uint64_t n_el = r.elements();
+	gx::io_result res = array_launch(gpunvme_array_check, r, g_aenv.seed, 0, n_el, 4, 8);
+	CHECK(res.status == OK && res.completed == n_el && res.mismatches == 0,
+	      "check kernel: status %d, %u of %llu elements, %u differ from the pattern", res.status,
+	      res.completed, (unsigned long long)n_el, res.mismatches);
+	uint32_t valid = 0;
+	const uint64_t wrong = r.check_frames(g_aenv.seed, &valid);
+	CHECK(wrong == 0 && valid > 0, "host: %llu words of %u cached pages differ", (unsigned long long)wrong, valid);
+	const array_stats &s = *r.d.stats;
+	const uint64_t pages = n_el * 8 / r.page_bytes();
+	CHECK(s.loads >= pages && s.evictions >= pages - r.c.frames && s.failures == 0,
+	      "loads %llu, evictions %llu for %llu pages through %u frames", (unsigned long long)s.loads,
+	      (unsigned long long)s.evictions, (unsigned long long)pages, r.c.frames);
+	if (layout == ARRAY_REPLICATE)
+		for (uint32_t k = 0; k < n; k++) {
+			uint64_t cqes = 0;
+			for (const ptq &t : r.qs[k])
+				cqes += t.q.st->cqes;
+			CHECK(cqes > 0, "replica %s served no load", g_actl[k].bdf.c_str());
+		}
+	for (uint32_t k = 0; k < n; k++)
+		for (const ptq &t : r.qs[k])
+			CHECK(pt_settled(t, t.q.st->cid_ticket), "%s", g_actl[k].bdf.c_str());
+	array_relayed(r);
+	array_report(r, "every element");
+}
+
+static void t_array_1(uint32_t flags) { array_every_element(flags, 1, ARRAY_STRIPE, 1); }
+static void t_array_2(uint32_t flags) { array_every_element(flags, 2, ARRAY_STRIPE, 1); }
+static void t_array_4(uint32_t flags) { array_every_element(flags, 4, ARRAY_STRIPE, 2); }
+static void t_array_replicate(uint32_t flags) { array_every_element(flags, 2, ARRAY_REPLICATE, 1); }
+
+/* 32 threads (4 groups of 8) read 32 elements of one page at once: one
+ * loads it, the others find it loading and wait on its frame: one command. */
+static void t_array_one_page(uint32_t flags)
+{
+	array_cfg c;
+	c.n_ctrl = 2;
+	c.lba = g_aenv.lba;
+	c.blocks = g_aenv.blocks;
+	arun r;
+	if (!r.open(c, flags))
+		return;
+	const uint64_t per = r.page_bytes() / 8, page = 3;
+	gx::io_result res = array_launch(gpunvme_array_check, r, g_aenv.seed, page * per, 32, 4, 8);
+	const array_stats &s = *r.d.stats;
+	CHECK(res.status == OK && res.completed == 32 && res.mismatches == 0 && s.loads == 1,
+	      "32 threads on one page: status %d, %u done, %u wrong; loads %llu (want 1), waits %llu",
+	      res.status, res.completed, res.mismatches, (unsigned long long)s.loads,
+	      (unsigned long long)s.waits);
+	array_relayed(r);
+	array_report(r, "one page, 32 threads");
+}
+
+/*
+ * Dirty write-back, then read back: the fill kernel writes the pattern of
+ * the write-back seed into an array over 2 controllers (8 frames: dirty
+ * pages are written back by evictions while writes go on), the flush
+ * kernel (FUA) writes the rest back, a fresh cache reads every element
+ * back with the check kernel. gpunvme_array_hostrun.sh then reads these
+ * blocks through the kernel's nvme driver.
+ */
+static void t_array_write_back(uint32_t flags)
+{
+	if (!g_aenv.wb_blocks) {
+		g_skip = "no GPUNVME_ARRAY_WB_BLOCKS";
+		return;
+	}
+	const bool raw = !is_shared(flags);
+	array_cfg c;
+	c.n_ctrl = 2;
+	c.lba = g_aenv.wb_lba + (raw ? g_aenv.wb_blocks : 0);
+	c.blocks = g_aenv.wb_blocks;
+	const uint64_t seed = g_aenv.wb_seed + (raw ? 1 : 0);
+	arun r;
+	if (!r.open(c, flags))
+		return;
+	const uint64_t n_el = r.elements();
+	gx::io_result res = array_launch(gpunvme_array_fill, r, seed, 0, n_el, 4, 8);
+	CHECK(res.status == OK && res.completed == n_el, "fill: status %d, %u of %llu", res.status,
+	      res.completed, (unsigned long long)n_el);
+	res = array_launch(gpunvme_array_flush, r, seed, 0, 0, 2, 4, 1);
+	CHECK(res.status == OK && res.completed == 8, "flush: status %d, %u of 8 threads", res.status,
+	      res.completed);
+	uint32_t dirty = 0;
+	for (uint32_t f = 0; f < r.c.frames; f++)
+		dirty += (r.d.state[f] & (fstate::DIRTY | fstate::WB)) != 0;
+	const array_stats s = *r.d.stats;
+	CHECK(dirty == 0 && s.writebacks >= n_el * 8 / r.page_bytes(),
+	      "after the flush: %u frames dirty; %llu write-backs for %llu pages", dirty,
+	      (unsigned long long)s.writebacks, (unsigned long long)(n_el * 8 / r.page_bytes()));
+	array_report(r, "fill + flush");
+	array_relayed(r);
+	r.reset();
+	res = array_launch(gpunvme_array_check, r, seed, 0, n_el, 4, 8);
+	CHECK(res.status == OK && res.completed == n_el && res.mismatches == 0,
+	      "read back: status %d, %u of %llu, %u differ", res.status, res.completed,
+	      (unsigned long long)n_el, res.mismatches);
+	diag("wrote the pattern of seed %llu at LBAs %llu..%llu of %s and %s",
+	     (unsigned long long)seed, (unsigned long long)c.lba,
+	     (unsigned long long)(c.lba + c.blocks), g_actl[0].bdf.c_str(), g_actl[1].bdf.c_str());
+}
+
+/* debugfs gpunvme-<bdf>/<knob>. */
+static int array_knob(const std::string &bdf, const char *knob, const char *v)
+{
+	return sysfs_write(("/sys/kernel/debug/gpunvme-" + bdf + "/" + knob).c_str(), v);
+}
+
+/*
+ * A controller that stops answering: an array striped over 2 controllers
+ * with 1 s deadlines; the second stops answering (shared pairs: the
+ * module's relay_hold_qid knob keeps its completions from the pair;
+ * raw pairs, which no module code sits between: the pair's SQ doorbell is
+ * pointed at a cell of host memory, so the controller never sees a
+ * command). 8 threads read one element of every page: the first
+ * controller's are all right, the second's end in errors, each read
+ * within the bound; then the first controller's pages are read again.
+ */
+struct dead_tally {
+	std::atomic<uint64_t> right{0}, wrong{0}, err{0};
+};
+
+static void t_array_dead(uint32_t flags)
+{
+	array_cfg c;
+	c.n_ctrl = 2;
+	c.nqp = 1;
+	c.frames = 32;
+	c.ways = 8;
+	c.lba = g_aenv.lba;
+	c.blocks = g_aenv.blocks;
+	c.timeout_ticks = TICK_HZ; /* 1 s */
+	arun r;
+	if (!r.open(c, flags))
+		return;
+	const bool shared = is_shared(flags);
+	uint32_t cell = 0;
+	const uint16_t qid = r.qs[1][0].p.c.qid;
+	if (shared) {
+		CHECK(array_knob(g_actl[1].bdf, "relay_hold_qid", std::to_string(qid).c_str()) == 0,
+		      "relay_hold_qid: %s", strerror(errno));
+	} else {
+		r.views[1][0].sq_db = &cell;
+	}
+	const uint64_t per = r.page_bytes() / 8, pages = r.elements() / per;
+	dead_tally healthy, dead;
+	std::atomic<uint64_t> worst_ms{0};
+	auto pass = [&](bool only_healthy) {
+		run_groups(2, 4, [&] {
+			const uint32_t t = group_id() * group_size() + lane_id();
+			const array<uint64_t> a(&r.d);
+			for (uint64_t p = t; p < pages; p += 8) {
+				uint32_t k;
+				const uint64_t at = r.disk_byte(p * r.page_bytes() + 8 * 5, &k);
+				if (only_healthy && k == 1)
+					continue;
+				uint64_t v = 0;
+				const uint64_t t0 = wall_ticks();
+				const int32_t rc = a.read(p * per + 5, &v);
+				const uint64_t ms = (wall_ticks() - t0) / 1000000;
+				uint64_t w = worst_ms;
+				while (ms > w && !worst_ms.compare_exchange_weak(w, ms))
+					;
+				dead_tally &x = k == 0 ? healthy : dead;
+				if (rc != OK)
+					x.err++;
+				else if (v == gx::pattern(g_aenv.seed, at))
+					x.right++;
+				else
+					x.wrong++;
+			}
+		});
+	};
+	const uint64_t t0 = wall_ticks();
+	pass(false);
+	pass(true);
+	const uint64_t all_ms = (wall_ticks() - t0) / 1000000;
+	const uint64_t on_healthy = (pages + 1) / 2; /* stripe, chunk 1: even pages */
+	CHECK(healthy.right == 2 * on_healthy && healthy.err == 0 && healthy.wrong == 0,
+	      "healthy controller: %llu right of %llu, %llu wrong, %llu errors",
+	      (unsigned long long)healthy.right.load(), (unsigned long long)(2 * on_healthy),
+	      (unsigned long long)healthy.wrong.load(), (unsigned long long)healthy.err.load());
+	CHECK(dead.err == pages - on_healthy && dead.right == 0,
+	      "stopped controller: %llu of %llu reads failed, %llu right", (unsigned long long)dead.err.load(),
+	      (unsigned long long)(pages - on_healthy), (unsigned long long)dead.right.load());
+	/* A read waits at most for its claim and its command (2 x 1 s) or for
+	 * another lane's load (3 x 1 s); TCG slack on top. */
+	CHECK(worst_ms.load() < 8000, "slowest read %llu ms", (unsigned long long)worst_ms.load());
+	const array_stats &s = *r.d.stats;
+	diag("stopped controller: %llu reads failed; slowest read %llu ms, both passes %llu ms; frames retired %llu",
+	     (unsigned long long)dead.err.load(), (unsigned long long)worst_ms.load(),
+	     (unsigned long long)all_ms, (unsigned long long)s.dead);
+	CHECK(s.dead >= 1, "no frame retired after commands without completions");
+	if (shared) {
+		/* Let the held completions through before the pair goes. */
+		CHECK(array_knob(g_actl[1].bdf, "relay_hold_qid", "0") == 0, "relay_hold_qid 0: %s",
+		      strerror(errno));
+		const long long acc = bridge_counter_of(g_actl[1].bdf.c_str(), qid, "sqes_accepted");
+		for (int i = 0; i < 500 && acc >= 0 &&
+				bridge_counter_of(g_actl[1].bdf.c_str(), qid, "cqes_mirrored") < acc;
+		     i++)
+			usleep(10000);
+	}
+	array_report(r, "a controller stops answering");
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 struct test {
@@ -1966,6 +2660,13 @@ static const test TESTS[] = {
 	{"pthread_own_ticket_in_the_way", t_pt_own_ticket},
 	{"pthread_two_controllers", t_pt_two_controllers},
 	{"guide_read", t_guide_read},
+	{"array_stripe_1_controller", t_array_1},
+	{"array_stripe_2_controllers", t_array_2},
+	{"array_stripe_4_controllers_chunk_2", t_array_4},
+	{"array_replicate_2_controllers", t_array_replicate},
+	{"array_one_page_32_threads_one_command", t_array_one_page},
+	{"array_write_back_then_read_back", t_array_write_back},
+	{"array_controller_stops_answering", t_array_dead},
 };
 
 /*
@@ -2025,6 +2726,7 @@ int main()
 	std::printf("KTAP version 1\n1..%d\n", planned);
 	std::fflush(stdout);
 	std::string why;
+	array_env_read();
 	bool ready = setup(why) == 0;
 	if (!ready)
 		diag("setup failed: %s", why.c_str());
@@ -2080,6 +2782,7 @@ int main()
 				    name.c_str());
 			std::fflush(stdout);
 		}
+		array_close_all(); /* the array controllers' files: owner mode ends */
 	}
 	if (window0)
 		std::printf("# window %lld %lld\n", window0, mono_us());

@@ -11,10 +11,11 @@
 #   <!-- end include -->
 #
 # and this check fails unless every region is its file byte for byte, and
-# the guide's kernel (examples/guide_read.hip, which make kernels builds
-# and hostrun runs) and its Rust launcher (gpunvme-gpu's
-# examples/guide_read.rs, which cargo builds) are both shown. So the
-# guide's code is the code that is built and run, and cannot rot.
+# the guide's kernels (examples/guide_read.hip and guide_array.hip, which
+# make kernels builds and hostrun runs) and their Rust launchers
+# (gpunvme-gpu's examples/guide_read.rs and guide_array.rs, which cargo
+# builds) are all shown. So the guide's code is the code that is built
+# and run, and cannot rot.
 #
 # usage: guide_sync.sh [--update]   (--update rewrites the regions from the files)
 # Last, it checks itself: a copy of the guide with one line of a region
@@ -23,7 +24,8 @@
 set -u
 kdir=$(cd "$(dirname "$0")/.." && pwd)
 readme=${GUIDE_README:-$kdir/README.md}
-required=(examples/guide_read.hip ../userspace/gpunvme-gpu/examples/guide_read.rs)
+required=(examples/guide_read.hip ../userspace/gpunvme-gpu/examples/guide_read.rs examples/guide_array.hip
+	../userspace/gpunvme-gpu/examples/guide_array.rs)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -822,9 +822,14 @@ impl Shared {
         let deadline = crate::shim::RevokeDeadline::from_now();
         for e in queues {
             let g = e.start_revoke();
-            if together {
-                let _ = going.push_within_capacity(g);
+            // Never dropped unfinished: that would free memory an importer
+            // may still map. Without room to wait later, waited for now.
+            let g = if together {
+                going.push_within_capacity(g).err().map(|e| e.0)
             } else {
+                Some(g)
+            };
+            if let Some(g) = g {
                 keep_let_go(&mut kept, g.finish(deadline));
             }
         }

@@ -376,7 +376,7 @@ impl Buffers {
     #[cfg(CONFIG_KUNIT)]
     fn admit(&self) -> Epoch {
         match self.admit_checked(&mut View::new(), 0, |_| Ok::<(), ()>(())) {
-            Ok((_, e)) => e,
+            Ok(((), e)) => e,
             Err(()) => 0,
         }
     }
@@ -498,8 +498,8 @@ mod tests {
         };
         assert!(b.admit_checked(&mut v, 1, page).is_err());
         b.add(1, &[0x30000]).unwrap();
-        let (_, e) = b.admit_checked(&mut v, 1, page).unwrap();
-        let (_, e2) = b.admit_checked(&mut View::new(), 2 + SHARDS, page).unwrap();
+        let ((), e) = b.admit_checked(&mut v, 1, page).unwrap();
+        let ((), e2) = b.admit_checked(&mut View::new(), 2 + SHARDS, page).unwrap();
         assert_eq!((e, e2), (0, 0));
         assert_eq!(b.count(Pending::Epoch(0)), 2);
         b.complete(0, 1, 2);

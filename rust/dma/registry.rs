@@ -81,8 +81,13 @@ impl QueueEntry {
         let room = revoking.reserve(exports.len(), GFP_KERNEL).is_ok();
         for x in exports {
             if room {
-                // Capacity reserved above.
-                let _ = revoking.push_within_capacity(x.revoke_start());
+                // Capacity was reserved above; were it not, the revoke is
+                // waited for now, never dropped unfinished.
+                if let Err(r) = revoking.push_within_capacity(x.revoke_start()) {
+                    if let Err(h) = r.0.finish(RevokeDeadline::from_now()) {
+                        held.add(h);
+                    }
+                }
             } else if let Err(h) = x.revoke() {
                 // No room to wait later: revoked and waited for now.
                 held.add(h);

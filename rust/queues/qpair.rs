@@ -14,6 +14,12 @@ use kernel::sync::atomic::{Atomic, Relaxed};
 use crate::controller::regs::{Cap, PAGE_SIZE};
 use crate::queues::command;
 
+/// Queue memory is charged to the memory cgroup of the task that creates
+/// the pair (where the DMA allocator takes pages from the page allocator:
+/// through the IOMMU, or dma-direct without CMA), so a tenant's queues
+/// count against its own `memory.max`.
+const CHARGED: kernel::alloc::Flags = kernel::alloc::flags::GFP_KERNEL_ACCOUNT;
+
 pub(crate) const SQE_BYTES: usize = 64;
 pub(crate) const CQE_BYTES: usize = 16;
 
@@ -134,11 +140,11 @@ impl QPair {
                     .next_power_of_two();
                 let lists = round_to_page(depth as usize * list_entries * 8);
                 Some(Shadow {
-                    cells: Coherent::zeroed_slice(dev, PAGE_SIZE, GFP_KERNEL)?,
-                    sq: Coherent::zeroed_slice(dev, sq_bytes, GFP_KERNEL)?,
-                    cq: Coherent::zeroed_slice(dev, cq_bytes, GFP_KERNEL)?,
-                    pool: Coherent::zeroed_slice(dev, lists, GFP_KERNEL)?,
-                    lists: Coherent::zeroed_slice(dev, lists, GFP_KERNEL)?,
+                    cells: Coherent::zeroed_slice(dev, PAGE_SIZE, CHARGED)?,
+                    sq: Coherent::zeroed_slice(dev, sq_bytes, CHARGED)?,
+                    cq: Coherent::zeroed_slice(dev, cq_bytes, CHARGED)?,
+                    pool: Coherent::zeroed_slice(dev, lists, CHARGED)?,
+                    lists: Coherent::zeroed_slice(dev, lists, CHARGED)?,
                     list_entries,
                 })
             }
@@ -147,8 +153,8 @@ impl QPair {
             gen: NEXT_GEN.fetch_add(1, Relaxed),
             qid,
             depth,
-            sq: Coherent::zeroed_slice(dev, sq_bytes, GFP_KERNEL)?,
-            cq: Coherent::zeroed_slice(dev, cq_bytes, GFP_KERNEL)?,
+            sq: Coherent::zeroed_slice(dev, sq_bytes, CHARGED)?,
+            cq: Coherent::zeroed_slice(dev, cq_bytes, CHARGED)?,
             cq_in_map,
             shadow,
         };

@@ -9,6 +9,7 @@
  */
 #include <signal.h>
 #include <setjmp.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 
 #include "kselftest_harness.h"
@@ -678,6 +679,55 @@ TEST_F(io, unbind_revokes_mappings)
 	EXPECT_EQ(1, faulted);
 	EXPECT_EQ(-ENODEV, qp_destroy(&q));
 	ASSERT_EQ(0, bind_gpunvme(gpunvme_bdf()));
+}
+
+/* memory.current of the cgroup at `dir`, or -1. */
+static long long memcg_current(const char *dir)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/memory.current", dir);
+	return read_number(path, -1);
+}
+
+/*
+ * Queue memory counts against the memory cgroup of the task that creates
+ * the pair (issue 23: coherent queue memory charged where the kernel can
+ * charge it): a deep pair's SQ, CQ (and, shared, its PRP pool and lists)
+ * raise the creator's memory.current by at least their size, and its
+ * destroy gives it back.
+ */
+TEST_F(io, queue_memory_is_charged_to_the_creators_memcg)
+{
+	const char *root = "/sys/fs/cgroup", *cg = "/sys/fs/cgroup/gpunvme-qpair";
+	char pid[32];
+	struct qp q;
+
+	mkdir(root, 0755);
+	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) &&
+	    mount("none", root, "cgroup2", 0, NULL) && errno != EBUSY)
+		SKIP(return, "no cgroup2 here (%s)", strerror(errno));
+	if (sysfs_write("/sys/fs/cgroup/cgroup.subtree_control", "+memory"))
+		SKIP(return, "no memory controller in this kernel");
+	ASSERT_TRUE(mkdir(cg, 0755) == 0 || errno == EEXIST);
+	snprintf(pid, sizeof(pid), "%d", getpid());
+	ASSERT_EQ(0, sysfs_write("/sys/fs/cgroup/gpunvme-qpair/cgroup.procs", pid));
+
+	uint32_t depth = self->info.max_queue_entries < 2048 ? self->info.max_queue_entries : 2048;
+	long long before = memcg_current(cg);
+	ASSERT_LE(0, before);
+	ASSERT_EQ(0, qp_create(self->fd, depth, &q));
+	long long with = memcg_current(cg);
+	/* What the file may map is the least the pair allocated. */
+	long long size = q.c.sq_size + q.c.cq_size + q.c.prp_size;
+	TH_LOG("depth %u: memory.current %lld -> %lld (+%lld); the pair maps %lld bytes", depth, before, with,
+	       with - before, size);
+	EXPECT_LE(size, with - before) TH_LOG("the pair's memory was not charged to its creator");
+	ASSERT_EQ(0, qp_destroy(&q));
+	long long after = memcg_current(cg);
+	EXPECT_GE(with - size / 2, after) TH_LOG("destroying the pair did not give its charge back");
+
+	ASSERT_EQ(0, sysfs_write("/sys/fs/cgroup/cgroup.procs", pid));
+	rmdir(cg);
 }
 
 TEST_HARNESS_MAIN

@@ -10,5 +10,6 @@
 #include "queue.h"
 #include "wave.h"
 #include "pqueue.h"
+#include "array.h"
 
 #endif /* GPUNVME_GPUNVME_H */

@@ -1335,13 +1335,14 @@ GPUNVME_HD int32_t pq_io_check(const pqueue &q, uint64_t npages, uint64_t off,
  * Read/write len bytes at byte offset off of a buffer given page by page
  * (page_dma[i]: the DMA address of its i-th 4 KiB page, as MAP_HOST and
  * MAP_DMABUF return them), through PRP1, PRP2 or a PRP list the device
- * builds in the command slot's part of the pair's PRP pool.
+ * builds in the command slot's part of the pair's PRP pool. cdw12_flags:
+ * NVME_RW_FUA and/or NVME_RW_LR (array.h's flush with FUA).
  */
 GPUNVME_HD int32_t pq_submit_io_if(const pqueue &q, bool want, uint8_t opc,
 				   uint32_t nsid, uint64_t slba, uint16_t nlb0,
 				   const uint64_t *page_dma, uint64_t npages,
 				   uint64_t off, uint32_t len, pq_ticket *t,
-				   const pq_held *held)
+				   const pq_held *held, uint32_t cdw12_flags = 0)
 {
 	int32_t rc = want ? pq_io_check(q, npages, off, len) : OK;
 	uint32_t slot = 0, seq = 0;
@@ -1376,7 +1377,7 @@ GPUNVME_HD int32_t pq_submit_io_if(const pqueue &q, bool want, uint8_t opc,
 		prp2 = q.prp_page_dma ? q.prp_page_dma[at / 4096] + at % 4096
 				      : q.prp_dma + at;
 	}
-	pq_post(q, slot, seq, pos, sqe_rw(opc, 0, nsid, slba, nlb0, prp1, prp2), t);
+	pq_post(q, slot, seq, pos, sqe_rw(opc, 0, nsid, slba, nlb0, prp1, prp2, cdw12_flags), t);
 	return OK;
 }
 

@@ -20,8 +20,9 @@
 # no system-scope store outside a fenced doorbell. A plain store that
 # bypasses doorbell_write() is indistinguishable from a data store on
 # gfx90a and is not caught there. Example kernels that touch payload must
-# hold the payload-contract sites (read_verify, pthread_io, guide_read:
-# payload-acquire; write, pthread_io: payload-release), and every one of
+# hold the payload-contract sites (read_verify, pthread_io, guide_read,
+# guide_array: payload-acquire; write, pthread_io, guide_array:
+# payload-release), and every one of
 # them, as it submits and reaps, release and acquire sites. The self-test
 # kernel (selftest: include/gpunvme/selftest.h) stores to and loads from
 # the queue memory the way the library does: its plain stores each before
@@ -320,7 +321,7 @@ needs() { # object name
 	read_verify | guide_read) echo release acquire payload-acquire ;;
 	sweep) echo release acquire ;;
 	write) echo release acquire payload-release ;;
-	pthread_io) echo release acquire payload-acquire payload-release ;;
+	pthread_io | guide_array) echo release acquire payload-acquire payload-release ;;
 	selftest) echo release ;; # its GPU-to-CPU stores: plain + release, doorbell
 	esac
 }
@@ -445,7 +446,7 @@ for spec in "$@"; do
 				"$count_release release, $count_doorbell doorbell, $count_poll poll site(s); want 2, 2, 2"
 		fi
 	fi
-	case $name in read_verify | write | sweep | pthread_io | guide_read) ex=1 ;; *) ex=0 ;; esac
+	case $name in read_verify | write | sweep | pthread_io | guide_read | guide_array) ex=1 ;; *) ex=0 ;; esac
 	check_order "$tag" "$asm" "$ex"
 	db=("${REL[@]}" "$ST" "${ST_WAIT[@]}" "${POST[@]}" "${INV[@]}")
 	pl=("${INV[@]}" "($LD|$LD16)")
@@ -479,7 +480,7 @@ for spec in "$@"; do
 	*) clk="^s_memrealtime " clkname=s_memrealtime ;;
 	esac
 	check_present "$tag: wall clock ${clkname}" "$dis" "$clk"
-	case $name in read_verify | write | sweep | pthread_io | guide_read) # the library's examples
+	case $name in read_verify | write | sweep | pthread_io | guide_read | guide_array) # the library's examples
 		check_chain "$tag: CQ poll: invalidate, then ONE 16-byte system-scope load" "$dis" 1 "${INV[@]}" "$LD16" ;;
 	esac
 	if [ "$name" = pthread_io ]; then

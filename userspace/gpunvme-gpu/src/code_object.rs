@@ -12,18 +12,21 @@ use std::path::{Path, PathBuf};
 use crate::error::{GpuError, Result};
 use crate::probe::RuntimeKind;
 
-/// The example kernels and their entry points.
+/// The example kernels, the self-test, and their entry points.
 pub const KERNELS: &[(&str, &str)] = &[
     ("write", "gpunvme_write"),
     ("read_verify", "gpunvme_read_verify"),
     ("sweep", "gpunvme_sweep"),
     ("pthread_io", "gpunvme_pthread_io"),
     ("guide_read", "gpunvme_guide_read"),
+    // Also gpunvme_array_fill and gpunvme_array_flush.
+    ("guide_array", "gpunvme_array_check"),
     ("selftest", "gpunvme_selftest"),
 ];
 
 /// The entry point of an example kernel (`write`, `read_verify`, `sweep`,
-/// `pthread_io`, `guide_read`) or of the self-test (`selftest`).
+/// `pthread_io`, `guide_read`, `guide_array`: its check kernel) or of the
+/// self-test (`selftest`).
 pub fn entry_point(kernel: &str) -> Option<&'static str> {
     KERNELS.iter().find(|(k, _)| *k == kernel).map(|(_, e)| *e)
 }
@@ -74,7 +77,12 @@ pub fn candidates(kind: RuntimeKind, arch: &str, kernel: &str) -> Vec<PathBuf> {
 pub fn load(dir: &Path, kind: RuntimeKind, arch: &str, kernel: &str) -> Result<(PathBuf, Vec<u8>)> {
     if entry_point(kernel).is_none() {
         return Err(GpuError(format!(
-            "unknown kernel `{kernel}`: the kernels are write, read_verify, sweep, pthread_io, guide_read and selftest"
+            "unknown kernel `{kernel}`: the kernels are {}",
+            KERNELS
+                .iter()
+                .map(|(k, _)| *k)
+                .collect::<Vec<_>>()
+                .join(", ")
         )));
     }
     let cands = candidates(kind, arch, kernel);

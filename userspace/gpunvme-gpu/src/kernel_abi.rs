@@ -241,8 +241,151 @@ pub struct PtArgs {
     pub pad: u32,
 }
 
+/// `gpunvme::array_ctrl` (array.h): one controller of a storage array.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArrayCtrl {
+    /// Device address of this controller's `PQueue`s.
+    pub qps: u64,
+    /// The array's first LBA on this controller.
+    pub base_lba: u64,
+    /// LBAs the array may use there, from `base_lba`.
+    pub lbas: u64,
+    /// Queue pairs in `qps`.
+    pub nqp: u32,
+    /// Namespace.
+    pub nsid: u32,
+    /// log2 of the LBA size.
+    pub lba_shift: u32,
+    /// Padding (0).
+    pub pad: u32,
+}
+
+/// `gpunvme::array_stats` (array.h): the slow path's counters.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ArrayStats {
+    /// Page reads submitted.
+    pub loads: u64,
+    /// Page writes submitted (a replicated page: one per controller).
+    pub writebacks: u64,
+    /// Valid pages a load replaced.
+    pub evictions: u64,
+    /// Lookups that found their page being loaded.
+    pub waits: u64,
+    /// Passes that found no frame of the set free.
+    pub noframe: u64,
+    /// Loads and write-backs that failed.
+    pub failures: u64,
+    /// Frames retired (a command without a completion).
+    pub dead: u64,
+    /// Padding.
+    pub pad: u64,
+}
+
+/// `gpunvme::ARRAY_STRIPE`.
+pub const ARRAY_STRIPE: u32 = 0;
+/// `gpunvme::ARRAY_REPLICATE`.
+pub const ARRAY_REPLICATE: u32 = 1;
+
+/// `gpunvme::array_desc` (array.h): what every thread of an array kernel
+/// holds. Every pointer is a device address.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArrayDesc {
+    /// `ArrayCtrl[n_ctrl]`.
+    pub ctrl: u64,
+    /// The frames, `n_frames << page_shift` bytes.
+    pub frames: u64,
+    /// `u64[n_ctrl * frame_pages]`: controller c's DMA address of 4 KiB
+    /// page k of the frames at `c * frame_pages + k`.
+    pub frame_dma: u64,
+    /// The cache's bookkeeping ([`array_meta_bytes`]): state words.
+    pub state: u64,
+    /// Why a frame's load failed.
+    pub ferr: u64,
+    /// The sets' locks.
+    pub set_lock: u64,
+    /// The sets' clock hands.
+    pub hand: u64,
+    /// `ArrayStats`, or 0.
+    pub stats: u64,
+    /// `operator[]`'s first error, or 0.
+    pub error: u64,
+    /// Host stop flag, or 0.
+    pub stop: u64,
+    /// Array length in bytes.
+    pub bytes: u64,
+    /// Per wait, in wall-clock ticks (capped on the GPU).
+    pub timeout_ticks: u64,
+    /// Wall-clock ticks per second.
+    pub tick_hz: u64,
+    /// Controllers.
+    pub n_ctrl: u32,
+    /// `ARRAY_STRIPE` or `ARRAY_REPLICATE`.
+    pub layout: u32,
+    /// Stripe unit in pages.
+    pub chunk_pages: u32,
+    /// log2 of the page size, 12..16.
+    pub page_shift: u32,
+    /// Frames: `n_sets * ways`.
+    pub n_frames: u32,
+    /// Frames per set, a power of two up to 16.
+    pub ways: u32,
+    /// Sets.
+    pub n_sets: u32,
+    /// 4 KiB pages of the frames.
+    pub frame_pages: u32,
+}
+
+impl ArrayDesc {
+    /// Points the bookkeeping pointers into an allocation of
+    /// [`array_meta_bytes`] at device address `meta` (array.h's
+    /// `array_meta_attach`); `n_frames` and `n_sets` must be set.
+    pub fn attach_meta(&mut self, meta: u64) {
+        let (f, s) = (self.n_frames, self.n_sets);
+        self.state = meta;
+        self.ferr = meta + 8 * f as u64;
+        self.set_lock = meta + array_meta_lock_off(f);
+        self.hand = meta + array_meta_lock_off(f) + 4 * s as u64;
+        self.stats = meta + array_meta_stats_off(f, s);
+        self.error = self.stats + size_of::<ArrayStats>() as u64;
+    }
+}
+
+fn array_meta_lock_off(n_frames: u32) -> u64 {
+    (12 * n_frames as u64 + 63) & !63
+}
+
+/// Offset of the `ArrayStats` in the bookkeeping.
+pub fn array_meta_stats_off(n_frames: u32, n_sets: u32) -> u64 {
+    (array_meta_lock_off(n_frames) + 8 * n_sets as u64 + 63) & !63
+}
+
+/// Bytes of an array's bookkeeping (array.h `array_meta_bytes`), all
+/// zero at the start.
+pub fn array_meta_bytes(n_frames: u32, n_sets: u32) -> u64 {
+    array_meta_stats_off(n_frames, n_sets) + size_of::<ArrayStats>() as u64 + 64
+}
+
+/// `array_args` of `kernels/examples/guide_array.hip`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArrayArgs {
+    /// The pattern's seed.
+    pub seed: u64,
+    /// First element.
+    pub first: u64,
+    /// Elements.
+    pub count: u64,
+    /// Threads in the launch.
+    pub threads: u32,
+    /// Flush: write back with FUA.
+    pub fua: u32,
+}
+
 // The same numbers are asserted in kernels/examples/example.h,
-// guide_read.hip and pthread_io.hip.
+// guide_read.hip, pthread_io.hip, guide_array.hip and array.h.
 const _: () = {
     assert!(size_of::<PtArgs>() == 72);
     assert!(offset_of!(PtArgs, nsid) == 40);
@@ -265,6 +408,14 @@ const _: () = {
     assert!(offset_of!(PQueue, timeout_ticks) == 88);
     assert!(offset_of!(PQueue, depth) == 104);
     assert!(offset_of!(PQueue, backoff) == 116);
+    assert!(size_of::<ArrayCtrl>() == 40);
+    assert!(size_of::<ArrayStats>() == 64);
+    assert!(size_of::<ArrayDesc>() == 136);
+    assert!(offset_of!(ArrayDesc, bytes) == 80);
+    assert!(offset_of!(ArrayDesc, n_ctrl) == 104);
+    assert!(offset_of!(ArrayDesc, frame_pages) == 132);
+    assert!(size_of::<ArrayArgs>() == 32);
+    assert!(offset_of!(ArrayArgs, fua) == 28);
     assert!(size_of::<GuideArgs>() == 56);
     assert!(offset_of!(GuideArgs, nsid) == 40);
     assert!(offset_of!(GuideArgs, npairs) == 52);
@@ -275,6 +426,7 @@ pub fn status_name(status: i32) -> String {
     match status {
         0 => "ok".into(),
         -5 => "EIO: queue pair poisoned by an earlier failure".into(),
+        -105 => "ENOBUFS: no frame of the page's cache set could be freed in time".into(),
         -16 => "EBUSY: not enough free slots".into(),
         -22 => "EINVAL: bad argument or queue pair setup".into(),
         -62 => "ETIME: the GPU wall clock does not advance".into(),
@@ -329,6 +481,32 @@ mod tests {
         assert_eq!(pq_prp_stride(4096 * 16, 32), 2048);
         assert_eq!(pq_prp_stride(4096, 32), 128);
         assert_eq!(pq_prp_stride(100, 32), 0);
+    }
+
+    #[test]
+    fn array_meta_matches_array_h() {
+        // array.h for 64 frames in 8 sets: state 512 B, ferr 256 B (768),
+        // locks at 768, hands at 800, stats at (832 + 63) & ~63 = 832,
+        // error at 896, 960 bytes in all.
+        assert_eq!(array_meta_bytes(64, 8), 832 + 64 + 64);
+        let mut d = ArrayDesc {
+            n_frames: 64,
+            n_sets: 8,
+            ..Default::default()
+        };
+        d.attach_meta(0x1000);
+        assert_eq!(
+            (d.state, d.ferr, d.set_lock, d.hand, d.stats, d.error),
+            (0x1000, 0x1200, 0x1300, 0x1320, 0x1340, 0x1380)
+        );
+        // 3 frames (one way each): locks at (36 + 63) & ~63 = 64.
+        let mut e = ArrayDesc {
+            n_frames: 3,
+            n_sets: 3,
+            ..Default::default()
+        };
+        e.attach_meta(0);
+        assert_eq!((e.ferr, e.set_lock, e.hand, e.stats), (24, 64, 76, 128));
     }
 
     #[test]

@@ -31,6 +31,8 @@
 //! - [`code_object`]: which file of `make kernels` fits a GPU.
 //! - [`kernel_abi`]: the argument blocks of the example kernels, pinned to
 //!   the C++ layout by asserts on both sides.
+//! - [`mod@array`]: a storage array for `gpunvme::array<T>` (array.h): the
+//!   frames mapped into every controller, the queue pairs, the descriptor.
 //!
 //! Both modes need the gpunvme kernel module (it relays shared pairs and
 //! creates raw ones).
@@ -45,6 +47,7 @@ compile_error!(
      build without it: the default loads HIP or CUDA at run time with dlopen."
 );
 
+pub mod array;
 pub mod code_object;
 mod cuda;
 mod driver;
