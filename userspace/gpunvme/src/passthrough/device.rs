@@ -422,16 +422,11 @@ impl Device {
         if m.dma_addrs == 0 {
             return Err(libc::EFAULT);
         }
-        // The range must be mapped: madvise fails with ENOMEM where it is
-        // not (the module's pin fails with EFAULT there).
-        // SAFETY: MADV_NORMAL changes nothing about the memory.
-        if unsafe {
-            libc::madvise(
-                m.addr as *mut libc::c_void,
-                m.len as usize,
-                libc::MADV_NORMAL,
-            )
-        } != 0
+        // The range must be mapped: msync fails with ENOMEM where it is
+        // not (the module's pin fails with EFAULT there). Not madvise,
+        // which kernels without CONFIG_ADVISE_SYSCALLS do not have.
+        // SAFETY: MS_ASYNC writes nothing back and changes no mapping.
+        if unsafe { libc::msync(m.addr as *mut libc::c_void, m.len as usize, libc::MS_ASYNC) } != 0
         {
             return Err(libc::EFAULT);
         }

@@ -473,3 +473,52 @@ fn a_kernel_ring_relays_a_pair_end_to_end() {
     drop(qp);
     drop(buf);
 }
+
+#[test]
+fn map_host_refuses_an_unmapped_range_and_takes_a_mapped_one() {
+    use gpunvme_sys as sys;
+    let disk = ModelDisk::with_data(DISK_BLOCKS, LBA);
+    let dev = open_model(disk, NSID, WIN, 128 << 10, 1).unwrap();
+    // Two pages mapped, then the second unmapped: a hole at a known place.
+    // SAFETY: a fresh anonymous mapping, ours alone.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            8192,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    // SAFETY: the second page of the mapping above; nothing uses it.
+    assert_eq!(
+        unsafe { libc::munmap(base.cast::<u8>().add(4096).cast(), 4096) },
+        0
+    );
+    let mut addrs = [0u64; 2];
+    let mut map = |len: u64| {
+        let mut m = sys::gpunvme_map_host {
+            size: std::mem::size_of::<sys::gpunvme_map_host>() as u32,
+            version: sys::GPUNVME_UAPI_VERSION,
+            addr: base as u64,
+            len,
+            dma_addrs: addrs.as_mut_ptr() as u64,
+            ..Default::default()
+        };
+        // SAFETY: a gpunvme_map_host whose dma_addrs has room for two.
+        unsafe {
+            dev.ioctl(
+                sys::GPUNVME_IOC_MAP_HOST,
+                (&mut m as *mut sys::gpunvme_map_host).cast(),
+            )
+        }
+    };
+    assert_eq!(map(8192), Err(libc::EFAULT), "a range with a hole");
+    assert_eq!(map(4096), Ok(0), "the mapped page alone");
+    drop(dev);
+    // SAFETY: the first page, still mapped; the back end that recorded its
+    // address (no pair used it) is gone.
+    assert_eq!(unsafe { libc::munmap(base, 4096) }, 0);
+}
