@@ -1610,6 +1610,15 @@ static void t_pt_prp_sizes(uint32_t flags)
 		pt_close(t);
 		return;
 	}
+	/* hostrun's LBAs are the namespace's upper half (lba_alloc). */
+	const uint64_t room = (g_lba_end - g_lba_end / 2) * g_lba_size;
+	if (bytes + PAGE > room) {
+		g_skip = "the transfers (" + std::to_string(bytes >> 10) + " KiB at a largest command of " +
+			 std::to_string(one >> 10) + " KiB) exceed the namespace's upper half (" +
+			 std::to_string(room >> 10) + " KiB)";
+		pt_close(t);
+		return;
+	}
 	uint8_t *buf = (uint8_t *)mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
 				       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	std::vector<uint64_t> dma(bytes / PAGE);
