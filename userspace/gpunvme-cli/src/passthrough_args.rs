@@ -38,8 +38,8 @@ pub struct PassthroughArgs {
     #[arg(long, value_name = "START:COUNT", value_parser = WindowSpec::parse_lbas)]
     pub lba_window: Option<WindowSpec>,
     /// Polled completions (IORING_SETUP_IOPOLL): auto (when the namespace
-    /// has poll queues: nvme.ko's poll_queues=N, or nr_poll_queues=N when
-    /// connecting a fabrics controller), on, off.
+    /// has poll queues, nvme.ko's poll_queues=N, and every path is PCIe:
+    /// nvme-tcp's poll is not safe on 7.3), on, off.
     #[arg(long, value_enum, default_value_t = Poll::Auto, value_name = "MODE")]
     pub poll: Poll,
     /// Do not register buffers as io_uring fixed buffers (every command

@@ -234,8 +234,7 @@ pub fn describe(sysfs: &Sysfs, disk: &str) -> Result<KernelNamespace> {
             match read(&attr).as_deref() {
                 Some("1") => Ok(()),
                 Some(_) => Err(format!(
-                    "{q} has no poll queues (queue/io_poll is 0): nvme.ko's poll_queues=N (PCIe) or \
-                     nr_poll_queues=N when connecting (fabrics)"
+                    "{q} has no poll queues (queue/io_poll is 0): nvme.ko's poll_queues=N"
                 )),
                 None => Err(format!("cannot read {}", attr.display())),
             }
