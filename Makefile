@@ -26,7 +26,7 @@ CARGO ?= cargo
 
 .PHONY: all deps kernel module selftests userspace kernels vm-test host-test \
 	isa-check demo check clean dkms-install dkms-check dkms-debian bench standin hostrun fuzz fuzz-vm \
-	python python-test python-vm
+	hostrun-pt hostrun-pt-model python python-test python-vm
 
 all: module userspace
 
@@ -89,8 +89,19 @@ standin: module
 hostrun:
 	$(MAKE) -C $(ROOT)/kernels hostrun
 
+# The same built against the gpunvme library's passthrough back end (no
+# module: a namespace the kernel drives, through io_uring NVMe passthrough).
+hostrun-pt: userspace
+	$(MAKE) -C $(ROOT)/kernels hostrun-pt
+
+# hostrun-pt on the library's model namespace (a RAM disk in place of the
+# kernel): the device library and the example kernels through the
+# passthrough relay, checks and threads, on the host, no VM.
+hostrun-pt-model: hostrun-pt
+	GPUNVME_PT_DEVICE=model:65536:512 timeout 600 $(ROOT)/kernels/build/hostrun/gpunvme_hostrun_pt
+
 # The VM suite: every selftest against the emulated controllers.
-vm-test: module selftests standin userspace hostrun fuzz python
+vm-test: module selftests standin userspace hostrun hostrun-pt fuzz python
 	bash $(ROOT)/tests/vm/suite.sh
 
 demo: deps module userspace hostrun

@@ -10,6 +10,8 @@
 #   gpu    the device library as host C++ (kernels/ host-test: queue, per-thread API, self-test harness,
 #          the array over model controllers, array_host.h as C11)
 #   relay  the H200 bench's port of the shared-mode relay and checks, as host C++
+#   ptmodel the device library (kernels/hostrun) through the userspace passthrough
+#          back end on its model namespace (no device, no VM)
 #   isa    every doorbell, poll, release, acquire and payload site of every AMD object (+ negative tests)
 #   guide  kernels/README.md's code is the code that is built and run
 #   kcache two builds of one test kernel at once: one waits, the kernel is built once
@@ -75,6 +77,7 @@ suite lint count_plain bash "$ROOT"/tests/userspace/lint.sh
 suite python count_plain make -s -C "$ROOT" python-test
 suite gpu count_plain_all make -s -C "$ROOT"/kernels host-test
 suite relay count_plain make -s -C "$ROOT"/kernels bench-host-test
+suite ptmodel count_plain make -s -C "$ROOT" hostrun-pt-model
 suite isa count_plain_all make -s -C "$ROOT" isa-check
 suite guide count_plain make -s -C "$ROOT"/kernels guide-check
 suite kcache count_plain bash "$ROOT"/tests/kernel/build_lock_test.sh

@@ -35,6 +35,16 @@
 // the claim is refused with EPERM (no CAP_SYS_RAWIO, lockdown, no
 // translating IOMMU) the raw tests are reported as skipped, with the
 // reason.
+// Built with -DGPUNVME_HOSTRUN_PASSTHROUGH (make -C kernels hostrun-pt,
+// linked with the gpunvme library's static archive) the same tests run on
+// a namespace the kernel drives, through the library's passthrough back end
+// (userspace/gpunvme/src/passthrough: shadow pairs laid out as the module's
+// shared pairs, a relay thread that checks each SQE and submits it through
+// io_uring NVMe passthrough): GPUNVME_PT_DEVICE (/dev/ngXnY, /dev/nvmeXnY or
+// a partition) and GPUNVME_PT_OPTIONS (gpunvme_passthrough.h's options, e.g.
+// "partition=/dev/nvme0n1p2") instead of a module and a BDF; the UAPI calls
+// are the same, answered by the library; shared pairs only (raw ones need
+// owner mode, which a passthrough back end has not).
 // Output: KTAP. Environment: GPUNVME_BDF, GPUNVME_DIR (module load and
 // bind as in tests/selftests/vmenv.h); GPUNVME_BDF2, a second controller
 // for pthread_two_controllers; GPUNVME_HOSTRUN_ONLY (comma-separated test
@@ -54,6 +64,9 @@
 #include "../examples/guide_array.hip"
 
 #include "gpunvme.h" /* uapi/gpunvme.h */
+#ifdef GPUNVME_HOSTRUN_PASSTHROUGH
+#include "gpunvme_passthrough.h" /* userspace/gpunvme/include */
+#endif
 #include "vmenv.h"   /* tests/selftests/vmenv.h (-isystem: its -Wformat-truncation is not ours) */
 
 #include <atomic>
@@ -119,6 +132,35 @@ static void diag(const char *fmt, ...)
 
 static int g_fd = -1;
 static gpunvme_info g_info;
+#ifdef GPUNVME_HOSTRUN_PASSTHROUGH
+static gpunvme_pt *g_pt; /* the back end; g_fd is its memfd (for mmap) */
+#endif
+
+/* A UAPI ioctl on the controller: the module's node, or the passthrough
+ * back end, which answers the same structs. */
+static int dev_ioctl(unsigned long request, void *arg)
+{
+#ifdef GPUNVME_HOSTRUN_PASSTHROUGH
+	return gpunvme_pt_ioctl(g_pt, request, arg);
+#else
+	return ioctl(g_fd, request, arg);
+#endif
+}
+
+/* The same on a given file: another node's (the array's controllers), or
+ * the back end's own memfd in passthrough builds, which have only that one. */
+static int fd_ioctl(int fd, unsigned long request, void *arg)
+{
+#ifdef GPUNVME_HOSTRUN_PASSTHROUGH
+	if (fd != g_fd) {
+		errno = EBADF;
+		return -1;
+	}
+	return gpunvme_pt_ioctl(g_pt, request, arg);
+#else
+	return ioctl(fd, request, arg);
+#endif
+}
 static uint32_t g_nsid, g_lba_size, g_blocks_per_page;
 static uint64_t g_lba_next; /* LBA cursor: every batch gets fresh blocks */
 static uint64_t g_lba_end;
@@ -170,6 +212,43 @@ static const char *iommu_name(uint32_t m)
 	}
 }
 
+#ifdef GPUNVME_HOSTRUN_PASSTHROUGH
+static int open_controller(std::string &why)
+{
+	const char *dev = getenv("GPUNVME_PT_DEVICE");
+	const char *opts = getenv("GPUNVME_PT_OPTIONS");
+	if (!dev || !*dev) {
+		why = "GPUNVME_PT_DEVICE is not set (a /dev/ngXnY, /dev/nvmeXnY or partition)";
+		return -1;
+	}
+	char err[512] = "";
+	g_pt = gpunvme_pt_open(dev, opts, err, sizeof(err));
+	if (!g_pt) {
+		why = std::string("gpunvme_pt_open ") + dev + ": " + err;
+		return -1;
+	}
+	g_fd = gpunvme_pt_fd(g_pt);
+	UAPI_INIT(g_info);
+	if (dev_ioctl(GPUNVME_IOC_GET_INFO, &g_info)) {
+		why = std::string("GET_INFO: ") + strerror(errno);
+		return -1;
+	}
+	diag("passthrough %s (%s): %s %s, completions %s, shared max transfer %u bytes",
+	     dev, opts ? opts : "whole namespace", g_info.bdf, g_info.model,
+	     gpunvme_pt_polled(g_pt) ? "polled" : "by interrupt", g_info.shared_max_transfer);
+	return g_fd;
+}
+
+/* The array's tests open other controllers' nodes: the passthrough build
+ * has its one namespace only, so they fail with this reason. */
+static int open_node(const char *bdf, gpunvme_info *, std::string &why)
+{
+	why = std::string("hostrun-pt opens no module node (") + bdf +
+	      "): the array's tests need the module";
+	errno = ENODEV;
+	return -1;
+}
+#else
 /* Load the module, bind bdf to it and open its /dev/gpunvme<N> (N is bind
  * order: the node whose GET_INFO names bdf); its info in *info. */
 static int open_node(const char *bdf, gpunvme_info *info, std::string &why)
@@ -216,6 +295,7 @@ static int open_controller(std::string &why)
 		     g_info.shared_max_transfer, g_info.mdts_bytes);
 	return fd;
 }
+#endif
 
 static int setup(std::string &why)
 {
@@ -252,7 +332,7 @@ static int setup(std::string &why)
 	m.addr = (uintptr_t)g_buf;
 	m.len = BUF_PAGES * PAGE;
 	m.dma_addrs = (uintptr_t)g_dma;
-	if (ioctl(g_fd, GPUNVME_IOC_MAP_HOST, &m)) {
+	if (dev_ioctl(GPUNVME_IOC_MAP_HOST, &m)) {
 		why = std::string("MAP_HOST: ") + strerror(errno);
 		return -1;
 	}
@@ -267,7 +347,7 @@ static int setup(std::string &why)
 	m.addr = (uintptr_t)g_pool;
 	m.len = POOL_PAGES * PAGE;
 	m.dma_addrs = (uintptr_t)g_pool_dma;
-	if (ioctl(g_fd, GPUNVME_IOC_MAP_HOST, &m)) {
+	if (dev_ioctl(GPUNVME_IOC_MAP_HOST, &m)) {
 		why = std::string("MAP_HOST (pool): ") + strerror(errno);
 		return -1;
 	}
@@ -283,17 +363,22 @@ static void teardown()
 		gpunvme_unmap u;
 		UAPI_INIT(u);
 		u.handle = g_buf_handle;
-		if (ioctl(g_fd, GPUNVME_IOC_UNMAP, &u))
+		if (dev_ioctl(GPUNVME_IOC_UNMAP, &u))
 			diag("UNMAP: %s", strerror(errno));
 	}
 	if (g_pool_handle) {
 		gpunvme_unmap u;
 		UAPI_INIT(u);
 		u.handle = g_pool_handle;
-		if (ioctl(g_fd, GPUNVME_IOC_UNMAP, &u))
+		if (dev_ioctl(GPUNVME_IOC_UNMAP, &u))
 			diag("UNMAP (pool): %s", strerror(errno));
 	}
+#ifdef GPUNVME_HOSTRUN_PASSTHROUGH
+	gpunvme_pt_close(g_pt); /* g_fd is its memfd */
+	g_pt = nullptr;
+#else
 	close(g_fd);
+#endif
 }
 
 /* ---- a queue pair as the GPU sees it ----------------------------------- */
@@ -314,7 +399,7 @@ static int pair_open(pair &p, uint32_t depth, uint32_t flags, int fd = -1)
 	UAPI_INIT(p.c);
 	p.c.depth = depth;
 	p.c.flags = flags;
-	if (ioctl(p.fd, GPUNVME_IOC_CREATE_QPAIR, &p.c))
+	if (fd_ioctl(p.fd, GPUNVME_IOC_CREATE_QPAIR, &p.c))
 		return -errno;
 	p.live = true;
 	p.sq = mmap(nullptr, p.c.sq_size, PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -368,7 +453,7 @@ static void pair_close(pair &p)
 		gpunvme_qpair_destroy d;
 		UAPI_INIT(d);
 		d.qid = p.c.qid;
-		if (ioctl(p.fd, GPUNVME_IOC_DESTROY_QPAIR, &d)) {
+		if (fd_ioctl(p.fd, GPUNVME_IOC_DESTROY_QPAIR, &d)) {
 			diag("DESTROY_QPAIR %u: %s", p.c.qid, strerror(errno));
 			g_ok = false;
 		}
@@ -611,6 +696,10 @@ static void pair_job_run(pair_job &j)
  */
 static long long bridge_counter_of(const char *bdf, uint16_t qid, const char *name)
 {
+#ifdef GPUNVME_HOSTRUN_PASSTHROUGH
+	/* The library's relay counts the same (no real doorbells: -1). */
+	return gpunvme_pt_counter(g_pt, qid, name);
+#endif
 	char path[256];
 	std::snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s-q%u/%s",
 		      bdf, qid, name);
@@ -643,7 +732,9 @@ static bool bridge_relayed(const pair &p, uint64_t commands)
 	}
 	diag("q%u relay: cqes_mirrored %lld sq_doorbell_writes %lld cq_doorbell_writes %lld bad_doorbell_values %lld sqes_accepted %lld sqes_rejected %lld",
 	     p.c.qid, mirrored, sq, cq, bad, accepted, rejected);
-	return mirrored >= (long long)commands && sq > 0 && cq > 0 && bad == 0 &&
+	/* A passthrough relay rings no doorbells of its own (io_uring does). */
+	const bool doorbells = sq >= 0 || cq >= 0;
+	return mirrored >= (long long)commands && (!doorbells || (sq > 0 && cq > 0)) && bad == 0 &&
 	       (accepted < 0 || accepted >= (long long)commands) && rejected <= 0;
 }
 
@@ -1519,6 +1610,15 @@ static void t_pt_prp_sizes(uint32_t flags)
 		pt_close(t);
 		return;
 	}
+	/* hostrun's LBAs are the namespace's upper half (lba_alloc). */
+	const uint64_t room = (g_lba_end - g_lba_end / 2) * g_lba_size;
+	if (bytes + PAGE > room) {
+		g_skip = "the transfers (" + std::to_string(bytes >> 10) + " KiB at a largest command of " +
+			 std::to_string(one >> 10) + " KiB) exceed the namespace's upper half (" +
+			 std::to_string(room >> 10) + " KiB)";
+		pt_close(t);
+		return;
+	}
 	uint8_t *buf = (uint8_t *)mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
 				       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	std::vector<uint64_t> dma(bytes / PAGE);
@@ -1527,7 +1627,7 @@ static void t_pt_prp_sizes(uint32_t flags)
 	m.addr = (uintptr_t)buf;
 	m.len = bytes;
 	m.dma_addrs = (uintptr_t)dma.data();
-	bool mapped = buf != MAP_FAILED && ioctl(g_fd, GPUNVME_IOC_MAP_HOST, &m) == 0;
+	bool mapped = buf != MAP_FAILED && dev_ioctl(GPUNVME_IOC_MAP_HOST, &m) == 0;
 	CHECK(mapped, "MAP_HOST of %llu bytes: %s", (unsigned long long)bytes, strerror(errno));
 	const uint64_t lba = lba_alloc((uint32_t)(bytes / PAGE) + 1);
 	const uint32_t shift = (uint32_t)__builtin_ctz(g_lba_size);
@@ -1573,7 +1673,7 @@ static void t_pt_prp_sizes(uint32_t flags)
 		gpunvme_unmap u;
 		UAPI_INIT(u);
 		u.handle = m.handle;
-		CHECK(ioctl(g_fd, GPUNVME_IOC_UNMAP, &u) == 0, "UNMAP: %s", strerror(errno));
+		CHECK(dev_ioctl(GPUNVME_IOC_UNMAP, &u) == 0, "UNMAP: %s", strerror(errno));
 	}
 	if (buf != MAP_FAILED)
 		munmap(buf, bytes);
@@ -2588,7 +2688,7 @@ static std::string claim_owner(bool &skip)
 	gpunvme_owner o;
 	UAPI_INIT(o);
 	skip = false;
-	if (ioctl(g_fd, GPUNVME_IOC_CLAIM_OWNER, &o) == 0) {
+	if (dev_ioctl(GPUNVME_IOC_CLAIM_OWNER, &o) == 0) {
 		diag("owner mode claimed: IOMMU mode %s", iommu_name(o.iommu_mode));
 		return "";
 	}
@@ -2612,6 +2712,10 @@ int main()
 
 	const char *only = getenv("GPUNVME_HOSTRUN_ONLY");
 	const char *modes_env = getenv("GPUNVME_HOSTRUN_MODES");
+#ifdef GPUNVME_HOSTRUN_PASSTHROUGH
+	if (!modes_env || !*modes_env)
+		modes_env = "shared"; /* no owner mode behind a passthrough back end */
+#endif
 	auto selected = [&](const char *name) {
 		if (!only || !*only)
 			return true;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only
 # The VM suite: the module, the CLI, the GPU stand-in, the device library run
-# as host C++ (kernels/hostrun) and every selftest, in eleven boots (the
-# Python package's boot is left out: see below).
+# as host C++ (kernels/hostrun), every selftest and the passthrough back
+# end, in fourteen boots (the Python package's boot is left out: see below).
 #  1. the default bench: one namespace of 512-byte blocks per controller,
 #     IOMMU translating (strict); queue pairs are shared (validated) ones,
 #     the trust-model and failure tests run, and owner mode is claimable;
@@ -44,9 +44,21 @@
 #     write and verify patterns, and both modules must unload. FUZZ_SEED
 #     fixes the seed (default: from the clock; it is printed);
 # 11. a namespace shared (nvme-subsys) with nvme.ko's controller, detached,
-#     reformatted and attached again under an open shared pair.
-# Expects `make module selftests userspace standin hostrun fuzz python` to
-# have run (make vm-test does).
+#     reformatted and attached again under an open shared pair;
+# 12. the passthrough back end, no module (default kernel only): the
+#     kernel controller's namespace gets a mounted ext4 partition and a
+#     partition used through io_uring passthrough by the CLI and hostrun
+#     (gpunvme_hostrun_pt), every byte checked; refusals (the mounted
+#     partition, windows reaching into it, writes past the window); bench
+#     beside the kernel's io_uring; fsck clean; then the same over NVMe/TCP
+#     with nvmet on 127.0.0.1 in the same VM, the target stopped under a
+#     bench (an error, not a hang) and back (reconnect);
+# 13. (boots 13 and 14 at once, default kernel only) NVMe/TCP between two
+#     VMs on a QEMU socket network (tests/vm/fabrics2.sh): one runs nvmet,
+#     the other the same checks, the outage and the reconnect asked over a
+#     control port.
+# Expects `make module selftests userspace standin hostrun hostrun-pt fuzz
+# python` to have run (make vm-test does).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 [ -f "$ROOT/gpunvme.ko" ] || { echo "suite: $ROOT/gpunvme.ko missing (make module)" >&2; exit 1; }
@@ -70,6 +82,10 @@ S="$ROOT/tests/standin"
 [ -f "$S/gpunvme_standin.ko" ] || { echo "suite: $S/gpunvme_standin.ko missing (make standin)" >&2; exit 1; }
 H="$ROOT/kernels/build/hostrun/gpunvme_hostrun"
 [ -x "$H" ] || { echo "suite: $H missing (make hostrun)" >&2; exit 1; }
+HPT="$ROOT/kernels/build/hostrun/gpunvme_hostrun_pt"
+[ -x "$HPT" ] || { echo "suite: $HPT missing (make hostrun-pt)" >&2; exit 1; }
+# e2fsprogs' mke2fs and e2fsck, util-linux's setpriv: busybox's cannot.
+host_tool() { PATH=$PATH:/usr/sbin:/sbin command -v "$1" || echo "/usr/sbin/$1"; }
 
 # The selftests every boot may run: the files directly in $B ($B/boot/
 # holds scripts that change the kernel for the rest of their boot).
@@ -172,8 +188,6 @@ fi
 # 300 s under the debug kernel): default kernel only.
 if [ "${KERNEL_VARIANT:-default}" = default ]; then
     echo "=== boot 8: SR-IOV: PF with nvme.ko and a mounted ext4, a VF with gpunvme"
-    # e2fsprogs' mke2fs and e2fsck, util-linux's setpriv: busybox's cannot.
-    host_tool() { PATH=$PATH:/usr/sbin:/sbin command -v "$1" || echo "/usr/sbin/$1"; }
     bash "$ROOT/tests/vm/run.sh" --sriov --test-timeout 900 --timeout 1200 --file "$ROOT/gpunvme.ko" --file "$cli" \
         --file "$(host_tool mke2fs)" --file "$(host_tool e2fsck)" --file /etc/mke2fs.conf:/etc/mke2fs.conf \
         --file "$(host_tool setpriv)" "$@" -- \
@@ -223,6 +237,28 @@ add "$work/boot11.log"
 # not in the suite yet: its first asynchronous test
 # (test_async.py::test_many_futures_across_queue_pairs) waits forever for
 # its futures in the VM, so the boot would end at its 900 s deadline.
+
+# The passthrough back end: userspace on the kernel's own drivers (nothing
+# of the module runs), so the default kernel only, like boots 7 and 8.
+if [ "${KERNEL_VARIANT:-default}" = default ]; then
+    pt_files=(--file "$cli" --file "$HPT" --file "$(host_tool mke2fs)" --file "$(host_tool e2fsck)"
+              --file /etc/mke2fs.conf:/etc/mke2fs.conf)
+    # fio's io_uring_cmd engine as a second bench baseline, when installed.
+    if command -v fio >/dev/null; then pt_files+=(--file "$(command -v fio):/opt/gpunvme/fio"); fi
+    echo "=== boot 12: passthrough (no module): a namespace with a mounted ext4 partition; NVMe/TCP on loopback"
+    truncate -s 32M "$work/fabrics-ns2.img"
+    printf 'PT_ROLES="local loopback"\n' >"$work/pt.env"
+    QEMU_EXTRA="${QEMU_EXTRA:-} -drive file=$work/fabrics-ns2.img,if=none,id=fabns2,format=raw -device nvme-ns,drive=fabns2,bus=kernel0,nsid=2" \
+    bash "$ROOT/tests/vm/run.sh" --test-timeout 1100 --timeout 1400 "${pt_files[@]}" \
+        --file "$ROOT/gpunvme.ko" --file "$work/pt.env:/opt/gpunvme/passthrough.env" "$@" -- \
+        "$B/boot/gpunvme_passthrough_test.sh" 2>&1 | tee "$work/boot12.log"
+    add "$work/boot12.log"
+    echo "=== boots 13 and 14: NVMe/TCP between two VMs on a QEMU socket network"
+    bash "$ROOT/tests/vm/fabrics2.sh" "${pt_files[@]}" "$@" 2>&1 | tee "$work/boot13.log"
+    add "$work/boot13.log"
+else
+    echo "=== boots 12-14 (passthrough, NVMe/TCP) run on the default kernel only"
+fi
 
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
 [ "$fail" = 0 ]

@@ -11,7 +11,10 @@
 //! matrix runs on shared queue pairs; with --owner again on raw ones, and
 //! the two are compared. With --gpu the library's CPU-initiated transfers
 //! ([`gpunvme::Transfers`]) are measured into GPU memory and into host
-//! memory, the same I/O, and compared in GB/s.
+//! memory, the same I/O, and compared in GB/s. With a namespace the kernel
+//! drives as DEVICE the same matrix runs on the passthrough back end and,
+//! in the same run, on the kernel's own O_DIRECT io_uring on the same
+//! blocks (and, with --fio, on fio's io_uring_cmd engine: [`fio_run`]).
 //!
 //! Latencies (submission to completion) go into HDR histograms (1 ns to
 //! 60 s, 3 significant digits) per direction; every cell reports min, mean,
@@ -20,6 +23,7 @@
 //! `jobs[]` (one job per cell, fio's field names: see [`fio_json`]) in it.
 
 mod fio_json;
+mod fio_run;
 mod gpunvme_run;
 mod kernel;
 mod stats;
@@ -39,6 +43,7 @@ use crate::habits::{
     human_count, human_us, interrupted, parse_count, parse_device, parse_size, Device, Interrupted,
     Output,
 };
+use crate::passthrough_args::PassthroughArgs;
 use crate::Res;
 use stats::{Cpu, Measured};
 pub use workload::Rw;
@@ -47,8 +52,12 @@ use workload::{parse_cpu_list, parse_duration};
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// The gpunvme controller: a PCI address (0000:01:00.0 or 01:00.0),
-    /// /dev/gpunvmeN or gpunvmeN. Without it (and without --owner) only
-    /// --block-device is measured.
+    /// /dev/gpunvmeN or gpunvmeN; or a namespace the kernel drives
+    /// (/dev/ngXnY, /dev/nvmeXnY, a partition) through the passthrough back
+    /// end, measured in the same run beside the kernel's own O_DIRECT
+    /// io_uring on the same blocks (its block device, unless
+    /// --block-device names another). Without DEVICE (and without --owner)
+    /// only --block-device is measured.
     #[arg(value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<Device>,
     /// Also (or, without DEVICE, only) measure this kernel nvme block
@@ -57,6 +66,16 @@ pub struct BenchArgs {
     /// it O_EXCL, which the kernel refuses while it is mounted.
     #[arg(long, value_name = "DEV")]
     pub block_device: Option<PathBuf>,
+    /// With a kernel namespace as DEVICE, also run fio (fio's own
+    /// io_uring_cmd engine, NVMe passthrough on the same /dev/ngXnY and
+    /// blocks, with the same --rw, --bs, --runtime, --ramp-time and
+    /// --cpus-allowed, polled like --kernel-mode poll when the namespace
+    /// has poll queues) as a baseline nobody here wrote. FIO is the fio
+    /// binary to run (default: fio on PATH).
+    #[arg(long, value_name = "FIO", num_args = 0..=1, default_missing_value = "fio")]
+    pub fio: Option<PathBuf>,
+    #[command(flatten)]
+    pub passthrough: PassthroughArgs,
     /// How the kernel side completes: irq (interrupts), poll
     /// (IORING_SETUP_IOPOLL; needs nvme.ko loaded with poll_queues=N, else
     /// its cells are skipped with the reason). Ratios are published against
@@ -70,23 +89,20 @@ pub struct BenchArgs {
     /// Also measure the gpunvme matrix on raw queue pairs in owner mode
     /// (claims the controller: needs CAP_SYS_RAWIO, no lockdown, a
     /// translating IOMMU) and print shared/raw ratios: what the module's
-    /// checking relay costs.
+    /// checking relay costs. A gpunvme controller only.
     #[arg(long)]
     pub owner: bool,
     /// Measure the library's CPU-initiated transfers (gpunvme::Transfers)
     /// into GPU memory from SOURCE (a GPU index, udmabuf or edu; see
     /// `gpunvme read --help`) and, the same I/O, into host memory, and
-    /// print GB/s GPU/host (instead of the plain gpunvme matrix).
+    /// print GB/s GPU/host (instead of the plain gpunvme matrix). A
+    /// gpunvme controller only: io_uring passthrough moves host memory.
     #[arg(long, value_name = "SOURCE", value_parser = parse_gpu_source)]
     pub gpu: Option<GpuSource>,
-    /// Namespace ID on the gpunvme controller.
-    #[arg(
-        short = 'n',
-        long = "namespace-id",
-        value_name = "NSID",
-        default_value_t = 1
-    )]
-    pub nsid: u32,
+    /// Namespace ID on the gpunvme controller (default: the node's
+    /// namespace, else 1).
+    #[arg(short = 'n', long = "namespace-id", value_name = "NSID")]
+    pub nsid: Option<u32>,
     /// I/O pattern, as fio's --rw: randread, randwrite, read, write
     /// (sequential), randrw (random, --rwmixread percent reads). Writes
     /// destroy the data in --range.
@@ -133,8 +149,10 @@ pub struct BenchArgs {
     pub ramp_time: Duration,
     /// Pin worker threads, round-robin, to these CPUs (fio's
     /// cpus_allowed, taskset's list): 0-3,6.
+    // The full path keeps clap from taking `Vec` for repeated values: the
+    // parser returns the whole list.
     #[arg(long, visible_alias = "cpus_allowed", value_name = "LIST", value_parser = parse_cpu_list)]
-    pub cpus_allowed: Option<Vec<usize>>,
+    pub cpus_allowed: Option<::std::vec::Vec<usize>>,
     /// Seed of the random offsets and the read/write mix (fio's randseed).
     #[arg(long, value_name = "SEED", default_value_t = 1)]
     pub randseed: u64,
@@ -371,12 +389,33 @@ fn range_bytes(a: &BenchArgs, capacity: u64) -> u64 {
 }
 
 const TARGET_SHARED: &str = "gpunvme";
+const TARGET_PT: &str = "passthrough";
+const TARGET_FIO: &str = "fio-io_uring_cmd";
 const TARGET_RAW: &str = "gpunvme-raw";
 const TARGET_KERNEL_IRQ: &str = "kernel-irq";
 const TARGET_KERNEL_POLL: &str = "kernel-poll";
 const TARGET_KERNEL_PREAD: &str = "kernel-pread";
 const TARGET_XFER_HOST: &str = "transfers-host";
 const TARGET_XFER_GPU: &str = "transfers-gpu";
+
+/// The namespace measured: -n, else the node's, else 1.
+fn nsid(a: &BenchArgs, info: &gpunvme::Info) -> u32 {
+    a.nsid.or(info.node_nsid).unwrap_or(1)
+}
+
+/// The kernel's own path to the blocks a passthrough run used: the
+/// window's block device and the byte offset of the window in it, and the
+/// namespace's generic device with the window's byte offset there (fio);
+/// `range` is the bytes the passthrough run covered, which the baselines
+/// must not go past (a write workload would reach outside the window).
+struct Baseline {
+    block_device: PathBuf,
+    offset: u64,
+    ng: PathBuf,
+    ng_offset: u64,
+    polled: bool,
+    range: u64,
+}
 
 /// Cells of one run's matrix.
 fn cells(a: &BenchArgs) -> u64 {
@@ -530,8 +569,10 @@ macro_rules! outln {
     };
 }
 
-/// gpunvme (shared) vs one kernel run: IOPS gpunvme/kernel, p50 and p99
-/// kernel/gpunvme (above 1: gpunvme is ahead).
+/// gpunvme (shared, passthrough, or transfers into GPU memory) vs one
+/// baseline run (the kernel's, or fio's): IOPS ours/theirs, p50 and p99
+/// theirs/ours (above 1: gpunvme is ahead). The JSON keys keep their
+/// names (`..._gpunvme_over_kernel`) whatever the baseline.
 fn kernel_ratios(g: &Run, k: &Run, show: bool) -> Vec<serde_json::Value> {
     outln!(show);
     outln!(show, "{} against {} ({})", g.target, k.target, k.method);
@@ -540,9 +581,9 @@ fn kernel_ratios(g: &Run, k: &Run, show: bool) -> Vec<serde_json::Value> {
         "{:>7} {:>4} {:>22} {:>22} {:>22}",
         "QPAIRS",
         "QD",
-        "IOPS gpunvme/kernel",
-        "P50 kernel/gpunvme",
-        "P99 kernel/gpunvme"
+        "IOPS ours/theirs",
+        "P50 theirs/ours",
+        "P99 theirs/ours"
     );
     let mut out = Vec::new();
     for (cg, ck) in matched(g, k) {
@@ -706,12 +747,39 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
     if want_gpunvme && a.device.is_none() {
         return Err("bench: name the gpunvme controller first (DEVICE), or measure a kernel device alone with --block-device".into());
     }
-    // JSON order: gpunvme (shared; or with --gpu transfers into host, then
-    // GPU memory), kernel modes, then gpunvme-raw.
+    let kernel_namespace = matches!(a.device, Some(Device::Namespace(_)));
+    if kernel_namespace {
+        // Refused before anything opens, rather than after the first run.
+        if a.owner {
+            return Err(
+                "bench --owner: raw queue pairs need a controller bound to the gpunvme \
+                 module; a kernel namespace is served through io_uring passthrough, whose \
+                 every command the relay checks"
+                    .into(),
+            );
+        }
+        if a.gpu.is_some() {
+            let why = gpunvme::passthrough::dmabuf_support()
+                .err()
+                .unwrap_or_default();
+            return Err(format!("bench --gpu: {why}").into());
+        }
+    } else if a.fio.is_some() {
+        return Err(
+            "bench --fio: name a kernel namespace (/dev/ngXnY, a partition) as DEVICE".into(),
+        );
+    }
+    // JSON order: gpunvme (shared, or passthrough; or with --gpu transfers
+    // into host, then GPU memory), kernel modes, fio, then gpunvme-raw.
     let mut runs = Vec::new();
+    let mut baseline = None;
     if want_gpunvme {
         match &a.gpu {
-            None => runs.push(gpunvme_run::run(sysfs, a, gpunvme::Mode::Shared)?),
+            None => {
+                let (run, b) = gpunvme_run::run(sysfs, a, gpunvme::Mode::Shared)?;
+                runs.push(run);
+                baseline = b;
+            }
             Some(src) => {
                 let (host, gpu) = transfers_run::runs(sysfs, a, src)?;
                 runs.push(host);
@@ -725,7 +793,15 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
             }
         }
     }
-    if let Some(dev) = &a.block_device {
+    // A passthrough run is compared with the kernel's own path to the same
+    // blocks: its window's block device (no further than the window), unless
+    // --block-device says.
+    let kernel_dev = match (&a.block_device, &baseline) {
+        (Some(d), _) => Some((d.clone(), 0, None)),
+        (None, Some(b)) => Some((b.block_device.clone(), b.offset, Some(b.range))),
+        (None, None) => None,
+    };
+    if let Some((dev, base, cap)) = &kernel_dev {
         let modes: Vec<Option<KernelMode>> = if a.pread {
             vec![None]
         } else {
@@ -735,15 +811,24 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
             if !runs.is_empty() {
                 outln!(show);
             }
-            runs.push(kernel::run(a, dev, m)?);
+            runs.push(kernel::run(a, dev, *base, *cap, m)?);
             if show {
                 print_run(a, runs.last().unwrap());
             }
         }
     }
+    if let (Some(fio), Some(b)) = (&a.fio, &baseline) {
+        outln!(show);
+        runs.push(fio_run::run(a, fio, &b.ng, b.ng_offset, b.polled, b.range)?);
+        if show {
+            print_run(a, runs.last().unwrap());
+        }
+    }
     // Published ratios are against the polled kernel (both sides busy-poll);
     // the interrupt-mode ones are reported beside them.
-    let base = find(&runs, TARGET_SHARED).or(find(&runs, TARGET_XFER_GPU));
+    let base = find(&runs, TARGET_SHARED)
+        .or(find(&runs, TARGET_PT))
+        .or(find(&runs, TARGET_XFER_GPU));
     let ratio_vs = |target| match (base, find(&runs, target)) {
         (Some(g), Some(k)) => Some(kernel_ratios(g, k, show)),
         _ => None,
@@ -751,6 +836,7 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
     let ratios = ratio_vs(TARGET_KERNEL_POLL);
     let ratios_irq = ratio_vs(TARGET_KERNEL_IRQ);
     let ratios_pread = ratio_vs(TARGET_KERNEL_PREAD);
+    let ratios_fio = ratio_vs(TARGET_FIO);
     let gpu = match (find(&runs, TARGET_XFER_GPU), find(&runs, TARGET_XFER_HOST)) {
         (Some(g), Some(h)) => Some(gpu_ratios(g, h, show)),
         _ => None,
@@ -760,7 +846,7 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
         outln!(show);
         // A file of its own, claimed as owner once the shared run's file
         // (and its queue pairs) are gone; closed at the end of the run.
-        runs.push(gpunvme_run::run(sysfs, a, gpunvme::Mode::Raw)?);
+        runs.push(gpunvme_run::run(sysfs, a, gpunvme::Mode::Raw)?.0);
         if show {
             print_run(a, runs.last().unwrap());
         }
@@ -802,6 +888,9 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
         }
         if let Some(r) = ratios_pread {
             v.insert("ratios_kernel_pread".into(), json!(r));
+        }
+        if let Some(r) = ratios_fio {
+            v.insert("ratios_fio".into(), json!(r));
         }
         if let Some(r) = gpu {
             v.insert("gpu_ratios".into(), json!(r));

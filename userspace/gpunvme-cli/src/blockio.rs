@@ -16,6 +16,13 @@ pub fn mode_for(ctrl: &Controller, owner: bool, who: &str) -> Result<Mode, gpunv
     if !owner {
         return Ok(Mode::Shared);
     }
+    if ctrl.passthrough().is_some() {
+        return Err(gpunvme::Error::Refused(format!(
+            "{who}: --owner needs a controller bound to the gpunvme module; {} is served through \
+             io_uring passthrough, whose every command the relay checks (there are no raw queues)",
+            ctrl.path().display()
+        )));
+    }
     let iommu = ctrl.claim_owner()?;
     eprintln!(
         "{who}: owner of {} (raw queue pairs; IOMMU {iommu})",
@@ -29,6 +36,7 @@ use crate::habits::{
     human_bytes, interrupted, parse_device, DataMismatch, Device, Interrupted, Output, Progress,
     Unit,
 };
+use crate::passthrough_args::{self, PassthroughArgs};
 use crate::Res;
 
 /// A block range of a namespace and how to move it.
@@ -36,17 +44,14 @@ use crate::Res;
 pub struct Range {
     /// The controller: a PCI address (0000:01:00.0 or 01:00.0),
     /// /dev/gpunvmeN, gpunvmeN, or a namespace node /dev/gpunvmeNnM
-    /// (shared mode, that namespace only).
+    /// (shared mode, that namespace only); or a namespace the kernel
+    /// drives, /dev/ngXnY, /dev/nvmeXnY or a partition /dev/nvmeXnYpZ,
+    /// through io_uring passthrough (no module needed).
     #[arg(value_name = "DEVICE", value_parser = parse_device)]
     pub device: Device,
-    /// Namespace ID.
-    #[arg(
-        short = 'n',
-        long = "namespace-id",
-        value_name = "NSID",
-        default_value_t = 1
-    )]
-    pub nsid: u32,
+    /// Namespace ID (default: the node's namespace, else 1).
+    #[arg(short = 'n', long = "namespace-id", value_name = "NSID")]
+    pub nsid: Option<u32>,
     /// First logical block (the SLBA).
     #[arg(short = 's', long = "start-block", value_name = "LBA")]
     pub start_block: u64,
@@ -82,13 +87,43 @@ pub struct Range {
     /// (0, 1, ...: VRAM, HIP or CUDA), `udmabuf` (memfd pages standing in
     /// for VRAM, as the VM tests have no GPU) or `edu` (that udmabuf read
     /// back through the edu stand-in's DMA engine, tests/standin: slow,
-    /// keep it to a few hundred KiB).
+    /// keep it to a few hundred KiB). Not on a kernel namespace: io_uring
+    /// passthrough moves host memory only (the refusal says why).
     #[arg(long, value_name = "SOURCE", value_parser = crate::gpu_mem::parse_gpu_source)]
     pub gpu: Option<crate::gpu_mem::GpuSource>,
+    #[command(flatten)]
+    pub passthrough: PassthroughArgs,
+}
+
+impl Range {
+    /// The namespace: -n, else the one the node is limited to, else 1.
+    pub fn nsid(&self, info: &Info) -> u32 {
+        self.nsid.or(info.node_nsid).unwrap_or(1)
+    }
 }
 
 /// Bytes moved per batch of commands (a multiple of every LBA size).
 const CHUNK_BYTES: usize = 4 << 20;
+
+/// Opens `d` for I/O: a gpunvme node (see [`open`]), or a kernel
+/// namespace through the passthrough back end with `pt`'s window.
+pub fn open_io(
+    sysfs: &gpunvme::sysfs::Sysfs,
+    d: &Device,
+    pt: &PassthroughArgs,
+) -> Result<Controller, Box<dyn std::error::Error>> {
+    let opts = pt.options(sysfs, d)?;
+    match d {
+        Device::Namespace(p) => {
+            let c = Controller::open_passthrough(p, &opts)?;
+            if let Some(l) = passthrough_args::describe_line(&c) {
+                eprintln!("gpunvme: {l}");
+            }
+            Ok(c)
+        }
+        other => open(sysfs, other),
+    }
+}
 
 /// Opens the gpunvme node of `d`: a node by path, or the node of the
 /// controller at a PCI address (which must be bound to gpunvme).
@@ -97,6 +132,12 @@ pub fn open(
     d: &Device,
 ) -> Result<Controller, Box<dyn std::error::Error>> {
     match d {
+        Device::Namespace(p) => Err(format!(
+            "{} is a namespace the kernel drives: read, write, verify, bench and gpu-run use it \
+             through io_uring passthrough; `gpunvme list` shows what it can do",
+            p.display()
+        )
+        .into()),
         Device::Node(p) => Ok(Controller::open(p)?),
         Device::KernelNvme(n) => Err(format!(
             "/dev/{n} is a kernel nvme controller, not gpunvme's: `gpunvme bind /dev/{n}` first"
@@ -234,7 +275,12 @@ fn session(
     // Session's field order drops the Io (its queue pair) before the data
     // buffer: no deferred UNMAP.
     let mode = mode_for(ctrl, r.owner, "gpunvme")?;
-    let mut io = Io::new_with(ctrl, info, r.nsid, r.qd.saturating_add(1), mode)?;
+    if r.gpu.is_some() && ctrl.passthrough().is_some() {
+        // Before any GPU memory is allocated: the registration would fail.
+        gpunvme::passthrough::dmabuf_support()
+            .map_err(|why| gpunvme::Error::Refused(format!("--gpu: {why}")))?;
+    }
+    let mut io = Io::new_with(ctrl, info, r.nsid(info), r.qd.saturating_add(1), mode)?;
     io.set_timeout(std::time::Duration::from_millis(r.timeout_ms));
     if let Some(b) = r.max_cmd_blocks {
         io.limit_transfer_blocks(b);
@@ -326,7 +372,7 @@ fn summary(
     let rate = bytes as f64 / secs.max(1e-9);
     if out.json() {
         let mut v = serde_json::json!({
-            "command": what, "bdf": info.bdf, "namespace_id": r.nsid, "start_block": r.start_block,
+            "command": what, "bdf": info.bdf, "namespace_id": r.nsid(info), "start_block": r.start_block,
             "block_count": r.block_count, "block_size": lba_size, "bytes": bytes, "commands": cmds,
             "mode": mode.to_string(), "qid": qid, "queue_entries": depth, "qd": depth - 1,
             "seconds": secs, "bytes_per_second": rate,
@@ -334,6 +380,12 @@ fn summary(
         });
         if let (Some(v), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
             v.extend(e);
+        }
+        if let (Some(v), Some(serde_json::Value::Object(p))) = (
+            v.as_object_mut(),
+            passthrough_args::describe(s.io.qpair().controller()),
+        ) {
+            v.extend(p);
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -347,7 +399,7 @@ fn summary(
          {cmds} command(s) on {mode} qid {qid} of depth {depth}, {:.1} ms, {}/s{via})",
         r.block_count,
         r.start_block,
-        r.nsid,
+        r.nsid(info),
         info.bdf,
         human_bytes(bytes),
         secs * 1e3,
@@ -364,7 +416,7 @@ pub fn read(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, data: Option<PathBuf>, o: 
         );
     }
     let out = data;
-    let ctrl = Arc::new(open(sysfs, &r.device)?);
+    let ctrl = Arc::new(open_io(sysfs, &r.device, &r.passthrough)?);
     let info = ctrl.info()?;
     let mut s = session(&ctrl, &info, r)?;
     let mut sink: Box<dyn std::io::Write> = match &out {
@@ -420,7 +472,7 @@ fn hexdump(w: &mut dyn std::io::Write, base: u64, data: &[u8]) -> std::io::Resul
 }
 
 pub fn write(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64, o: Output) -> Res {
-    let ctrl = Arc::new(open(sysfs, &r.device)?);
+    let ctrl = Arc::new(open_io(sysfs, &r.device, &r.passthrough)?);
     let info = ctrl.info()?;
     let mut s = session(&ctrl, &info, r)?;
     let t = Instant::now();
@@ -449,7 +501,7 @@ pub fn write(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64, o: Output) -> 
 }
 
 pub fn verify(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64, o: Output) -> Res {
-    let ctrl = Arc::new(open(sysfs, &r.device)?);
+    let ctrl = Arc::new(open_io(sysfs, &r.device, &r.passthrough)?);
     let info = ctrl.info()?;
     let mut s = session(&ctrl, &info, r)?;
     let t = Instant::now();
@@ -475,7 +527,7 @@ pub fn verify(sysfs: &gpunvme::sysfs::Sysfs, r: &Range, seed: u64, o: Output) ->
             println!(
                 "{}",
                 serde_json::to_string_pretty(&serde_json::json!({
-                    "command": "verify", "bdf": info.bdf, "namespace_id": r.nsid,
+                    "command": "verify", "bdf": info.bdf, "namespace_id": r.nsid(&info),
                     "start_block": r.start_block, "block_count": r.block_count, "pattern": seed,
                     "ok": false,
                     "first_mismatch": {"lba": m.lba, "offset": m.offset, "expected": m.expected,

@@ -19,6 +19,13 @@
 //! deadline (the stop flag ends a stuck kernel), report, tear down in the
 //! order that never frees memory the controller or GPU can still reach.
 //!
+//! On a namespace the kernel drives (DEVICE /dev/ngXnY, /dev/nvmeXnY or a
+//! partition) the queue pairs are the passthrough back end's shadow pairs
+//! (the library's relay checks each command and submits it through
+//! io_uring) and the data buffer is host memory the GPU maps: io_uring
+//! cannot take GPU memory on released kernels (the message says what is
+//! missing). The kernels are the same.
+//!
 //! Queue pairs are shared by default: their doorbell page, SQ and CQ are
 //! shadows in memory (the module checks each command and relays it), so
 //! any GPU that can map host memory can drive them, and the data buffer
@@ -32,7 +39,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use gpunvme::{DmabufMapping, ExportKind, Mode, QueuePair};
+use gpunvme::{DmaBuffer, DmabufMapping, ExportKind, Mode, QueuePair};
 use gpunvme_gpu::import::{ImportReport, Imported, Region};
 use gpunvme_gpu::kernel_abi::{
     pq_bytes, pq_prp_stride, pq_shared_init, status_name, IoArgs, IoResult, PQueue, PtArgs, QPair,
@@ -45,6 +52,7 @@ use std::os::fd::OwnedFd;
 use crate::habits::{
     interrupted, parse_device, DataMismatch, Device, Interrupted, Output, Progress, Unit,
 };
+use crate::passthrough_args::PassthroughArgs;
 use crate::Res;
 
 /// Which example kernel.
@@ -92,7 +100,10 @@ pub enum CqPlace {
 #[derive(Args, Debug)]
 pub struct GpuRunArgs {
     /// The controller: a PCI address (0000:01:00.0 or 01:00.0),
-    /// /dev/gpunvmeN, gpunvmeN, or a namespace node /dev/gpunvmeNnM.
+    /// /dev/gpunvmeN, gpunvmeN, or a namespace node /dev/gpunvmeNnM; or a
+    /// namespace the kernel drives (/dev/ngXnY, /dev/nvmeXnY, a partition)
+    /// through io_uring passthrough, the data buffer in host memory the
+    /// GPU maps.
     #[arg(value_name = "DEVICE", value_parser = parse_device)]
     pub device: Device,
     /// The example kernel to launch.
@@ -134,14 +145,9 @@ pub struct GpuRunArgs {
     /// round).
     #[arg(short = 'p', long, value_name = "SEED", default_value_t = 1)]
     pub pattern: u64,
-    /// Namespace ID.
-    #[arg(
-        short = 'n',
-        long = "namespace-id",
-        value_name = "NSID",
-        default_value_t = 1
-    )]
-    pub nsid: u32,
+    /// Namespace ID (default: the node's namespace, else 1).
+    #[arg(short = 'n', long = "namespace-id", value_name = "NSID")]
+    pub nsid: Option<u32>,
     /// Sweep: batches per queue pair.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub rounds: u32,
@@ -178,7 +184,50 @@ pub struct GpuRunArgs {
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub timeout_ms: u64,
     #[command(flatten)]
+    pub passthrough: PassthroughArgs,
+    #[command(flatten)]
     pub out: Output,
+}
+
+/// The data buffer and what maps it, in teardown order: VRAM the module
+/// imported (its mapping, the dma-buf, the VRAM), or host memory the
+/// passthrough back end registered (the GPU's mapping of it, the buffer).
+enum Payload<'g> {
+    Vram {
+        vmap: DmabufMapping,
+        _dmabuf: OwnedFd,
+        vram: DeviceMemory<'g>,
+    },
+    Host {
+        import: Imported<'g>,
+        buf: DmaBuffer,
+    },
+}
+
+impl Payload<'_> {
+    /// The GPU's address of the buffer.
+    fn gpu_ptr(&self) -> u64 {
+        match self {
+            Payload::Vram { vram, .. } => vram.ptr(),
+            Payload::Host { import, .. } => import.device_ptr,
+        }
+    }
+
+    /// The controller's (or the relay's) address of each 4 KiB page.
+    fn dma_addrs(&self) -> &[u64] {
+        match self {
+            Payload::Vram { vmap, .. } => vmap.dma_addrs(),
+            Payload::Host { buf, .. } => buf.dma_addrs(),
+        }
+    }
+
+    /// What the data buffer is, for the report.
+    fn memory(&self, gpu: &Gpu) -> String {
+        match self {
+            Payload::Vram { .. } => format!("{:?}", gpu.payload_memory()),
+            Payload::Host { .. } => "host memory (passthrough back end)".into(),
+        }
+    }
 }
 
 /// Most bytes one command of the group API's kernels may move: PRP1 +
@@ -294,10 +343,9 @@ pub fn plan(
         .is_none_or(|end| end > capacity)
     {
         return Err(format!(
-            "LBAs {}..{} do not fit namespace {} ({capacity} blocks)",
+            "LBAs {}..{} do not fit the namespace ({capacity} blocks)",
             a.start_block,
             a.start_block.saturating_add(blocks),
-            a.nsid
         ));
     }
     let bytes = blocks * lba_size as u64;
@@ -548,21 +596,17 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     if let fine_grain::Decision::Conflict { .. } = fg {
         return Err(format!("gpu-run: {}", fg.describe()).into());
     }
-    let ctrl = Arc::new(crate::blockio::open(sysfs, &a.device)?);
+    let ctrl = Arc::new(crate::blockio::open_io(sysfs, &a.device, &a.passthrough)?);
     let info = ctrl.info()?;
+    let nsid = a.nsid.or(info.node_nsid).unwrap_or(1);
     let ns = info
         .namespaces
         .iter()
-        .find(|n| n.nsid == a.nsid)
+        .find(|n| n.nsid == nsid)
         .copied()
-        .ok_or_else(|| {
-            format!(
-                "gpu-run: namespace {} is not active on {}",
-                a.nsid, info.bdf
-            )
-        })?;
+        .ok_or_else(|| format!("gpu-run: namespace {nsid} is not active on {}", info.bdf))?;
     let mode = if a.owner { Mode::Raw } else { Mode::Shared };
-    if let Some(only) = info.node_nsid.filter(|&n| n != a.nsid) {
+    if let Some(only) = info.node_nsid.filter(|&n| n != nsid) {
         return Err(format!(
             "gpu-run: {} is limited to namespace {only}",
             ctrl.path().display()
@@ -617,31 +661,71 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
 
     // Data buffer in VRAM, imported by the module for the controller's DMA;
     // uncached on AMD (the payload contract of kernels/include/gpunvme/fence.h).
-    let vram = gpu.alloc_payload(bytes as usize)?;
-    eprintln!("gpu-run: payload memory {:?}", gpu.payload_memory());
-    let dmabuf = gpu
-        .export_dmabuf(&vram)
-        .map_err(|e| format!("gpu-run: exporting VRAM for the controller: {e}"))?;
-    let vmap = {
-        use std::os::fd::AsFd;
-        DmabufMapping::new(&ctrl, dmabuf.as_fd(), vram.len())?
+    // Through passthrough: host memory the back end registered, mapped into
+    // the GPU (io_uring cannot take a dma-buf of GPU memory: the message
+    // says what is missing).
+    let payload = if ctrl.passthrough().is_some() {
+        if let Err(why) = gpunvme::passthrough::dmabuf_support() {
+            eprintln!("gpu-run: payload in host memory: {why}");
+        }
+        let buf = DmaBuffer::with_len(&ctrl, bytes as usize)?;
+        let what = "payload (host memory registered with the passthrough back end)";
+        let region = Region {
+            what,
+            dmabuf: None,
+            cpu: Some(buf.as_slice().as_ptr().cast_mut()),
+            len: buf.len(),
+            mmio: false,
+        };
+        // SAFETY: `region` is the buffer's mapping, alive as long as
+        // `buf`, which the Payload drops after the import; no Rust
+        // reference to its bytes is used while the kernel runs (the
+        // Payload sits in the launch).
+        let (imp, rep) = unsafe { gpu.import(&region) };
+        let import = imp.ok_or_else(|| {
+            format!(
+                "gpu-run: the GPU could not map the {what}:\n{}",
+                rep.describe()
+            )
+        })?;
+        eprintln!(
+            "gpu-run: payload memory: host, {}",
+            rep.route().unwrap_or("?")
+        );
+        Payload::Host { import, buf }
+    } else {
+        let vram = gpu.alloc_payload(bytes as usize)?;
+        eprintln!("gpu-run: payload memory {:?}", gpu.payload_memory());
+        let dmabuf = gpu
+            .export_dmabuf(&vram)
+            .map_err(|e| format!("gpu-run: exporting VRAM for the controller: {e}"))?;
+        let vmap = {
+            use std::os::fd::AsFd;
+            DmabufMapping::new(&ctrl, dmabuf.as_fd(), vram.len())?
+        };
+        Payload::Vram {
+            vmap,
+            _dmabuf: dmabuf,
+            vram,
+        }
     };
+    let payload_memory = payload.memory(&gpu);
     // The group API's kernels build PRPs from one base address; the
     // per-thread API's from the DMA address of each 4 KiB page, which the
     // GPU reads from `pages`.
     let buf_dma = match a.api {
-        Api::Group => vmap.contiguous_base().ok_or(
-            "gpu-run: the VRAM buffer is not contiguous in the controller's address space (no IOMMU?); \
+        Api::Group => gpunvme::contiguous_base(payload.dma_addrs()).ok_or(
+            "gpu-run: the data buffer is not contiguous in the controller's address space (no IOMMU?); \
              the group API's example kernels build PRPs from one base address (--api thread does not)",
         )?,
         Api::Thread => 0,
     };
     let npages = match a.api {
         Api::Group => 0,
-        Api::Thread => vmap.dma_addrs().len(),
+        Api::Thread => payload.dma_addrs().len(),
     };
     let pages = gpu.alloc_host_mapped(npages.max(1) * 8)?;
-    for (i, d) in vmap.dma_addrs().iter().take(npages).enumerate() {
+    for (i, d) in payload.dma_addrs().iter().take(npages).enumerate() {
         // SAFETY: inside `pages`; no kernel runs yet.
         unsafe { pages.at::<u64>(i * 8).write(*d) };
     }
@@ -833,9 +917,9 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
             args_mem.at::<IoArgs>(0).write(IoArgs {
                 slba: a.start_block,
                 buf_dma,
-                buf: vram.ptr(),
+                buf: payload.gpu_ptr(),
                 seed: a.pattern,
-                nsid: a.nsid,
+                nsid,
                 lba_shift,
                 blocks_per_cmd: a.cmd_blocks,
                 cmds_per_queue: a.cmds,
@@ -847,11 +931,11 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         Api::Thread => unsafe {
             args_mem.at::<PtArgs>(0).write(PtArgs {
                 page_dma: pages.dev(),
-                buf: vram.ptr(),
+                buf: payload.gpu_ptr(),
                 npages: npages as u64,
                 slba: a.start_block,
                 seed: a.pattern,
-                nsid: a.nsid,
+                nsid,
                 lba_shift,
                 bytes_per_cmd: a.cmd_blocks << lba_shift,
                 cmds_per_thread: a.cmds / lanes,
@@ -877,20 +961,22 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let t0 = Instant::now();
     // The launch owns everything the kernel (and, through its commands,
     // the controller) can reach; tuple order is teardown order: the GPU's
-    // mappings and the queue pairs (the controller stops), the module's
-    // VRAM mapping, the dma-buf, VRAM, then the host memory.
+    // mappings and the queue pairs (the controller stops), a raw pair's
+    // PRP lists, the payload (the module's VRAM mapping, the dma-buf, VRAM;
+    // or the GPU's mapping of host memory, then that memory), then the
+    // host memory.
     let keep = (
-        queues, states, vram_pools, vmap, dmabuf, vram, qps, args_mem, res, stop, pages,
+        queues, states, vram_pools, payload, qps, args_mem, res, stop, pages,
     );
     // SAFETY: the arguments are the example kernels' (qpairs or pqueues,
     // io_args or pt_args, results), all in host memory of `keep`, and so
     // is everything they lead to: the imported doorbell/SQ/CQ/PRP pool of
     // the pairs in `keep.0`, the per-thread API's shared state in `keep.1`,
-    // a raw pair's PRP lists in `keep.2`, the stop flag in `keep.9`, the
-    // page list in `keep.10`, the VRAM buffer `keep.5` (by GPU address and,
-    // for the controller, by the DMA addresses of its mapping `keep.3`). Rust touches none of it while the kernel runs
-    // (results are read after `finish`). The example kernels' waits end
-    // on the stop flag.
+    // a raw pair's PRP lists in `keep.2`, the stop flag in `keep.7`, the
+    // page list in `keep.8`, the data buffer (by GPU address and, for the
+    // controller, by the DMA addresses of its mapping, both in `keep.3`).
+    // Rust touches none of it while the kernel runs (results are read
+    // after `finish`). The example kernels' waits end on the stop flag.
     let mut launch = unsafe { gpu.launch(&module, entry, cfg, keep)? };
     let batches = a.cmds.div_ceil(lanes) as u64
         * if a.kernel == Kernel::Sweep {
@@ -956,7 +1042,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
     let stuck = stop_raised.is_some();
     let by_user = stop_raised.is_some_and(|(_, why)| why == "Ctrl-C");
     let wall = t0.elapsed();
-    let (queues, states, vram_pools, vmap, dmabuf, vram, qps, args_mem, res, stop, pages) = launch
+    let (queues, states, vram_pools, payload, qps, args_mem, res, stop, pages) = launch
         .finish()
         .map_err(|_| "gpu-run: the kernel finished, but its stream says otherwise")?;
     let results: Vec<IoResult> = (0..nres)
@@ -991,13 +1077,11 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
         .collect();
 
     // Teardown: GPU mappings, then queue pairs (the controller stops), then
-    // the module's VRAM mapping, then VRAM.
+    // the payload (its mapping for the controller, then the memory).
     drop(queues);
     drop(states);
     drop(vram_pools);
-    drop(vmap);
-    drop(dmabuf);
-    drop(vram);
+    drop(payload);
     drop((qps, args_mem, res, stop, pages));
 
     // Sweep: each round is one batch of min(lanes, cmds) reads; the
@@ -1031,7 +1115,7 @@ pub fn gpu_run(sysfs: &gpunvme::sysfs::Sysfs, a: &GpuRunArgs) -> Res {
                 "routes": routes, "imports": all_reports, "wall_ms": wall.as_secs_f64() * 1e3, "stopped": stuck,
                 "ok": !failed && mismatches == 0, "mismatches": mismatches, "pattern": a.pattern,
                 "cq": match cq_place { CqPlace::Host => "host", CqPlace::Gpu => "gpu" },
-                "payload_memory": format!("{:?}", gpu.payload_memory()),
+                "payload_memory": payload_memory,
                 "self_test": crate::self_test::json(self_test.as_ref(), a.skip_self_test),
             }))?
         );

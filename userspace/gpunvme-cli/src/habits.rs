@@ -23,6 +23,10 @@ pub enum Device {
     Node(PathBuf),
     /// A kernel nvme controller (`/dev/nvmeN` or `nvmeN`), by its name.
     KernelNvme(String),
+    /// A namespace the kernel drives, used through the passthrough back
+    /// end: `/dev/ngXnY`, `/dev/nvmeXnY` or a partition `/dev/nvmeXnYpZ`
+    /// (also without `/dev/`).
+    Namespace(PathBuf),
 }
 
 /// `gpunvme<digits>` or `gpunvme<digits>n<digits>`.
@@ -45,10 +49,27 @@ fn is_nvme_name(s: &str) -> bool {
 
 /// The usage text of a device argument.
 pub const DEVICE_FORMS: &str =
-    "a PCI address (0000:01:00.0 or 01:00.0), /dev/gpunvmeN, gpunvmeN or /dev/gpunvmeNnM";
+    "a PCI address (0000:01:00.0 or 01:00.0), /dev/gpunvmeN, gpunvmeN or /dev/gpunvmeNnM, \
+     or a kernel namespace /dev/ngXnY, /dev/nvmeXnY, /dev/nvmeXnYpZ";
+
+/// A kernel namespace's path or name, as `/dev/...`.
+fn namespace_path(s: &str) -> Option<PathBuf> {
+    let p = PathBuf::from(s);
+    gpunvme::passthrough::namespace::parse_name(&p)?;
+    Some(if s.starts_with('/') {
+        p
+    } else {
+        PathBuf::from("/dev").join(s)
+    })
+}
 
 /// Parses a device argument (clap value parser).
 pub fn parse_device(s: &str) -> Result<Device, String> {
+    if s.starts_with("/dev/") || !s.contains('/') {
+        if let Some(p) = namespace_path(s) {
+            return Ok(Device::Namespace(p));
+        }
+    }
     if s.starts_with('/') || s.starts_with("./") || s.starts_with("../") {
         let p = PathBuf::from(s);
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -74,6 +95,7 @@ impl std::fmt::Display for Device {
             Device::Bdf(b) => write!(f, "{b}"),
             Device::Node(p) => write!(f, "{}", p.display()),
             Device::KernelNvme(n) => write!(f, "/dev/{n}"),
+            Device::Namespace(p) => write!(f, "{}", p.display()),
         }
     }
 }
@@ -116,6 +138,12 @@ pub fn device_bdf(sysfs: &Sysfs, d: &Device) -> Result<String, Box<dyn std::erro
             .find(|c| c.nvme_name.as_deref() == Some(n.as_str()))
             .map(|c| c.bdf)
             .ok_or_else(|| format!("no kernel nvme controller is named {n}").into()),
+        Device::Namespace(p) => Err(format!(
+            "{} is a namespace the kernel drives; this command takes a controller (its PCI address \
+             or /dev/nvmeN)",
+            p.display()
+        )
+        .into()),
     }
 }
 
@@ -410,6 +438,28 @@ impl Drop for Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_namespaces_and_partitions_are_devices_too() {
+        let ns = |p: &str| Ok(Device::Namespace(p.into()));
+        assert_eq!(parse_device("/dev/ng0n1"), ns("/dev/ng0n1"));
+        assert_eq!(parse_device("ng3n2"), ns("/dev/ng3n2"));
+        assert_eq!(parse_device("/dev/nvme0n1"), ns("/dev/nvme0n1"));
+        assert_eq!(parse_device("nvme0n1p3"), ns("/dev/nvme0n1p3"));
+        // A controller stays a controller; a multipath path is no device.
+        assert_eq!(
+            parse_device("/dev/nvme0"),
+            Ok(Device::KernelNvme("nvme0".into()))
+        );
+        assert!(parse_device("nvme0c1n1").is_err());
+        let e = device_bdf(
+            &Sysfs::with_root("/nonexistent"),
+            &Device::Namespace("/dev/ng0n1".into()),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("takes a controller"), "{e}");
+    }
 
     #[test]
     fn devices_in_every_form() {

@@ -8,6 +8,7 @@ mod blockio;
 mod gpu_mem;
 mod gpu_run;
 pub mod habits;
+mod passthrough_args;
 mod probe;
 mod self_test;
 mod sriov;
@@ -37,12 +38,14 @@ fn examples(lines: &str) -> String {
     about = "Hand NVMe controllers to the gpunvme kernel module so GPUs can drive them, and inspect what this machine can do.",
     long_about = "Hand NVMe controllers to the gpunvme kernel module so GPUs can drive them, and inspect what this machine can do.\n\n\
         One vocabulary in every command, nvme-cli's where it has one: the device comes first, right after the command \
-        (DEVICE: a PCI address 0000:01:00.0 or 01:00.0, /dev/gpunvmeN, gpunvmeN, or a namespace node /dev/gpunvmeNnM); \
+        (DEVICE: a PCI address 0000:01:00.0 or 01:00.0, /dev/gpunvmeN, gpunvmeN, or a namespace node /dev/gpunvmeNnM; \
+        for read, write, verify, bench and gpu-run also a namespace the kernel drives, /dev/ngXnY, /dev/nvmeXnY or a partition \
+        /dev/nvmeXnYpZ, through io_uring passthrough with no module: --partition or --lba-window set its LBA window); \
         -n/--namespace-id, -s/--start-block (first LBA), -c/--block-count (a number of blocks, 1-based: -c 8 is eight \
         blocks, unlike nvme-cli's 0-based count), --qd (commands in flight per queue pair, like fio's iodepth), \
         --qpairs (queue pairs), -p/--pattern SEED (the data pattern of write, verify, pattern and the GPU examples), \
         --gpu SOURCE (read, write, verify and bench through GPU memory registered once: a GPU index, or the VM's \
-        udmabuf and edu stand-ins), \
+        udmabuf and edu stand-ins; not on a namespace the kernel drives), \
         -o/--output-format normal|json. Lists take commas or spaces (--qd 1,8,32 or --qd 1 8 32); sizes take binary \
         suffixes (512, 4k, 1M, 1MiB, 2G). A progress bar is drawn on stderr when it is a terminal. Ctrl-C stops \
         submitting, reaps what is in flight (gpu-run: raises the GPU's stop flag) and exits 130.",
@@ -67,9 +70,15 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// List NVMe controllers (PCI class 0x010802): address, IDs, driver,
-    /// driver_override, and the gpunvme nodes or nvme namespaces.
-    #[command(after_help = examples("  gpunvme list\n  gpunvme list -o json"))]
+    /// driver_override, and the gpunvme nodes or nvme namespaces; then every
+    /// namespace the kernel drives (PCIe or NVMe over Fabrics) and whether
+    /// read, write, verify, bench and gpu-run can use it through io_uring
+    /// passthrough (whole, or which partitions), and why not.
+    #[command(after_help = examples("  gpunvme list\n  gpunvme list -o json\n  gpunvme list --namespaces -o json  # the kernel namespaces alone"))]
     List {
+        /// Only the kernel's namespaces (with -o json: that list).
+        #[arg(long)]
+        namespaces: bool,
         #[command(flatten)]
         out: Output,
     },
@@ -136,7 +145,7 @@ enum Cmd {
     /// with --owner), into host memory or (--gpu) GPU memory: to --data
     /// FILE, or a hex dump on stdout.
     #[command(override_usage = "gpunvme read <DEVICE> --start-block <LBA> [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme read 0000:01:00.0 -s 0 -c 8\n  gpunvme read /dev/gpunvme0 --start-block 2048 --block-count 256 --data blocks.bin\n  gpunvme read gpunvme0n1 -s 0 -c 2048 -d out.bin -o json  # summary as JSON, data to the file\n  gpunvme read 0000:01:00.0 -s 0 -c 256 --gpu 0 -d vram.bin  # SSD -> VRAM of GPU 0 -> file"))]
+    #[command(after_help = examples("  gpunvme read 0000:01:00.0 -s 0 -c 8\n  gpunvme read /dev/gpunvme0 --start-block 2048 --block-count 256 --data blocks.bin\n  gpunvme read gpunvme0n1 -s 0 -c 2048 -d out.bin -o json  # summary as JSON, data to the file\n  gpunvme read 0000:01:00.0 -s 0 -c 256 --gpu 0 -d vram.bin  # SSD -> VRAM of GPU 0 -> file\n  gpunvme read /dev/ng0n1 --partition /dev/nvme0n1p3 -s 0 -c 8  # a partition of a kernel-driven SSD, no module"))]
     Read {
         #[command(flatten)]
         range: blockio::Range,
@@ -153,7 +162,7 @@ enum Cmd {
     #[command(
         override_usage = "gpunvme write <DEVICE> --start-block <LBA> --pattern <SEED> [OPTIONS]"
     )]
-    #[command(after_help = examples("  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme write /dev/gpunvme0 --start-block 4096 --block-count 512 --pattern 7 --qd 8 --owner\n  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42 --gpu 0  # from VRAM of GPU 0"))]
+    #[command(after_help = examples("  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme write /dev/gpunvme0 --start-block 4096 --block-count 512 --pattern 7 --qd 8 --owner\n  gpunvme write 0000:01:00.0 -s 0 -c 2048 -p 42 --gpu 0  # from VRAM of GPU 0\n  gpunvme write /dev/nvme0n1p3 -s 0 -c 2048 -p 42  # through io_uring passthrough, LBAs of the partition"))]
     Write {
         #[command(flatten)]
         range: blockio::Range,
@@ -168,7 +177,7 @@ enum Cmd {
     #[command(
         override_usage = "gpunvme verify <DEVICE> --start-block <LBA> --pattern <SEED> [OPTIONS]"
     )]
-    #[command(after_help = examples("  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme verify gpunvme0n1 -n 1 -s 0 -c 8 --pattern 42 -o json\n  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42 --gpu udmabuf  # through a udmabuf (the VM's VRAM stand-in)"))]
+    #[command(after_help = examples("  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42\n  gpunvme verify gpunvme0n1 -n 1 -s 0 -c 8 --pattern 42 -o json\n  gpunvme verify 0000:01:00.0 -s 0 -c 2048 -p 42 --gpu udmabuf  # through a udmabuf (the VM's VRAM stand-in)\n  gpunvme verify /dev/ng1n1 --lba-window 0:65536 -s 0 -c 2048 -p 42  # e.g. an NVMe/TCP namespace"))]
     Verify {
         #[command(flatten)]
         range: blockio::Range,
@@ -207,14 +216,17 @@ enum Cmd {
     /// 32) with each number of queue pairs (--qpairs/--numjobs, default 1,
     /// 4) on shared queue pairs (with --owner also on raw ones; with --gpu
     /// the library's transfers into GPU memory against host memory, GB/s
-    /// GPU/host); with --block-device, the same on a kernel nvme device
-    /// (O_DIRECT io_uring with interrupt completions and, polled like
-    /// gpunvme, IORING_SETUP_IOPOLL; or pread/pwrite threads with
-    /// --pread). Tables (IOPS, MiB/s, GB/s, min/mean/p50-p99.99/max
-    /// latency, CPU use, a latency histogram) on stdout; -o json adds fio's
-    /// jobs[] (fio's field names, json+ bins) for fio's tools.
+    /// GPU/host), or on a kernel namespace through the passthrough back
+    /// end, beside the kernel's own io_uring on the same blocks (and fio's
+    /// io_uring_cmd engine with --fio); with --block-device, the same on a
+    /// kernel nvme device (O_DIRECT io_uring with interrupt completions
+    /// and, polled like gpunvme, IORING_SETUP_IOPOLL; or pread/pwrite
+    /// threads with --pread). Tables (IOPS, MiB/s, GB/s,
+    /// min/mean/p50-p99.99/max latency, CPU use, a latency histogram) on
+    /// stdout; -o json adds fio's jobs[] (fio's field names, json+ bins)
+    /// for fio's tools.
     #[command(override_usage = "gpunvme bench [DEVICE] [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme bench 0000:01:00.0\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1 4\n  gpunvme bench 0000:01:00.0 --rw randrw --rwmixread 70 --bs 16k --runtime 30s --ramp-time 2s --cpus-allowed 2-5\n  gpunvme bench /dev/gpunvme0 --rw read --bs 128k --qd 32 --qpairs 1 --gpu 0  # GPU memory vs host memory\n  gpunvme bench /dev/gpunvme0 --qd 1,32 --qpairs 1 --range 16M --ops 10000 -o json > bench.json\n  gpunvme bench 0000:01:00.0 --owner --block-device /dev/nvme1n1 --runtime 300ms\n  gpunvme bench --block-device /dev/nvme1n1 --kernel-mode poll --rw randwrite  # the kernel driver only"))]
+    #[command(after_help = examples("  gpunvme bench 0000:01:00.0\n  gpunvme bench 0000:01:00.0 --qd 1 8 32 --qpairs 1 4\n  gpunvme bench 0000:01:00.0 --rw randrw --rwmixread 70 --bs 16k --runtime 30s --ramp-time 2s --cpus-allowed 2-5\n  gpunvme bench /dev/gpunvme0 --rw read --bs 128k --qd 32 --qpairs 1 --gpu 0  # GPU memory vs host memory\n  gpunvme bench /dev/gpunvme0 --qd 1,32 --qpairs 1 --range 16M --ops 10000 -o json > bench.json\n  gpunvme bench 0000:01:00.0 --owner --block-device /dev/nvme1n1 --runtime 300ms\n  gpunvme bench --block-device /dev/nvme1n1 --kernel-mode poll --rw randwrite  # the kernel driver only\n  gpunvme bench /dev/ng0n1 --partition /dev/nvme0n1p3 --qd 1,32 --qpairs 1 --fio  # passthrough vs the kernel's io_uring and fio"))]
     Bench(bench::BenchArgs),
     /// Run an example GPU kernel (write, read-verify, sweep; with --api
     /// thread, write and read-verify through the per-thread API) against a
@@ -227,7 +239,7 @@ enum Cmd {
     /// so). Needs a GPU, ROCm or the NVIDIA driver, and access to the node
     /// (root for --owner).
     #[command(override_usage = "gpunvme gpu-run <DEVICE> --kernel <KERNEL> [OPTIONS]")]
-    #[command(after_help = examples("  gpunvme gpu-run 0000:01:00.0 --kernel write -p 7\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --qpairs 4 --qd 63 --cmds 64 --cmd-blocks 8 -s 0\n  gpunvme gpu-run /dev/gpunvme0 --kernel sweep --rounds 32 -o json\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --owner --cq gpu\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --api thread --qpairs 2 --cmds 64"))]
+    #[command(after_help = examples("  gpunvme gpu-run 0000:01:00.0 --kernel write -p 7\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --qpairs 4 --qd 63 --cmds 64 --cmd-blocks 8 -s 0\n  gpunvme gpu-run /dev/gpunvme0 --kernel sweep --rounds 32 -o json\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --owner --cq gpu\n  gpunvme gpu-run 0000:01:00.0 --kernel read-verify -p 7 --api thread --qpairs 2 --cmds 64\n  gpunvme gpu-run /dev/ng0n1 --partition /dev/nvme0n1p3 --kernel read-verify -p 7  # no module: passthrough, host payload"))]
     GpuRun(gpu_run::GpuRunArgs),
     /// SR-IOV: keep the physical function with the kernel nvme driver (its
     /// file systems stay mounted) and prepare virtual functions for
@@ -291,7 +303,7 @@ fn run(cli: Cli) -> Res {
         habits::catch_sigint();
     }
     match cli.cmd {
-        Cmd::List { out } => list(&sysfs, out.json()),
+        Cmd::List { namespaces, out } => list(&sysfs, namespaces, out.json()),
         Cmd::Info { device, out } => info(&sysfs, &device, out.json()),
         Cmd::Bind { device } => {
             let bdf = habits::device_bdf(&sysfs, &device)?;
@@ -346,7 +358,16 @@ fn run(cli: Cli) -> Res {
     }
 }
 
-fn list(sysfs: &Sysfs, json: bool) -> Res {
+fn list(sysfs: &Sysfs, namespaces_only: bool, json: bool) -> Res {
+    if namespaces_only {
+        let c = gpunvme::passthrough::list(sysfs);
+        if json {
+            println!("{}", serde_json::to_string_pretty(&c)?);
+        } else {
+            print_namespaces(&c);
+        }
+        return Ok(());
+    }
     let ctrls = sysfs.list()?;
     if json {
         println!("{}", serde_json::to_string_pretty(&ctrls)?);
@@ -357,12 +378,12 @@ fn list(sysfs: &Sysfs, json: bool) -> Res {
             "no NVMe controllers (PCI class 0x010802) under {}",
             sysfs.root().display()
         );
-        return Ok(());
+    } else {
+        println!(
+            "{:<14} {:<9} {:<10} {:<10} USE",
+            "BDF", "ID", "DRIVER", "OVERRIDE"
+        );
     }
-    println!(
-        "{:<14} {:<9} {:<10} {:<10} USE",
-        "BDF", "ID", "DRIVER", "OVERRIDE"
-    );
     for c in &ctrls {
         println!(
             "{:<14} {:04x}:{:04x} {:<10} {:<10} {}",
@@ -374,7 +395,61 @@ fn list(sysfs: &Sysfs, json: bool) -> Res {
             usage(c)
         );
     }
+    let c = gpunvme::passthrough::list(sysfs);
+    if !c.is_empty() {
+        println!();
+        print_namespaces(&c);
+    }
     Ok(())
+}
+
+/// The kernel's namespaces and what the passthrough back end can do there.
+fn print_namespaces(list: &[gpunvme::passthrough::Candidate]) {
+    if list.is_empty() {
+        println!("no namespaces the kernel drives");
+        return;
+    }
+    println!("Namespaces the kernel drives (usable through io_uring passthrough: DEVICE /dev/ngXnY or a partition):");
+    for c in list {
+        let ns = &c.namespace;
+        let via: Vec<String> = ns
+            .controllers
+            .iter()
+            .map(|k| format!("{} {} {}", k.name, k.transport, k.address))
+            .collect();
+        println!(
+            "  {} ({}, nsid {}): {} blocks of {} bytes ({}) via {}",
+            ns.disk,
+            ns.ng.display(),
+            ns.nsid,
+            ns.capacity_lbas,
+            ns.lba_size,
+            human_bytes(ns.capacity_lbas * u64::from(ns.lba_size)),
+            if via.is_empty() {
+                "?".to_string()
+            } else {
+                via.join(", ")
+            }
+        );
+        match &c.whole {
+            Ok(()) => println!("    whole namespace: usable"),
+            Err(e) => println!("    whole namespace: no: {e}"),
+        }
+        for (name, r) in &c.partitions {
+            let p = ns.partitions.iter().find(|p| &p.name == name);
+            let at = p.map_or(String::new(), |p| {
+                format!(" (LBA {}, {} blocks)", p.start_lba, p.lbas)
+            });
+            match r {
+                Ok(()) => println!("    {name}{at}: usable (--partition /dev/{name})"),
+                Err(e) => println!("    {name}{at}: no: {e}"),
+            }
+        }
+        match &c.poll {
+            Ok(()) => println!("    completions: polled (poll queues)"),
+            Err(e) => println!("    completions: by interrupt ({e})"),
+        }
+    }
 }
 
 fn usage(c: &NvmeController) -> String {

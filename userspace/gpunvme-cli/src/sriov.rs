@@ -549,6 +549,15 @@ fn run(sysfs: &Sysfs, a: &SriovArgs, rep: &mut Report) -> Res {
     let pf_arg = match &a.pf {
         Device::Bdf(b) => b.clone(),
         Device::KernelNvme(n) => format!("/dev/{n}"),
+        Device::Namespace(p) => {
+            return fail(
+                libc::EINVAL,
+                format!(
+                    "{}: a namespace; give the physical function's PCI address or kernel nvme node (/dev/nvmeN)",
+                    p.display()
+                ),
+            )
+        }
         Device::Node(p) => {
             return fail(
                 libc::EINVAL,

@@ -567,6 +567,161 @@ fn ctrl_c_stops_in_order_and_exits_130() {
     assert!(!e.contains('\r'), "a progress bar on a pipe: {e:?}");
 }
 
+/// A kernel namespace nvme97n3 (512-byte blocks, 64 MiB, two partitions,
+/// no poll queues) in the fake sysfs: no /dev/ng97n3 exists here.
+fn fake_namespace(tag: &str) -> PathBuf {
+    let root = fake_sysfs(tag);
+    let b = root.join("class/block/nvme97n3");
+    write(&b.join("dev"), "259:97\n");
+    write(&b.join("nsid"), "3\n");
+    write(&b.join("size"), "131072\n");
+    write(&b.join("queue/logical_block_size"), "512\n");
+    write(&b.join("queue/max_hw_sectors_kb"), "128\n");
+    write(&b.join("queue/io_poll"), "0\n");
+    for (n, start, size) in [(1, 2048, 16384), (2, 18432, 32768)] {
+        let p = b.join(format!("nvme97n3p{n}"));
+        write(&p.join("partition"), &format!("{n}\n"));
+        write(&p.join("start"), &format!("{start}\n"));
+        write(&p.join("size"), &format!("{size}\n"));
+        write(&p.join("dev"), &format!("259:{}\n", 97 + n));
+    }
+    root
+}
+
+#[test]
+fn list_names_the_kernels_namespaces_and_why_passthrough_cannot_use_them() {
+    let root = fake_namespace("list-ns");
+    let r = root.to_str().unwrap();
+    let o = gpunvme(&["list", "--namespaces", "-o", "json", "--sysfs-root", r]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let c = &v[0];
+    assert_eq!(c["namespace"]["disk"], "nvme97n3");
+    assert_eq!(c["namespace"]["nsid"], 3);
+    assert_eq!(c["namespace"]["capacity_lbas"], 131072);
+    assert_eq!(c["namespace"]["partitions"][1]["start_lba"], 18432);
+    let whole = c["whole"]["Err"].as_str().expect("not usable here");
+    assert!(whole.contains("/dev/ng97n3"), "{whole}");
+    assert!(c["poll"]["Err"].as_str().unwrap().contains("poll_queues"));
+    assert_eq!(c["partitions"].as_array().unwrap().len(), 2);
+    // The plain listing has the same, in words, after the controllers.
+    let o = gpunvme(&["list", "--sysfs-root", r]);
+    let out = stdout(&o);
+    assert!(out.contains("0000:03:00.0"), "{out}");
+    assert!(out.contains("nvme97n3 (/dev/ng97n3, nsid 3)"), "{out}");
+    assert!(
+        out.contains("nvme97n3p2 (LBA 18432, 32768 blocks): no:"),
+        "{out}"
+    );
+}
+
+#[test]
+fn passthrough_options_and_devices_are_checked_before_anything_opens() {
+    let root = fake_namespace("pt-args");
+    let r = root.to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &[
+                "read",
+                "0000:03:00.0",
+                "-s",
+                "0",
+                "--partition",
+                "/dev/nvme97n3p1",
+                "--sysfs-root",
+                r,
+            ],
+            "are for a namespace the kernel drives",
+        ),
+        (
+            &[
+                "read",
+                "/dev/nvme97n3p1",
+                "-s",
+                "0",
+                "--lba-window",
+                "0:8",
+                "--sysfs-root",
+                r,
+            ],
+            "is the partition nvme97n3p1 already",
+        ),
+        (
+            &[
+                "verify",
+                "/dev/ng97n3",
+                "-s",
+                "0",
+                "-p",
+                "1",
+                "--partition",
+                "/dev/nvme1n1p1",
+                "--sysfs-root",
+                r,
+            ],
+            "not a partition of nvme97n3",
+        ),
+        (
+            &[
+                "write",
+                "/dev/ng97n9",
+                "-s",
+                "0",
+                "-p",
+                "1",
+                "--sysfs-root",
+                r,
+            ],
+            "no kernel NVMe namespace nvme97n9",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = gpunvme(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains(want), "{args:?}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    }
+}
+
+/// What the passthrough back end cannot do, `bench` refuses before
+/// anything opens (no /dev/ng97n3 exists here: an open would fail with
+/// another message): GPU memory and raw pairs on a kernel namespace, and
+/// --fio without one.
+#[test]
+fn bench_refuses_what_passthrough_cannot_measure_before_anything_opens() {
+    let root = fake_namespace("pt-bench");
+    let r = root.to_str().unwrap();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "bench",
+                "/dev/ng97n3",
+                "--gpu",
+                "udmabuf",
+                "--sysfs-root",
+                r,
+            ],
+            "bench --gpu: GPU memory as the payload of io_uring NVMe passthrough",
+        ),
+        (
+            &["bench", "/dev/nvme97n3p1", "--owner", "--sysfs-root", r],
+            "bench --owner: raw queue pairs need a controller bound to the gpunvme module",
+        ),
+        (
+            &["bench", "0000:03:00.0", "--fio", "--sysfs-root", r],
+            "bench --fio: name a kernel namespace",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = gpunvme(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains(want), "{args:?}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    }
+}
+
 /// A real bench run (pread/pwrite threads on a file: no device needed)
 /// with fio's knobs: its JSON has fio's jobs[], with the mix, the runtime
 /// and CPU use it ran with, and fio's own fio_jsonplus_clat2csv reads and

@@ -357,6 +357,9 @@ pub struct Controller {
     state: Mutex<Lifecycle>,
     /// The process that opened the file.
     owner: Owner,
+    /// A passthrough back end answers the ioctls instead of the module;
+    /// `file` is then its memfd (what queue pairs mmap).
+    passthrough: Option<std::sync::Arc<crate::passthrough::Device>>,
     /// The in-process controller model of the unit tests, which answers
     /// the ioctls instead of the kernel.
     #[cfg(test)]
@@ -375,6 +378,9 @@ impl Drop for Controller {
             let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
             std::mem::forget(std::mem::take(&mut st.until_close));
             std::mem::forget(std::mem::take(&mut st.deferred));
+            // A passthrough back end's relay threads are the parent's: the
+            // child has none to stop, nor any business with its memory.
+            std::mem::forget(self.passthrough.take());
         } else {
             #[cfg(test)]
             if let Some(m) = &self.model {
@@ -398,9 +404,48 @@ impl Controller {
             path,
             state: Mutex::new(Lifecycle::default()),
             owner: Owner::here(),
+            passthrough: None,
             #[cfg(test)]
             model: None,
         })
+    }
+
+    /// Opens a kernel NVMe namespace (`/dev/ngXnY`, `/dev/nvmeXnY` or a
+    /// partition `/dev/nvmeXnYpZ`) through the passthrough back end (see
+    /// [`crate::passthrough`]): no gpunvme module involved. The controller
+    /// answers like a module namespace node in shared mode: one namespace
+    /// (the window, its LBAs relative to the window), shared queue pairs
+    /// whose every command a relay thread of this process checks and
+    /// submits through io_uring, host buffers.
+    pub fn open_passthrough(
+        device: impl AsRef<Path>,
+        opts: &crate::passthrough::Options,
+    ) -> Result<Self> {
+        let dev = crate::passthrough::open(device.as_ref(), opts)?;
+        Self::with_passthrough(dev)
+    }
+
+    /// A controller answered by the passthrough back end `dev` (e.g. one
+    /// made by [`crate::passthrough::open_model`]).
+    pub fn with_passthrough(dev: crate::passthrough::Device) -> Result<Self> {
+        let file = dev
+            .memfd()
+            .try_clone()
+            .map_err(|e| Error::io("duplicate the passthrough memfd", &dev.path, e))?;
+        Ok(Controller {
+            file,
+            path: dev.path.clone(),
+            state: Mutex::new(Lifecycle::default()),
+            owner: Owner::here(),
+            passthrough: Some(std::sync::Arc::new(dev)),
+            #[cfg(test)]
+            model: None,
+        })
+    }
+
+    /// The passthrough back end behind this controller, if it is one.
+    pub fn passthrough(&self) -> Option<&std::sync::Arc<crate::passthrough::Device>> {
+        self.passthrough.as_ref()
     }
 
     /// Opens `/dev/gpunvme<n>`.
@@ -448,6 +493,13 @@ impl Controller {
     pub fn claim_owner(&self) -> Result<IommuMode> {
         // Before the lock: a child may have inherited it held.
         self.check_process()?;
+        if self.passthrough.is_some() {
+            return Err(Error::Refused(format!(
+                "{}: owner mode needs a controller bound to the gpunvme module; a passthrough back \
+                 end has no raw queues (the relay checks every command)",
+                self.path.display()
+            )));
+        }
         let mut o = sys::gpunvme_owner {
             size: std::mem::size_of::<sys::gpunvme_owner>() as u32,
             version: sys::GPUNVME_UAPI_VERSION,
@@ -552,6 +604,16 @@ impl Controller {
     ) -> Result<libc::c_int> {
         // A child's ioctl would act on its parent's file.
         self.check_process()?;
+        if let Some(d) = &self.passthrough {
+            // SAFETY: as for the kernel: the caller guarantees `arg`.
+            return unsafe { d.ioctl(request, arg) }.map_err(|errno| Error::Ioctl {
+                name,
+                #[allow(clippy::useless_conversion)]
+                request: u64::from(request),
+                path: self.path.clone(),
+                errno,
+            });
+        }
         #[cfg(test)]
         if let Some(m) = &self.model {
             // SAFETY: as for the kernel: the caller guarantees `arg`.

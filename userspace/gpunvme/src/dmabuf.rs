@@ -39,6 +39,11 @@ impl DmabufMapping {
     /// may be closed afterwards). `max_bytes` bounds the address table: the
     /// call fails with EINVAL if the dma-buf is larger.
     pub fn new(ctrl: &Arc<Controller>, fd: BorrowedFd<'_>, max_bytes: usize) -> Result<Self> {
+        if ctrl.passthrough().is_some() {
+            if let Err(why) = crate::passthrough::dmabuf_support() {
+                return Err(Error::Refused(why));
+            }
+        }
         let max_pages = max_bytes.div_ceil(PAGE_SIZE).max(1);
         let mut dma = vec![0u64; max_pages];
         let mut m = sys::gpunvme_map_dmabuf {

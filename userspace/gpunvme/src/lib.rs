@@ -25,6 +25,9 @@
 //!   synchronous or asynchronous ([`Transfer`]: cuFile's and hipFile's
 //!   job, from the CPU);
 //! - [`pattern`]: deterministic per-LBA data for integrity checks;
+//! - [`passthrough`]: the same queues on any namespace the kernel drives
+//!   (the system's SSD, NVMe over Fabrics), relayed through io_uring NVMe
+//!   passthrough, no module needed ([`Controller::open_passthrough`]);
 //! - [`sysfs`]: finding NVMe controllers and moving them between the kernel
 //!   `nvme` driver and `gpunvme` (driver_override, never class matching).
 //!
@@ -78,6 +81,7 @@ mod io;
 mod map;
 #[cfg(test)]
 mod model;
+pub mod passthrough;
 pub mod pattern;
 mod qpair;
 mod regs;

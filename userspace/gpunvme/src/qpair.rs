@@ -741,6 +741,14 @@ impl QueuePair {
     /// GPU job (one [`Controller::open`] per job), holding only the pairs
     /// and buffers the kernel uses, and keep all of them in the launch.
     pub fn export(&self, kind: ExportKind) -> Result<OwnedFd> {
+        if self.ctrl.passthrough().is_some() {
+            return Err(Error::Refused(format!(
+                "qid {}: a passthrough pair's memory is this process's (a memfd, mapped at \
+                 QueuePair::memory()): a GPU registers that mapping with its runtime \
+                 (hipHostRegister, cuMemHostRegister); there is no dma-buf to export",
+                self.qid
+            )));
+        }
         let mut e = sys::gpunvme_export {
             size: std::mem::size_of::<sys::gpunvme_export>() as u32,
             version: sys::GPUNVME_UAPI_VERSION,

@@ -90,6 +90,16 @@ impl Status {
             (2, 0x85) => "Compare Failure",
             (2, 0x86) => "Access Denied",
             (2, 0x87) => "Deallocated or Unwritten Logical Block",
+            (3, 0x00) => "Internal Path Error",
+            (3, 0x01) => "Asymmetric Access Persistent Loss",
+            (3, 0x02) => "Asymmetric Access Inaccessible",
+            (3, 0x03) => "Asymmetric Access Transition",
+            (3, 0x60) => "Controller Pathing Error",
+            // What the kernel (and the passthrough relay) answers for a
+            // command it could not deliver, or cancelled: no live path, a
+            // fabrics controller reconnecting.
+            (3, 0x70) => "Host Pathing Error",
+            (3, 0x71) => "Command Aborted By Host",
             _ => return None,
         })
     }

@@ -562,6 +562,57 @@ impl Sysfs {
         Ok(self.check_storage(&ctrl).1)
     }
 
+    /// Claims the block devices `names` (whole disks or partitions, e.g.
+    /// `nvme0n1p3`; a whole disk covers its partitions) exclusively, as
+    /// `bind` claims a controller's: refused, naming the mount point, swap,
+    /// holder or process, while anything uses one. `what` says what the
+    /// claim is for, in the refusal. Held until the [`Claim`] is dropped:
+    /// meanwhile nothing can mount, swap on or claim them.
+    pub fn claim_block_devices(&self, names: &[String], what: &str) -> Result<Claim> {
+        let mut blocks = Vec::new();
+        for n in names {
+            let dir = self.root.join("class/block").join(n);
+            if !dir.join("dev").exists() {
+                return Err(Error::NotFound(format!(
+                    "no block device {n} ({} has no dev attribute)",
+                    dir.display()
+                )));
+            }
+            self.collect_block(n, &dir, None, &mut blocks);
+        }
+        #[cfg(test)]
+        let fake_busy = self.fake_busy.as_ref();
+        #[cfg(not(test))]
+        let fake_busy = None;
+        let (claim, uses) = claim::check(
+            &blocks,
+            &[],
+            &claim::Roots {
+                sys: &self.root,
+                proc_: &self.proc_,
+                dev: &self.dev,
+                fake_busy,
+            },
+        );
+        if uses.is_empty() {
+            return Ok(claim);
+        }
+        let list: Vec<String> = uses
+            .iter()
+            .map(|u| format!("{} {}", u.device, u.by))
+            .collect();
+        Err(Error::Refused(format!(
+            "{what}: {} in use: {} (unmount it, swapoff, remove the holders or stop those processes first)",
+            names.join(", "),
+            list.join(", ")
+        )))
+    }
+
+    /// The `/dev` directory in use.
+    pub(crate) fn dev_root(&self) -> &Path {
+        &self.dev
+    }
+
     /// Claims every block device of `ctrl` exclusively, or refuses (naming
     /// what uses it) if anything does. The claim is to be held until the
     /// controller has left its driver.

@@ -4,8 +4,10 @@
 //! --owner), each command one `--bs` I/O into a slot of a buffer the pair
 //! keeps (so no Rust code reaches it), with a PRP list when it spans more
 //! than two pages (in the pair's PRP pool on a shared pair, in list pages
-//! of a buffer of the worker's on a raw one).
+//! of a buffer of the worker's on a raw one). On a kernel namespace the
+//! same workers drive the passthrough back end's shadow pairs.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,8 +16,8 @@ use gpunvme::{Controller, DmaBuffer, Mode, QueuePair, Sqe, PAGE_SIZE};
 
 use super::stats::Measured;
 use super::{
-    cells, check_interrupt, plan_for, range_bytes, run_cell, skipped, CpuClock, Plan, Run,
-    TARGET_RAW, TARGET_SHARED,
+    cells, check_interrupt, plan_for, range_bytes, run_cell, skipped, Baseline, CpuClock, Plan,
+    Run, TARGET_PT, TARGET_RAW, TARGET_SHARED,
 };
 use crate::habits::{Progress, Unit};
 
@@ -127,24 +129,49 @@ fn worker(
     Ok(m)
 }
 
-/// The gpunvme matrix on shared (or, `Mode::Raw`, owner-mode raw) pairs.
+/// The kernel's path to the blocks of `d`'s window (`lba_size` bytes per
+/// block), for the baselines of a passthrough run of `range` bytes.
+fn baseline(d: &gpunvme::passthrough::Device, lba_size: u64, range: u64) -> Option<Baseline> {
+    let r = d.window_claim()?;
+    let w = d.window();
+    let (block_device, offset) = match &r.partition {
+        Some(p) => (PathBuf::from("/dev").join(p), 0),
+        None => (PathBuf::from("/dev").join(&r.disk), w.start * lba_size),
+    };
+    Some(Baseline {
+        block_device,
+        offset,
+        ng: PathBuf::from(format!(
+            "/dev/ng{}",
+            r.disk.strip_prefix("nvme").unwrap_or_default()
+        )),
+        ng_offset: w.start * lba_size,
+        polled: d.polled(),
+        range,
+    })
+}
+
+/// The gpunvme matrix on shared (or, `Mode::Raw`, owner-mode raw) pairs,
+/// or on a kernel namespace's passthrough back end; for the latter also
+/// the kernel's path to the same blocks.
 pub(super) fn run(
     sysfs: &gpunvme::sysfs::Sysfs,
     a: &super::BenchArgs,
     mode: Mode,
-) -> Result<Run, Box<dyn std::error::Error>> {
+) -> Result<(Run, Option<Baseline>), Box<dyn std::error::Error>> {
     let dev = a
         .device
         .as_ref()
         .ok_or("bench --owner measures a gpunvme controller: name it (DEVICE) first")?;
-    let ctrl = Arc::new(crate::blockio::open(sysfs, dev)?);
+    let ctrl = Arc::new(crate::blockio::open_io(sysfs, dev, &a.passthrough)?);
     let mode = crate::blockio::mode_for(&ctrl, mode == Mode::Raw, "bench")?;
     let info = ctrl.info()?;
+    let nsid = super::nsid(a, &info);
     let ns = *info
         .namespaces
         .iter()
-        .find(|n| n.nsid == a.nsid)
-        .ok_or_else(|| format!("no namespace {} on {}", a.nsid, info.bdf))?;
+        .find(|n| n.nsid == nsid)
+        .ok_or_else(|| format!("no namespace {nsid} on {}", info.bdf))?;
     let lba_size = ns.lba_size as u64;
     if a.bs % lba_size != 0 {
         return Err(format!(
@@ -168,9 +195,11 @@ pub(super) fn run(
     if range < a.bs {
         return Err(format!("the namespace is smaller than one {}-byte I/O", a.bs).into());
     }
-    let target = match mode {
-        Mode::Shared => TARGET_SHARED,
-        Mode::Raw => TARGET_RAW,
+    let pt = ctrl.passthrough().cloned();
+    let target = match (&pt, mode) {
+        (Some(_), _) => TARGET_PT,
+        (None, Mode::Shared) => TARGET_SHARED,
+        (None, Mode::Raw) => TARGET_RAW,
     };
     let mut results = Vec::new();
     let mut bar = Progress::new("bench", cells(a), Unit::Items);
@@ -198,7 +227,7 @@ pub(super) fn run(
             let plan = plan_for(a, range, qd, qpairs);
             results.push(
                 run_cell(a, qpairs, &plan, qpairs as usize, |i| {
-                    worker(&ctrl, a.nsid, lba_size, &plan, i as u64, mode)
+                    worker(&ctrl, nsid, lba_size, &plan, i as u64, mode)
                         .map_err(|e| -> Box<dyn std::error::Error + Send + Sync> { e.into() })
                 })
                 .map_err(|e| e.to_string())?,
@@ -207,22 +236,40 @@ pub(super) fn run(
     }
     bar.finish();
     check_interrupt(&results)?;
-    let method = match mode {
-        Mode::Shared => {
-            "gpunvme shared queue pairs mapped into this process, polled, one thread per queue \
-             pair; a module thread per pair checks each SQE of the shadow SQ, copies it into the \
-             real SQ, rings the doorbell and mirrors the CQEs"
-        }
-        Mode::Raw => {
-            "gpunvme raw queue pairs (owner mode, GPUNVME_QPAIR_RAW) mapped into this process, \
-             polled, one thread per queue pair: the real SQ, CQ and doorbells"
-        }
+    let method = match (&pt, mode) {
+        (Some(d), _) => format!(
+            "gpunvme passthrough back end on {} (no module): shadow queue pairs driven from this \
+             process, polled, one thread per queue pair; a relay thread of the library checks \
+             each SQE and submits it with io_uring NVME_URING_CMD_IO on the namespace's \
+             /dev/ngXnY ({}), mirroring the completions",
+            ctrl.path().display(),
+            if d.polled() {
+                "IORING_SETUP_IOPOLL on the driver's poll queues"
+            } else {
+                "interrupt completions: the namespace has no poll queues"
+            }
+        ),
+        (None, Mode::Shared) => "gpunvme shared queue pairs mapped into this process, polled, one \
+             thread per queue pair; a module thread per pair checks each SQE of the shadow SQ, \
+             copies it into the real SQ, rings the doorbell and mirrors the CQEs"
+            .to_string(),
+        (None, Mode::Raw) => "gpunvme raw queue pairs (owner mode, GPUNVME_QPAIR_RAW) mapped into \
+             this process, polled, one thread per queue pair: the real SQ, CQ and doorbells"
+            .to_string(),
     };
-    Ok(Run {
-        target,
-        device: info.bdf.clone(),
-        method: method.into(),
-        range_bytes: range,
-        results,
-    })
+    let baseline = pt.as_deref().and_then(|d| baseline(d, lba_size, range));
+    Ok((
+        Run {
+            target,
+            device: if pt.is_some() {
+                ctrl.path().display().to_string()
+            } else {
+                info.bdf.clone()
+            },
+            method,
+            range_bytes: range,
+            results,
+        },
+        baseline,
+    ))
 }

@@ -240,20 +240,45 @@ mod tests {
         assert_eq!(Lat::new().summary(), LatSummary::default());
     }
 
+    /// Thread time, not process time: a thread that sleeps while another
+    /// spins is charged (almost) nothing, the spinner is charged its spin
+    /// (waits on CPU time it used, not on the clock, so a loaded machine
+    /// cannot fail it), and percent() is of the wall time given.
     #[test]
     fn cpu_time_is_this_threads() {
         let a = Cpu::thread_now();
-        let t = std::time::Instant::now();
-        let mut x = 0u64;
-        while t.elapsed() < Duration::from_millis(50) {
-            x = x.wrapping_add(std::hint::black_box(1));
-        }
-        let used = Cpu::thread_now().since(a);
+        let spinner = std::thread::spawn(|| {
+            let b = Cpu::thread_now();
+            let t = std::time::Instant::now();
+            let mut x = 0u64;
+            let used = loop {
+                x = x.wrapping_add(std::hint::black_box(1));
+                let u = Cpu::thread_now().since(b);
+                if u.user + u.system >= Duration::from_millis(30)
+                    || t.elapsed() > Duration::from_secs(20)
+                {
+                    break u;
+                }
+            };
+            (used, x)
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let (spun, x) = spinner.join().unwrap();
         assert!(
-            used.user + used.system >= Duration::from_millis(20),
-            "{used:?} ({x})"
+            spun.user + spun.system >= Duration::from_millis(30),
+            "{spun:?} ({x})"
         );
-        let (u, s) = used.percent(Duration::from_millis(50));
-        assert!(u + s > 40.0 && u + s < 200.0, "{u} {s}");
+        let slept = Cpu::thread_now().since(a);
+        assert!(
+            slept.user + slept.system < Duration::from_millis(20),
+            "the sleeping thread was charged {slept:?} (the spinner used {spun:?})"
+        );
+        let c = Cpu {
+            user: Duration::from_millis(30),
+            system: Duration::from_millis(10),
+            ..Cpu::default()
+        };
+        let (u, s) = c.percent(Duration::from_millis(200));
+        assert!((u - 15.0).abs() < 1e-9 && (s - 5.0).abs() < 1e-9, "{u} {s}");
     }
 }

@@ -135,7 +135,7 @@ fn one_cell(
         qd,
         ..Default::default()
     };
-    let t = Transfers::new(ctrl, info, a.nsid, &opts).map_err(|e| e.to_string())?;
+    let t = Transfers::new(ctrl, info, super::nsid(a, info), &opts).map_err(|e| e.to_string())?;
     if a.bs > t.max_command_bytes() {
         // Split into several commands: still one transfer per I/O.
         eprintln!(
@@ -162,11 +162,12 @@ pub(super) fn runs(
         .ok_or("bench --gpu: name the gpunvme controller (DEVICE)")?;
     let ctrl = Arc::new(crate::blockio::open(sysfs, dev)?);
     let info = ctrl.info()?;
+    let nsid = super::nsid(a, &info);
     let ns = *info
         .namespaces
         .iter()
-        .find(|n| n.nsid == a.nsid)
-        .ok_or_else(|| format!("no namespace {} on {}", a.nsid, info.bdf))?;
+        .find(|n| n.nsid == nsid)
+        .ok_or_else(|| format!("no namespace {nsid} on {}", info.bdf))?;
     if a.bs % ns.lba_size as u64 != 0 {
         return Err(format!(
             "--bs {} is not a multiple of the {}-byte LBA size",
