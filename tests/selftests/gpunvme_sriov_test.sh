@@ -38,6 +38,11 @@ wait_for() {
 		i=$((i + 1))
 	done
 }
+# Predicates for wait_for, evaluated at every poll (an argument such as
+# "$(ctrl_of X)" would be expanded once, before the first).
+has_ctrl() { test -n "$(ctrl_of "$1")"; }
+has_blk() { test -n "$(blk_of "$1" "$2")"; }
+blk_is_there() { test -b "/dev/$(blk_of "$1" "$2")"; }
 ctrl_of() { ls "/sys/bus/pci/devices/$1/nvme" 2>/dev/null | head -1; }
 # The block device of namespace NSID of kernel nvme controller CTRL.
 blk_of() { for d in /sys/class/nvme/$1/$1n*; do [ -e "$d" ] && [ "$(cat "$d/nsid")" = "$2" ] && echo "${d##*/}"; done; }
@@ -55,9 +60,9 @@ ktap_plan 45
 pf_up() {
 	modprobe nvme || return 1
 	[ "$(driver_of "$PF")" = nvme ] || echo "$PF" >/sys/bus/pci/drivers/nvme/bind
-	wait_for test -n "$(ctrl_of "$PF")" || return 1
+	wait_for has_ctrl "$PF" || return 1
 	PFC=$(ctrl_of "$PF")
-	wait_for test -b "/dev/$(blk_of "$PFC" 1)" || return 1
+	wait_for blk_is_there "$PFC" 1 || return 1
 	PFB=$(blk_of "$PFC" 1)
 	echo "$PF: $PFC, namespace 1 is /dev/$PFB; $(ls /sys/class/nvme/"$PFC" | grep -c "^${PFC}n") namespace(s)"
 	[ "$(driver_of "$PF")" = nvme ]
@@ -175,9 +180,9 @@ ktap_check "sriov --vfs 0 while gpunvme holds the VF: EBUSY" expect_fail "errno 
 # ---- hand the VF back ------------------------------------------------------------------
 ktap_check "gpunvme unbind VF --to-nvme" gpunvme unbind "$VF" --to-nvme
 vf_nvme_reads() {
-	wait_for test -n "$(ctrl_of "$VF")" || return 1
+	wait_for has_ctrl "$VF" || return 1
 	c=$(ctrl_of "$VF")
-	wait_for test -n "$(blk_of "$c" 2)" || return 1
+	wait_for has_blk "$c" 2 || return 1
 	b=$(blk_of "$c" 2)
 	wait_for test -b "/dev/$b" || return 1
 	echo "VF: $c, namespace 2 is /dev/$b"
