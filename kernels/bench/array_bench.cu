@@ -305,6 +305,15 @@ static const uint32_t LBA = 512;
 static uint64_t frame_bytes(const options &o) { return (uint64_t)o.frames << o.page_shift; }
 
 // Builds an array over n controllers; its working content: the stream.
+// Waits: 1 s, or 10 s with frames in VRAM, where the fixture moves each
+// command's data with a synchronous cudaMemcpy (tens of microseconds while
+// the kernel runs): a full ring's last command can wait longer than 1 s
+// for a fixture that is slow, not for a lost command.
+static uint64_t wait_ticks(bool frames_vram)
+{
+	return frames_vram ? 10000000000ull : 1000000000ull;
+}
+
 static void rig_up(rig &r, uint32_t n, bool frames_vram)
 {
 	r.n = n;
@@ -361,7 +370,7 @@ static void rig_up(rig &r, uint32_t n, bool frames_vram)
 			p.cq = dv->cq;
 			p.sq_db = &dv->regs.sq_tail_db;
 			p.cq_db = &dv->regs.cq_head_db;
-			p.timeout_ticks = 1000000000ull;
+			p.timeout_ticks = wait_ticks(frames_vram);
 			p.tick_hz = 1000000000ull;
 			p.depth = DEPTH;
 			p.prp_va = (uint64_t *)(r.pools_d + k * r.pool_bytes);
@@ -390,7 +399,7 @@ static void rig_up(rig &r, uint32_t n, bool frames_vram)
 	d.frames = fdev;
 	d.frame_dma = r.frame_dma_d;
 	d.bytes = r.pages * pb;
-	d.timeout_ticks = 1000000000ull;
+	d.timeout_ticks = wait_ticks(frames_vram);
 	d.tick_hz = 1000000000ull;
 	d.n_ctrl = n;
 	d.layout = ARRAY_STRIPE;
