@@ -267,43 +267,48 @@ impl Lanes {
     ) -> FResult<R> {
         self.check_process()?;
         let deadline = Instant::now() + LANE_WAIT;
-        let mut st = self.lock();
-        let lane = loop {
-            if st.closed {
-                return Err(fail(Kind::Closed, "the namespace was closed"));
-            }
-            if let Some(l) = st.idle.pop() {
-                break l;
-            }
-            if st.live < self.cfg.lanes {
-                // A replacement: made without the lock held.
-                st.live += 1;
-                drop(st);
-                match Lane::new(&self.cfg) {
-                    Ok(l) => break l,
-                    Err(e) => {
-                        self.lock().live -= 1;
-                        self.freed.notify_one();
-                        return Err(e);
+        // The pool's lock is held only while a lane is chosen (the block
+        // drops it): not during the transfer, when other threads take other
+        // lanes and Held's drop takes it again.
+        let lane = {
+            let mut st = self.lock();
+            loop {
+                if st.closed {
+                    return Err(fail(Kind::Closed, "the namespace was closed"));
+                }
+                if let Some(l) = st.idle.pop() {
+                    break l;
+                }
+                if st.live < self.cfg.lanes {
+                    // A replacement: made without the lock held.
+                    st.live += 1;
+                    drop(st);
+                    match Lane::new(&self.cfg) {
+                        Ok(l) => break l,
+                        Err(e) => {
+                            self.lock().live -= 1;
+                            self.freed.notify_one();
+                            return Err(e);
+                        }
                     }
                 }
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(fail(
+                        Kind::Timeout,
+                        format!(
+                            "all {} queue pair(s) of the namespace stayed busy for {} s",
+                            self.cfg.lanes,
+                            LANE_WAIT.as_secs()
+                        ),
+                    ));
+                }
+                st = self
+                    .freed
+                    .wait_timeout(st, deadline - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(fail(
-                    Kind::Timeout,
-                    format!(
-                        "all {} queue pair(s) of the namespace stayed busy for {} s",
-                        self.cfg.lanes,
-                        LANE_WAIT.as_secs()
-                    ),
-                ));
-            }
-            st = self
-                .freed
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
         };
         let mut held = Held {
             lanes: self,
