@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only
 # The VM suite: the module, the CLI, the GPU stand-in, the device library run
-# as host C++ (kernels/hostrun), every selftest and the passthrough back
-# end, in fourteen boots (the Python package's boot is left out: see below).
+# as host C++ (kernels/hostrun), every selftest, the Python package and the
+# passthrough back end, in fifteen boots.
 #  1. the default bench: one namespace of 512-byte blocks per controller,
 #     IOMMU translating (strict); queue pairs are shared (validated) ones,
 #     the trust-model and failure tests run, and owner mode is claimable;
@@ -45,7 +45,12 @@
 #     fixes the seed (default: from the clock; it is printed);
 # 11. a namespace shared (nvme-subsys) with nvme.ko's controller, detached,
 #     reformatted and attached again under an open shared pair;
-# 12. the passthrough back end, no module (default kernel only): the
+# 12. the Python package (tests/vm/python.sh): its pytest suite with the
+#     interpreter, NumPy and the wheel packed into the initramfs (host
+#     buffers, udmabuf-backed dma-bufs, async and asyncio, a fork during
+#     transfers, timeouts under a held relay, owner mode), then its
+#     overhead bench;
+# 13. the passthrough back end, no module (default kernel only): the
 #     kernel controller's namespace gets a mounted ext4 partition and a
 #     partition used through io_uring passthrough by the CLI and hostrun
 #     (gpunvme_hostrun_pt), every byte checked; refusals (the mounted
@@ -53,7 +58,7 @@
 #     beside the kernel's io_uring; fsck clean; then the same over NVMe/TCP
 #     with nvmet on 127.0.0.1 in the same VM, the target stopped under a
 #     bench (an error, not a hang) and back (reconnect);
-# 13. (boots 13 and 14 at once, default kernel only) NVMe/TCP between two
+# 14. (boots 14 and 15 at once, default kernel only) NVMe/TCP between two
 #     VMs on a QEMU socket network (tests/vm/fabrics2.sh): one runs nvmet,
 #     the other the same checks, the outage and the reconnect asked over a
 #     control port.
@@ -233,10 +238,9 @@ bash "$ROOT/tests/vm/run.sh" --subsys --file "$ROOT/gpunvme.ko" "$@" -- \
     "$B/boot/gpunvme_ns_change_test" 2>&1 | tee "$work/boot11.log"
 add "$work/boot11.log"
 
-# The Python package's VM boot (tests/vm/python.sh, `make python-vm`) is
-# not in the suite yet: its first asynchronous test
-# (test_async.py::test_many_futures_across_queue_pairs) waits forever for
-# its futures in the VM, so the boot would end at its 900 s deadline.
+echo "=== boot 12: the Python package against the module (pytest, then the overhead bench)"
+bash "$ROOT/tests/vm/python.sh" "$@" 2>&1 | tee "$work/boot12.log"
+add "$work/boot12.log"
 
 # The passthrough back end: userspace on the kernel's own drivers (nothing
 # of the module runs), so the default kernel only, like boots 7 and 8.
@@ -245,19 +249,19 @@ if [ "${KERNEL_VARIANT:-default}" = default ]; then
               --file /etc/mke2fs.conf:/etc/mke2fs.conf)
     # fio's io_uring_cmd engine as a second bench baseline, when installed.
     if command -v fio >/dev/null; then pt_files+=(--file "$(command -v fio):/opt/gpunvme/fio"); fi
-    echo "=== boot 12: passthrough (no module): a namespace with a mounted ext4 partition; NVMe/TCP on loopback"
+    echo "=== boot 13: passthrough (no module): a namespace with a mounted ext4 partition; NVMe/TCP on loopback"
     truncate -s 32M "$work/fabrics-ns2.img"
     printf 'PT_ROLES="local loopback"\n' >"$work/pt.env"
     QEMU_EXTRA="${QEMU_EXTRA:-} -drive file=$work/fabrics-ns2.img,if=none,id=fabns2,format=raw -device nvme-ns,drive=fabns2,bus=kernel0,nsid=2" \
     bash "$ROOT/tests/vm/run.sh" --test-timeout 1100 --timeout 1400 "${pt_files[@]}" \
         --file "$ROOT/gpunvme.ko" --file "$work/pt.env:/opt/gpunvme/passthrough.env" "$@" -- \
-        "$B/boot/gpunvme_passthrough_test.sh" 2>&1 | tee "$work/boot12.log"
-    add "$work/boot12.log"
-    echo "=== boots 13 and 14: NVMe/TCP between two VMs on a QEMU socket network"
-    bash "$ROOT/tests/vm/fabrics2.sh" "${pt_files[@]}" "$@" 2>&1 | tee "$work/boot13.log"
+        "$B/boot/gpunvme_passthrough_test.sh" 2>&1 | tee "$work/boot13.log"
     add "$work/boot13.log"
+    echo "=== boots 14 and 15: NVMe/TCP between two VMs on a QEMU socket network"
+    bash "$ROOT/tests/vm/fabrics2.sh" "${pt_files[@]}" "$@" 2>&1 | tee "$work/boot14.log"
+    add "$work/boot14.log"
 else
-    echo "=== boots 12-14 (passthrough, NVMe/TCP) run on the default kernel only"
+    echo "=== boots 13-15 (passthrough, NVMe/TCP) run on the default kernel only"
 fi
 
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
