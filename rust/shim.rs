@@ -191,6 +191,12 @@ impl HostMap {
 
 impl Drop for HostMap {
     fn drop(&mut self) {
+        // Unpin and unmap. The controller could still reach these pages
+        // through any pair of the file whose delete is not confirmed: then
+        // no mapping of the file is dropped (UNMAP refuses, `drop_map`
+        // keeps it, close quarantines it until the controller is
+        // disabled). A relay checks against the file's `Buffers`, which
+        // lost this mapping before, and counts what it let through.
         // SAFETY: the pointer came from gpunvme_shim_pin_user and is released once.
         unsafe { gpunvme_shim_unmap_user(self.0.as_ptr()) }
     }
@@ -325,6 +331,9 @@ impl Revoking {
 
 impl Drop for Export {
     fn drop(&mut self) {
+        // The exported memory itself is not freed here: an importer that
+        // does not let go in time leaves a HeldExport, and what it maps
+        // is kept while `held` says so.
         // SAFETY: the pointer came from an export call and is revoked once
         // (`revoke` does not get here), then the module's reference goes.
         unsafe {
@@ -448,6 +457,11 @@ impl Import {
 
 impl Drop for Import {
     fn drop(&mut self) {
+        // Detach and unmap a peer's pages: kept, like a host mapping, while
+        // a pair of the file may still DMA into them (see HostMap's drop);
+        // after its exporter's revoke, its pages stay mapped until the
+        // commands the relay let through have completed, or the controller
+        // is known stopped (`release_kept`).
         // SAFETY: the pointer came from gpunvme_shim_import; released once.
         // After it returns the attachment is detached, so the revoke
         // callback cannot run and the `Buffers` reference can go.

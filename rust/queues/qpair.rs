@@ -111,7 +111,14 @@ pub(crate) struct Shadow {
 
 impl Drop for QPair {
     fn drop(&mut self) {
-        // The memory goes with the fields, right after this.
+        // The memory goes with the fields, right after this. Who could
+        // still reach it, and why none can here: the controller, if the
+        // pair's delete was not confirmed (such a pair is quarantined
+        // instead, freed once the controller is disabled); its relay (the
+        // Bridge is stopped in `let_go`, before the pair is deleted); a
+        // peer holding an export (revoked first; a pair an importer still
+        // holds is lent, `Quarantined::Lent`, until it lets go); user
+        // mappings (zapped at destroy, close or unbind).
         ALLOCATED.fetch_sub(1, Relaxed);
     }
 }
