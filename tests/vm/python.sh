@@ -22,8 +22,11 @@ cli=$ROOT/userspace/target/release/gpunvme
 
 venv=$(bash "$ROOT/tests/userspace/python.sh" install | tail -n1)
 # Not under /tmp: the image's site-packages keeps its path in the VM (see
-# python_image.py), and the VM mounts a tmpfs on /tmp.
-img=$ROOT/userspace/target/python-vm
+# python_image.py), and the VM mounts a tmpfs on /tmp. So not in the
+# checkout either, which may be under /tmp: in the cache, beside the venv.
+img=${GPUNVME_CACHE:-/var/cache/gpunvme}/python-vm
+case "$img" in /tmp/*) echo "python.sh: $img is under /tmp, which the VM mounts a tmpfs on: set GPUNVME_CACHE elsewhere" >&2; exit 1 ;; esac
+mkdir -p "$(dirname "$img")"
 rm -rf "$img"
 "$venv/bin/python" "$HERE/python_image.py" "$img" >"$img.files"
 mapfile -t image <"$img.files"
