@@ -811,7 +811,7 @@ pub fn bench(sysfs: &gpunvme::sysfs::Sysfs, a: &BenchArgs) -> Res {
             if !runs.is_empty() {
                 outln!(show);
             }
-            runs.push(kernel::run(a, dev, *base, *cap, m)?);
+            runs.push(kernel::run(sysfs, a, dev, *base, *cap, m)?);
             if show {
                 print_run(a, runs.last().unwrap());
             }

@@ -117,6 +117,11 @@ pub struct Options {
     pub command_timeout_ms: u32,
     /// Relay threads at most (0: one per CPU this process may run on).
     pub relay_threads: usize,
+    /// How long a relay thread keeps polling after its last progress
+    /// before it backs off to sleeps of up to 1 ms (a GPU cannot wake it).
+    /// Shorter saves CPU when idle; a spin shorter than a command's round
+    /// trip adds up to a sleep to every QD1 command.
+    pub relay_spin: std::time::Duration,
     /// Where sysfs, `/proc` and `/dev` are.
     pub sysfs: Sysfs,
 }
@@ -129,6 +134,7 @@ impl Default for Options {
             fixed_buffers: true,
             command_timeout_ms: 0,
             relay_threads: 0,
+            relay_spin: relay_thread::DEFAULT_SPIN,
             sysfs: Sysfs::new(),
         }
     }
@@ -255,6 +261,7 @@ pub fn open(device: &Path, opts: &Options) -> Result<Device> {
             fixed_buffers: opts.fixed_buffers,
         },
         threads,
+        opts.relay_spin,
         Some(resolved),
     )
     .map_err(|e| {
@@ -305,6 +312,7 @@ pub fn open_model(
         lim,
         device::Target::Model(disk),
         relay_threads.max(1),
+        relay_thread::DEFAULT_SPIN,
         None,
     )
     .map_err(|e| Error::io("create the model back end's memory (memfd)", "(memfd)", e))

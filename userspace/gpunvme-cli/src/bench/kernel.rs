@@ -244,56 +244,10 @@ fn pread_cell(
     )
 }
 
-/// Why `dev` cannot do polled I/O, from its queue's `io_poll` attribute
-/// (1 only when the driver has poll queues); None when it can.
-fn poll_queues_missing(dev: &std::path::Path) -> Option<String> {
-    use std::os::unix::fs::FileTypeExt;
-    use std::os::unix::fs::MetadataExt;
-    let md = match std::fs::metadata(dev) {
-        Ok(md) if md.file_type().is_block_device() => md,
-        _ => return Some(format!("{} is not a block device", dev.display())),
-    };
-    let (maj, min) = (libc::major(md.rdev()), libc::minor(md.rdev()));
-    // A partition's queue is its disk's: /sys/dev/block/M:m/queue or ../queue.
-    let base = PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
-    let attr = [base.join("queue/io_poll"), base.join("../queue/io_poll")]
-        .into_iter()
-        .find_map(|p| std::fs::read_to_string(p).ok());
-    // nvme-tcp with poll queues: the kernel's poll sleeps in atomic
-    // context there (7.3: "scheduling while atomic" in nvme_tcp_poll, seen
-    // in this project's VM test), so only PCIe controllers are polled.
-    let disk = [base.clone(), base.join("..")]
-        .into_iter()
-        .find(|d| d.join("queue").is_dir())
-        .unwrap_or_else(|| base.clone());
-    let mut transports: Vec<String> = std::fs::read_to_string(disk.join("device/transport"))
-        .into_iter()
-        .collect();
-    if let Ok(paths) = std::fs::read_dir(disk.join("multipath")) {
-        for p in paths.flatten() {
-            transports.extend(std::fs::read_to_string(p.path().join("device/transport")).ok());
-        }
-    }
-    if let Some(t) = transports.iter().map(|t| t.trim()).find(|t| *t != "pcie") {
-        return Some(format!(
-            "{} is reached over {t}: only PCIe controllers are polled (the kernel's nvme-tcp poll \
-             can sleep in atomic context)",
-            dev.display()
-        ));
-    }
-    match attr.as_deref().map(str::trim) {
-        Some("1") => None,
-        Some(_) => Some(format!(
-            "{} has no poll queues (queue/io_poll is 0): load nvme with poll_queues=N",
-            dev.display()
-        )),
-        None => Some(format!("cannot read queue/io_poll for {}", dev.display())),
-    }
-}
-
 /// The kernel driver's matrix in one completion mode (None: pread), on
 /// `dev` from byte `base`, over at most `cap` bytes when given.
 pub(super) fn run(
+    sysfs: &gpunvme::sysfs::Sysfs,
     a: &BenchArgs,
     dev: &PathBuf,
     base: u64,
@@ -333,7 +287,7 @@ pub(super) fn run(
     // Without poll queues IOPOLL I/O would complete by interrupt: say so
     // and skip instead of publishing an interrupt figure as a polled one.
     let no_poll = (mode == Some(KernelMode::Poll))
-        .then(|| poll_queues_missing(dev))
+        .then(|| gpunvme::passthrough::namespace::polling(sysfs, dev).err())
         .flatten();
     let (target, method) = match mode {
         Some(KernelMode::Irq) => (TARGET_KERNEL_IRQ, "kernel block device: O_DIRECT io_uring (io-uring crate), one ring of qd I/Os per queue-pair thread, interrupt completions"),

@@ -114,6 +114,7 @@ impl Device {
         limits: Limits,
         target: Target,
         relay_threads: usize,
+        relay_spin: std::time::Duration,
         hold: Option<super::window::Resolved>,
     ) -> std::io::Result<Self> {
         let table = Arc::new(TableCell::default());
@@ -159,7 +160,7 @@ impl Device {
             limits,
             iopoll,
             arena: Arena::new()?,
-            pool: RelayPool::new(relay_threads, table.clone(), make),
+            pool: RelayPool::new(relay_threads, relay_spin, table.clone(), make),
             table,
             state: Mutex::new(State {
                 next_handle: 1,

@@ -288,6 +288,24 @@ pub fn describe(sysfs: &Sysfs, disk: &str) -> Result<KernelNamespace> {
     })
 }
 
+/// Whether completions for `dev` (a namespace's `/dev/nvmeXnY`, its
+/// `/dev/ngXnY`, a partition, or a link to one of them) are polled, by the
+/// rule the back end itself uses: poll queues on every path, and every
+/// path PCIe. `Err` says why not. The CLI's kernel-poll baseline asks this
+/// too, so that both follow one rule.
+pub fn polling(sysfs: &Sysfs, dev: &Path) -> std::result::Result<(), String> {
+    let real = fs::canonicalize(dev).unwrap_or_else(|_| dev.to_path_buf());
+    let named = parse_name(&real).ok_or_else(|| {
+        format!(
+            "{} is not a kernel NVMe namespace or partition: polled I/O is used only there",
+            dev.display()
+        )
+    })?;
+    describe(sysfs, &named.disk)
+        .map_err(|e| e.to_string())?
+        .poll
+}
+
 /// Polled completions only through PCIe controllers. nvme-tcp completes
 /// its poll queues' requests from its receive work as well, so io_uring's
 /// passthrough poll can reach a request that has already completed: on
@@ -404,7 +422,17 @@ mod tests {
             why.contains("nvme0 is reached over tcp") && why.contains("interrupt"),
             "{why}"
         );
+        // The bench's kernel-poll baseline asks the same rule by path:
+        // a partition, the generic node, and something else.
+        assert!(polling(&s, Path::new("/dev/nvme0n1p1"))
+            .unwrap_err()
+            .contains("reached over tcp"));
         write(&root, "class/nvme/nvme0/transport", "pcie\n");
+        assert_eq!(polling(&s, Path::new("/dev/nvme0n1p1")), Ok(()));
+        assert_eq!(polling(&s, Path::new("ng0n1")), Ok(()));
+        assert!(polling(&s, Path::new("/dev/sda"))
+            .unwrap_err()
+            .contains("not a kernel NVMe namespace"));
         assert_eq!(
             (ns.partitions[0].start_lba, ns.partitions[0].lbas),
             (256, 8192),

@@ -7,11 +7,15 @@
 //! thread owns one submitter (an io_uring ring) for all its pairs: a pass
 //! reaps the ring and mirrors what came back, runs [`super::relay::Relay::step`]
 //! on every pair, and hands what they pushed to the kernel in one system
-//! call. Idle, it spins for 200 µs after the last progress, then sleeps
-//! (or, with commands in flight on an interrupt-driven ring, waits in the
-//! kernel for one) from 20 µs doubling to 1 ms, as the module's relay
-//! does; any progress snaps it back. A thread without pairs blocks until
-//! it gets one.
+//! call. Idle, it keeps polling for its spin time (`Options::relay_spin`,
+//! 20 ms by default, as io_uring's SQPOLL thread polls for its
+//! `sq_thread_idle`) after the last progress, then sleeps (or, with
+//! commands in flight on an interrupt-driven ring, waits in the kernel for
+//! one) from 20 µs doubling to 1 ms; any progress snaps it back. The GPU
+//! cannot wake a sleeping thread, so the spin time is the price of latency:
+//! a spin shorter than one command's round trip (200 µs was: the client's
+//! turnaround in a TCG guest is longer) makes every QD1 command pay a
+//! sleep. A thread without pairs blocks until it gets one.
 //!
 //! Taking a pair off (DESTROY_QPAIR) waits, up to a deadline, until the
 //! commands it had in flight came back: until then the kernel may still
@@ -29,8 +33,8 @@ use super::relay::{untag, Counters, Relay};
 use super::shadow::PairMemory;
 use super::submit::{Done, Submit};
 
-/// Spin this long after the last progress before backing off.
-const SPIN: Duration = Duration::from_micros(200);
+/// Poll this long after the last progress before backing off (default).
+pub(crate) const DEFAULT_SPIN: Duration = Duration::from_millis(20);
 const SLEEP_MIN: Duration = Duration::from_micros(20);
 const SLEEP_MAX: Duration = Duration::from_millis(1);
 
@@ -107,6 +111,7 @@ struct Worker {
 pub(crate) struct RelayPool {
     workers: Mutex<Vec<Worker>>,
     max: usize,
+    spin: Duration,
     table: Arc<TableCell>,
     make: MakeSubmit,
     /// Why fixed buffers could not be registered, the last time it failed.
@@ -114,10 +119,12 @@ pub(crate) struct RelayPool {
 }
 
 impl RelayPool {
-    pub(crate) fn new(max: usize, table: Arc<TableCell>, make: MakeSubmit) -> Self {
+    /// At most `max` threads, each polling `spin` after its last progress.
+    pub(crate) fn new(max: usize, spin: Duration, table: Arc<TableCell>, make: MakeSubmit) -> Self {
         RelayPool {
             workers: Mutex::new(Vec::new()),
             max: max.max(1),
+            spin,
             table,
             make,
             fixed_error: Arc::new(Mutex::new(None)),
@@ -138,18 +145,19 @@ impl RelayPool {
             None if ws.len() < self.max => {
                 let ctl = Arc::new(Ctl::default());
                 let (tx, rx) = std::sync::mpsc::channel();
-                let (c, t, make, fe) = (
+                let (c, t, make, fe, spin) = (
                     ctl.clone(),
                     self.table.clone(),
                     self.make.clone(),
                     self.fixed_error.clone(),
+                    self.spin,
                 );
                 let join = std::thread::Builder::new()
                     .name(format!("gpunvme-pt-relay{}", ws.len()))
                     .spawn(move || match make() {
                         Ok(sub) => {
                             let _ = tx.send(Ok(()));
-                            run(&c, &t, sub, &fe);
+                            run(&c, &t, sub, &fe, spin);
                         }
                         Err(e) => {
                             let _ = tx.send(Err(e));
@@ -256,6 +264,7 @@ fn run(
     table: &TableCell,
     mut sub: Box<dyn Submit + Send>,
     fixed_error: &Mutex<Option<String>>,
+    spin: Duration,
 ) {
     let mut served: Vec<Option<Served>> = Vec::new();
     let (mut tab, mut gen) = table.snapshot();
@@ -268,6 +277,7 @@ fn run(
     let mut dones: Vec<Done> = Vec::new();
     let mut last = Instant::now();
     let mut sleep = SLEEP_MIN;
+    let mut empty = 0u32;
     loop {
         if ctl.pending.load(Ordering::Acquire) {
             let mut st = ctl.lock();
@@ -381,8 +391,17 @@ fn run(
         if progress {
             last = Instant::now();
             sleep = SLEEP_MIN;
-        } else if last.elapsed() < SPIN {
-            std::hint::spin_loop();
+            empty = 0;
+        } else if last.elapsed() < spin {
+            // Polling: give the CPU away now and then, so that on a busy
+            // machine the thread that will write the next command (the
+            // CPU side of a GPU launch, a hostrun lane, a client) runs.
+            empty = empty.wrapping_add(1);
+            if empty % 32 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         } else {
             if in_flight > 0 {
                 sub.wait(sleep);

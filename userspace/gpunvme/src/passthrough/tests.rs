@@ -415,6 +415,7 @@ fn a_kernel_ring_relays_a_pair_end_to_end() {
             fixed_buffers: true,
         },
         1,
+        super::relay_thread::DEFAULT_SPIN,
         None,
     )
     .unwrap();
