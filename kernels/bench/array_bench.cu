@@ -15,8 +15,15 @@
 //           device-memory gather of the same elements (target >= 0.5);
 //   scale   the miss run over 1, 2, 4, 8 controllers (4 over 1: target
 //           >= 3.2);
-//   curve   random elements over working sets of 0.5x to 16x the cache:
-//           effective reads/s against the measured hit rate.
+//   curve   random elements over the resident set and working sets of
+//           1.5x to 16x the cache (an array of 16x the cache, --quick too):
+//           effective reads/s against the measured hit rate, beside the
+//           ideal one (frames / working set).
+// The array's counters (loads, evictions, waits, noframe) are each run's
+// own: read before and after its launch (the cache lives on from run to
+// run). loads_per_read = loads / reads, hit_rate = 1 - loads_per_read (the
+// reads that sent no command of their own); loads > reads would mean a
+// read loaded its page twice and fails the run's checks.
 // Every element read is checked against the pattern at its place on its
 // controller (the raw run: the first word of each page), every command's
 // status; the fixture's errors are counted. Frames: in mapped host memory
@@ -265,7 +272,8 @@ struct options {
 	uint32_t grid = 0;          // 0: 2 x SMs
 	uint32_t block = 64;
 	uint32_t reads = 32;        // per thread per run
-	uint64_t stream_pages = 262144; // the stream (miss) and the largest working set (curve: 16x the cache)
+	uint64_t stream_pages = 262144; // the stream (miss)
+	uint64_t curve_pages = 0;       // the hit/curve array: 16x the cache (at least the stream)
 	bool quick = false;
 };
 
@@ -314,13 +322,14 @@ static uint64_t wait_ticks(bool frames_vram)
 	return frames_vram ? 10000000000ull : 1000000000ull;
 }
 
-static void rig_up(rig &r, uint32_t n, bool frames_vram)
+// The array: `pages` pages (the stream, or for hit/curve o.curve_pages).
+static void rig_up(rig &r, uint32_t n, bool frames_vram, uint64_t pages)
 {
 	r.n = n;
 	r.frames_vram = frames_vram;
 	const options &o = r.o;
 	const uint64_t pb = 1ull << o.page_shift;
-	r.pages = o.stream_pages / n * n;
+	r.pages = pages / n * n;
 	const uint64_t local = r.pages / n;
 	r.ns_blocks = local * (pb / LBA);
 	if (r.ns.empty())
@@ -330,11 +339,12 @@ static void rig_up(rig &r, uint32_t n, bool frames_vram)
 		if (r.ns[c])
 			continue;
 		// Controller c is in arrays of n > c controllers: the largest
-		// share it ever holds is the smallest such power of two's.
+		// share it ever holds is the smallest such power of two's (the
+		// stream's); controller 0 alone also holds the curve's array.
 		uint32_t nmin = 1;
 		while (nmin <= c)
 			nmin *= 2;
-		const uint64_t bytes = o.stream_pages / nmin * pb;
+		const uint64_t bytes = (c == 0 ? std::max(o.stream_pages, o.curve_pages) : o.stream_pages / nmin) * pb;
 		CK(cudaHostAlloc(&r.ns[c], bytes, cudaHostAllocDefault));
 		// Namespace byte o holds the pattern's word at o, whatever the
 		// array's shape.
@@ -469,8 +479,17 @@ static uint64_t rig_down(rig &r)
 struct run_out {
 	std::string kind, pattern;
 	uint32_t n_ctrl = 0;
-	uint64_t reads = 0, ok = 0, bad = 0, err = 0, loads = 0, evictions = 0;
-	double seconds = 0, reads_per_s = 0, cmds_per_s = 0, hit_rate = 0, gbps = 0;
+	// The array's counters are this run's own (after minus before: the
+	// cache and its counters live on from run to run).
+	uint64_t reads = 0, ok = 0, bad = 0, err = 0, loads = 0, evictions = 0, waits = 0, noframe = 0;
+	double seconds = 0, reads_per_s = 0, cmds_per_s = 0, gbps = 0;
+	// loads_per_read: page reads submitted per element read (a group of
+	// lanes on one page, or lanes waiting for another's load, share one);
+	// hit_rate = 1 - loads_per_read: the reads that sent no command of
+	// their own. A lane's read loads its page at most once, so loads <=
+	// reads (accounting_ok); -1: not an array run.
+	double loads_per_read = -1, hit_rate = -1;
+	bool accounting_ok = true;
 	double lat_p50_us = 0, lat_p99_us = 0;
 	int32_t first_err = 0;
 	bool ok_all = false;
@@ -491,8 +510,16 @@ static void percentiles(uint64_t n, double *p50, double *p99)
 	*p99 = v.empty() ? 0 : v[std::min(v.size() - 1, (size_t)(v.size() * 0.99))] / 1000.0;
 }
 
+static array_stats stats_now(const rig &r)
+{
+	array_stats s;
+	CK(cudaMemcpy(&s, r.d.stats, sizeof(s), cudaMemcpyDeviceToHost));
+	return s;
+}
+
+// s0: the array's counters before the launch (null: not an array run).
 static run_out finish(rig &r, const char *kind, const char *pattern, const karg &a, uint32_t grid,
-		      bool with_stats)
+		      const array_stats *s0)
 {
 	while (cudaStreamQuery(g_ks) == cudaErrorNotReady)
 		usleep(200);
@@ -511,24 +538,34 @@ static run_out finish(rig &r, const char *kind, const char *pattern, const karg 
 	o.first_err = res.first_err;
 	o.seconds = res.t1 > res.t0 ? (res.t1 - res.t0) * 1e-9 : 0;
 	o.reads_per_s = o.seconds > 0 ? o.reads / o.seconds : 0;
-	if (with_stats) {
-		array_stats s;
-		CK(cudaMemcpy(&s, r.d.stats, sizeof(s), cudaMemcpyDeviceToHost));
-		o.loads = s.loads;
-		o.evictions = s.evictions;
+	if (s0) {
+		const array_stats s = stats_now(r);
+		o.loads = s.loads - s0->loads;
+		o.evictions = s.evictions - s0->evictions;
+		o.waits = s.waits - s0->waits;
+		o.noframe = s.noframe - s0->noframe;
+		o.loads_per_read = o.reads ? (double)o.loads / o.reads : 0;
+		o.hit_rate = 1.0 - o.loads_per_read;
+		o.accounting_ok = o.loads <= o.reads;
+		if (!o.accounting_ok)
+			printf("# ACCOUNTING: %llu loads for %llu reads (a read loaded its page twice?)\n",
+			       (unsigned long long)o.loads, (unsigned long long)o.reads);
 	}
 	const bool raw = !strcmp(kind, "raw");
 	const uint64_t cmds = raw ? o.reads : o.loads;
 	o.cmds_per_s = o.seconds > 0 ? cmds / o.seconds : 0;
-	o.hit_rate = raw || !strcmp(kind, "gather") ? 0 : (o.reads ? 1.0 - (double)o.loads / o.reads : 0);
 	o.gbps = o.cmds_per_s * (1ull << r.o.page_shift) / 1e9;
 	if (a.lat_every)
 		percentiles((uint64_t)grid * a.lat_every, &o.lat_p50_us, &o.lat_p99_us);
-	o.ok_all = o.ok == o.reads && o.bad == 0 && o.err == 0 && o.seconds > 0;
+	o.ok_all = o.ok == o.reads && o.bad == 0 && o.err == 0 && o.seconds > 0 && o.accounting_ok;
 	g_all_ok &= o.ok_all;
-	printf("%-6s %-6s %u ctrl: %9.3f M reads/s  %9.3f M cmds/s  %7.2f GB/s  hit %.4f  p50 %.2f us p99 %.2f us  "
+	char hb[96] = "";
+	if (s0)
+		snprintf(hb, sizeof(hb), "  loads/read %.4f (hit %.4f) waits %llu noframe %llu", o.loads_per_read,
+			 o.hit_rate, (unsigned long long)o.waits, (unsigned long long)o.noframe);
+	printf("%-6s %-6s %u ctrl: %9.3f M reads/s  %9.3f M cmds/s  %7.2f GB/s%s  p50 %.2f us p99 %.2f us  "
 	       "ok %llu bad %llu err %llu (first %d)  %s\n",
-	       kind, pattern, r.n, o.reads_per_s / 1e6, o.cmds_per_s / 1e6, o.gbps, o.hit_rate,
+	       kind, pattern, r.n, o.reads_per_s / 1e6, o.cmds_per_s / 1e6, o.gbps, hb,
 	       o.lat_p50_us, o.lat_p99_us, (unsigned long long)o.ok, (unsigned long long)o.bad,
 	       (unsigned long long)o.err, o.first_err, o.ok_all ? "ok" : "CHECK FAILED");
 	fflush(stdout);
@@ -548,35 +585,44 @@ static void reset_res()
 static run_out run_array(rig &r, const char *pattern, karg a, uint32_t grid, uint32_t block)
 {
 	reset_res();
+	const array_stats s0 = stats_now(r);
 	k_array<<<grid, block, 0, g_ks>>>(r.desc_d, a, g_res, g_lat);
-	return finish(r, "array", pattern, a, grid, true);
+	return finish(r, "array", pattern, a, grid, &s0);
 }
 
 static run_out run_raw(rig &r, karg a, uint32_t grid, uint32_t block)
 {
 	reset_res();
 	k_raw<<<grid, block, 0, g_ks>>>(r.desc_d, a, r.land_d, 0, r.land_pages, g_res, g_lat, r.land_dma_d);
-	return finish(r, "raw", "miss", a, grid, false);
+	return finish(r, "raw", "miss", a, grid, nullptr);
 }
 
 static run_out run_gather(rig &r, karg a, const uint64_t *flat, uint32_t grid, uint32_t block)
 {
 	reset_res();
 	k_gather<<<grid, block, 0, g_ks>>>(r.desc_d, a, flat, g_res);
-	return finish(r, "gather", "hit", a, grid, false);
+	return finish(r, "gather", "hit", a, grid, nullptr);
 }
 
 static std::string js(const run_out &o)
 {
-	char b[1024];
+	// Not an array run: no loads per read, no hit rate (null).
+	char lpr[32] = "null", hr[32] = "null";
+	if (o.loads_per_read >= 0) {
+		snprintf(lpr, sizeof(lpr), "%.6f", o.loads_per_read);
+		snprintf(hr, sizeof(hr), "%.6f", o.hit_rate);
+	}
+	char b[1280];
 	snprintf(b, sizeof(b),
 		 "{\"kind\": \"%s\", \"pattern\": \"%s\", \"controllers\": %u, \"reads\": %llu, \"seconds\": %.6f, "
 		 "\"reads_per_s\": %.0f, \"cmds_per_s\": %.0f, \"gb_per_s\": %.3f, \"loads\": %llu, \"evictions\": %llu, "
-		 "\"hit_rate\": %.6f, \"lat_us_p50\": %.3f, \"lat_us_p99\": %.3f, \"ok\": %llu, \"bad\": %llu, \"err\": %llu, "
+		 "\"waits\": %llu, \"noframe\": %llu, \"loads_per_read\": %s, "
+		 "\"hit_rate\": %s, \"lat_us_p50\": %.3f, \"lat_us_p99\": %.3f, \"ok\": %llu, \"bad\": %llu, \"err\": %llu, "
 		 "\"first_error\": %d, \"checks_ok\": %s}",
 		 o.kind.c_str(), o.pattern.c_str(), o.n_ctrl, (unsigned long long)o.reads, o.seconds,
 		 o.reads_per_s, o.cmds_per_s, o.gbps, (unsigned long long)o.loads,
-		 (unsigned long long)o.evictions, o.hit_rate, o.lat_p50_us, o.lat_p99_us,
+		 (unsigned long long)o.evictions, (unsigned long long)o.waits, (unsigned long long)o.noframe,
+		 lpr, hr, o.lat_p50_us, o.lat_p99_us,
 		 (unsigned long long)o.ok, (unsigned long long)o.bad, (unsigned long long)o.err, o.first_err,
 		 o.ok_all ? "true" : "false");
 	return b;
@@ -634,6 +680,7 @@ int main(int argc, char **argv)
 		o.reads = 8;
 		o.stream_pages = 32768;
 	}
+	o.curve_pages = std::max<uint64_t>(o.stream_pages, 16ull * o.frames);
 	cpu_set_t cs;
 	sched_getaffinity(0, sizeof(cs), &cs);
 	for (int i = 0; i < CPU_SETSIZE; i++)
@@ -703,7 +750,7 @@ int main(int argc, char **argv)
 	karg miss{};
 	json += "\"miss\": [\n";
 	double raw_m[2] = {0, 0}, arr_m[2] = {0, 0};
-	rig_up(r, 1, false);
+	rig_up(r, 1, false, o.stream_pages);
 	miss.pages = r.pages;
 	miss.reads = o.reads;
 	miss.miss = 1;
@@ -727,7 +774,7 @@ int main(int argc, char **argv)
 		if (scale[i] * o.fthreads + 1 > g_cpus.size())
 			printf("# scale %u: %u fixture threads on %zu CPUs (shared cores)\n", scale[i],
 			       scale[i] * o.fthreads, g_cpus.size());
-		rig_up(r, scale[i], false);
+		rig_up(r, scale[i], false, o.stream_pages);
 		miss.pages = r.pages;
 		run_out b = run_array(r, "miss", miss, grid, o.block);
 		run_out a = run_raw(r, miss, grid, o.block);
@@ -739,7 +786,9 @@ int main(int argc, char **argv)
 
 	// 3. Hit: a resident working set (frames in VRAM), loaded once, then
 	// random elements; the same elements gathered from flat VRAM.
-	rig_up(r, 1, true);
+	// The array holds 16x the cache (the curve's largest working set;
+	// in --quick too: a smaller array would cap the curve at its size).
+	rig_up(r, 1, true, o.curve_pages);
 	std::vector<uint64_t> res_pages = resident_set(r.d, r.pages);
 	uint64_t *hp_d, *flat_d;
 	CK(cudaMalloc(&hp_d, 8 * res_pages.size()));
@@ -770,11 +819,7 @@ int main(int argc, char **argv)
 	run_out warmup = run_array(r, "warmup", warm, grid, o.block);
 	json += "  " + js(warmup) + ",\n";
 	for (int rep = 0; rep < 2; rep++) {
-		array_stats s0;
-		CK(cudaMemcpy(&s0, r.d.stats, sizeof(s0), cudaMemcpyDeviceToHost));
 		run_out b = run_array(r, "hit", hit, grid, o.block);
-		b.loads -= s0.loads; // this run's own loads
-		b.hit_rate = 1.0 - (double)b.loads / b.reads;
 		run_out g = run_gather(r, hit, flat_d, grid, o.block);
 		hit_arr[rep] = b.reads_per_s;
 		hit_gather[rep] = g.reads_per_s;
@@ -782,7 +827,11 @@ int main(int argc, char **argv)
 	}
 	json += "],\n";
 
-	// 4. Curve: working sets from the resident one to 16x the cache.
+	// 4. Curve: working sets from the resident one to 16x the cache,
+	// uniform random elements. ideal_hit_rate: frames / working set (a
+	// fully associative cache under uniform reads, in steady state), what
+	// hit_rate should approach; the first run of a size starts from the
+	// previous one's cache.
 	json += "\"curve\": [\n";
 	const double mult[] = {0, 1.5, 2, 4, 8, 16};
 	for (size_t i = 0; i < sizeof(mult) / sizeof(mult[0]); i++) {
@@ -792,13 +841,15 @@ int main(int argc, char **argv)
 			c.hit_pages = nullptr;
 			c.pages = std::min<uint64_t>(r.pages, (uint64_t)(mult[i] * o.frames));
 		}
-		array_stats s0;
-		CK(cudaMemcpy(&s0, r.d.stats, sizeof(s0), cudaMemcpyDeviceToHost));
+		if (mult[i] > 0 && c.pages < (uint64_t)(mult[i] * o.frames))
+			printf("# curve %.1fx: the array holds only %llu pages\n", mult[i], (unsigned long long)r.pages);
+		const double ideal = std::min(1.0, (double)o.frames / (double)c.pages);
+		printf("# curve: working set %llu pages (%.2fx the cache), ideal hit rate %.4f\n",
+		       (unsigned long long)c.pages, (double)c.pages / o.frames, ideal);
 		run_out b = run_array(r, "curve", c, grid, o.block);
-		b.loads -= s0.loads;
-		b.hit_rate = 1.0 - (double)b.loads / b.reads;
-		char wb[96];
-		snprintf(wb, sizeof(wb), ", \"working_set_pages\": %llu}", (unsigned long long)c.pages);
+		char wb[160];
+		snprintf(wb, sizeof(wb), ", \"working_set_pages\": %llu, \"working_set_x_cache\": %.3f, \"ideal_hit_rate\": %.4f}",
+			 (unsigned long long)c.pages, (double)c.pages / o.frames, ideal);
 		std::string j = js(b);
 		j.pop_back();
 		json += "  " + j + wb + (i + 1 < sizeof(mult) / sizeof(mult[0]) ? ",\n" : "\n");

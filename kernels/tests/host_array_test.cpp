@@ -1029,9 +1029,59 @@ static void test_c_header_matches()
 	       "c_header_geometry_and_checks_are_array_h_s", why);
 }
 
+// The hit path's look-up (array_probe(), what NVIDIA's array_op() runs
+// before anything else): for every set width and every way, a VALID frame
+// is a hit with a reference taken, a BUSY one an AP_LOADING with a
+// reference taken, a page not in the set (or a frame of another set with
+// its tag) AP_ABSENT with nothing taken.
+static void test_probe_every_way()
+{
+	bool ok = true;
+	char why[160] = "";
+	for (uint32_t ways = 1; ways <= ARRAY_MAX_WAYS && ok; ways *= 2) {
+		const uint32_t n_sets = 4;
+		std::vector<uint64_t> state((size_t)n_sets * ways + 2, 0);
+		// Unaligned too: the state words one word in (NVIDIA's paired
+		// loads need 16 bytes; the host takes the scalar path either way).
+		for (uint32_t shift = 0; shift < 2 && ok; shift++) {
+			array_desc d{};
+			d.state = state.data() + shift;
+			d.ways = ways;
+			d.n_sets = n_sets;
+			d.n_frames = n_sets * ways;
+			for (uint32_t set = 0; set < n_sets && ok; set++)
+				for (uint32_t w = 0; w < ways && ok; w++) {
+					for (auto &x : state)
+						x = 0;
+					const uint64_t page = 1000 + set * 64 + w;
+					uint64_t *sw = &d.state[set * ways + w];
+					for (int busy = 0; busy < 2 && ok; busy++) {
+						*sw = (page + 1) << fstate::TAG_SHIFT | (busy ? fstate::BUSY : fstate::VALID) | 3;
+						uint32_t f = ~0u;
+						const int r = array_probe(d, set, page, &f);
+						const int want = busy ? AP_LOADING : AP_HIT;
+						const uint32_t other = (set + 1) % n_sets;
+						uint32_t g = ~0u;
+						const int r2 = n_sets > 1 ? array_probe(d, other, page, &g) : AP_ABSENT;
+						const int r3 = array_probe(d, set, page + 1, &g);
+						if (r != want || f != set * ways + w || fs_refs(*sw) != 4 || r2 != AP_ABSENT ||
+						    r3 != AP_ABSENT || g != ~0u) {
+							snprintf(why, sizeof(why),
+								 "ways %u shift %u set %u way %u busy %d: probe %d frame %u refs %u, other set %d, other page %d",
+								 ways, shift, set, w, busy, r, f, fs_refs(*sw), r2, r3);
+							ok = false;
+						}
+					}
+				}
+		}
+	}
+	result(ok, "probe_every_way_hit_loading_absent_references_right", why);
+}
+
 int main()
 {
-	std::printf("KTAP version 1\n1..22\n");
+	std::printf("KTAP version 1\n1..23\n");
+	test_probe_every_way();
 	test_every_element(1, 1, 12, ARRAY_STRIPE, "every_element_1_controller_4k_pages");
 	test_every_element(2, 1, 12, ARRAY_STRIPE, "every_element_2_controllers_stripe_chunk_1");
 	test_every_element(4, 1, 12, ARRAY_STRIPE, "every_element_4_controllers_stripe_chunk_1");

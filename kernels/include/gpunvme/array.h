@@ -460,7 +460,9 @@ GPUNVME_HD array_group array_group_of(uint64_t page, bool want)
 GPUNVME_HD uint64_t array_group_bcast(const array_group &g, bool want, uint64_t v)
 {
 #if defined(GPUNVME_DEV_NVIDIA)
-	if (!want)
+	/* A lane alone on its page (the common case of random reads): its
+	 * own acquire ordered its own loads; nothing to send. */
+	if (!want || g.mask == 1u << warp::lane())
 		return v;
 	const uint64_t x = warp::shfl64(g.mask, v, g.leader);
 	/* A shuffle orders no memory: the leader's acquire (the reference
@@ -491,7 +493,8 @@ GPUNVME_HD uint64_t array_group_bcast(const array_group &g, bool want, uint64_t 
 GPUNVME_HD void array_group_sync(const array_group &g, bool want)
 {
 #if defined(GPUNVME_DEV_NVIDIA)
-	if (want)
+	/* Alone: the leader's own release (array_unref()) orders its loads. */
+	if (want && g.mask != 1u << warp::lane())
 		asm volatile("bar.warp.sync %0;" :: "r"(g.mask) : "memory");
 #elif defined(GPUNVME_DEV_AMD)
 	(void)g;
@@ -622,37 +625,100 @@ GPUNVME_HD int32_t array_go_on(const array_desc &d, array_job &j, int32_t expire
 }
 
 /*
- * Look the page up in its set without the lock: take a reference on the
- * frame whose tag is the page. 1: found (j.frame; VALID: done, a hit;
- * BUSY: now waiting for it), 0: not there, -1: raced (look again).
+ * The ways of set st whose tag is `tag`, as a bit mask (at most one bit:
+ * a page is never in two frames). The words are read relaxed (a stale or
+ * torn view only sends the caller to the add below, which sees the truth,
+ * or to the locked look under the set's lock) with constant indices, so
+ * they stay in registers; on NVIDIA two ways per 16-byte load when the set
+ * is so aligned (the hit path's first round trip: 8 loads, not 16).
  */
+GPUNVME_HD uint32_t array_set_match(const uint64_t *st, uint32_t ways, uint64_t tag)
+{
+	uint64_t s[ARRAY_MAX_WAYS];
+#if defined(GPUNVME_DEV_NVIDIA)
+	if (ways >= 2 && ((uintptr_t)st & 15) == 0) {
+#pragma unroll
+		for (uint32_t w = 0; w < ARRAY_MAX_WAYS; w += 2) {
+			s[w] = s[w + 1] = 0;
+			if (w < ways)
+				asm volatile("ld.relaxed.gpu.v2.u64 {%0, %1}, [%2];"
+					     : "=l"(s[w]), "=l"(s[w + 1]) : "l"(st + w));
+		}
+	} else
+#endif
+	{
+#if defined(GPUNVME_DEV_NVIDIA) || defined(GPUNVME_DEV_AMD)
+#pragma unroll
+#endif
+		for (uint32_t w = 0; w < ARRAY_MAX_WAYS; w++)
+			s[w] = w < ways ? arr_atom::ld(&st[w]) : 0;
+	}
+	uint32_t m = 0;
+#if defined(GPUNVME_DEV_NVIDIA) || defined(GPUNVME_DEV_AMD)
+#pragma unroll
+#endif
+	for (uint32_t w = 0; w < ARRAY_MAX_WAYS; w++)
+		m |= (uint32_t)(w < ways && fs_tag(s[w]) == tag) << w;
+	return m;
+}
+
+/* array_probe()'s answers. */
+enum : int {
+	AP_RACED = -1, /* the frame changed between the look and the add: no reference held */
+	AP_ABSENT = 0, /* not in its set */
+	AP_HIT = 1,    /* VALID: a reference held, the data may be read */
+	AP_LOADING = 2 /* being loaded (or its load just failed): a reference held, wait */
+};
+
+/*
+ * Look page up in its set without the lock: take a reference on the frame
+ * whose tag is the page (*frame). The hit path is this and nothing more:
+ * the set's words (relaxed), one atomic add (acquire: VALID, and the
+ * loader's data before it, then the caller's data loads), no lock, no
+ * clock, no shared counter.
+ */
+GPUNVME_HD int array_probe(const array_desc &d, uint32_t set, uint64_t page, uint32_t *frame)
+{
+	uint64_t *st = d.state + (uint64_t)set * d.ways;
+	const uint64_t tag = page + 1;
+	const uint32_t m = array_set_match(st, d.ways, tag);
+	if (!m)
+		return AP_ABSENT;
+	const uint32_t w = (uint32_t)__builtin_ctz(m);
+	const uint64_t old = arr_atom::add_acquire(&st[w], fstate::REF);
+	if (fs_tag(old) != tag) {
+		/* Replaced between the load and the add: give it back. */
+		arr_atom::add_release(&st[w], (uint64_t)0 - fstate::REF);
+		return AP_RACED;
+	}
+	*frame = set * d.ways + w;
+	return (old & fstate::VALID) ? AP_HIT : AP_LOADING;
+}
+
+/* The job's look-up (array_probe()): 1: found (j.frame; VALID: done, a
+ * hit; BUSY: now waiting for it), 0: not there, -1: raced (look again). */
+GPUNVME_HD void array_job_found(const array_desc &d, array_job &j, int probed, uint32_t frame)
+{
+	j.frame = frame;
+	if (probed == AP_HIT) {
+		j.hit = true;
+		array_finish(j, OK);
+	} else {
+		array_count(d, AS_WAITS);
+		j.st = AJ_WAIT;
+	}
+}
+
 GPUNVME_HD int array_find(const array_desc &d, array_job &j)
 {
-	uint64_t *st = d.state + (uint64_t)j.set * d.ways;
-	const uint64_t tag = j.page + 1;
-	uint64_t s[ARRAY_MAX_WAYS];
-	for (uint32_t w = 0; w < d.ways; w++)
-		s[w] = arr_atom::ld(&st[w]);
-	for (uint32_t w = 0; w < d.ways; w++) {
-		if (fs_tag(s[w]) != tag)
-			continue;
-		const uint64_t old = arr_atom::add_acquire(&st[w], fstate::REF);
-		if (fs_tag(old) != tag) {
-			/* Replaced between the load and the add: give it back. */
-			arr_atom::add_release(&st[w], (uint64_t)0 - fstate::REF);
-			return -1;
-		}
-		j.frame = j.set * d.ways + w;
-		if (old & fstate::VALID) {
-			j.hit = true;
-			array_finish(j, OK);
-		} else {
-			array_count(d, AS_WAITS);
-			j.st = AJ_WAIT;
-		}
-		return 1;
-	}
-	return 0;
+	uint32_t frame = 0;
+	const int r = array_probe(d, j.set, j.page, &frame);
+	if (r == AP_RACED)
+		return -1;
+	if (r == AP_ABSENT)
+		return 0;
+	array_job_found(d, j, r, frame);
+	return 1;
 }
 
 /* A command for the job: the page's load or a write-back of io_page. */
@@ -1014,24 +1080,56 @@ GPUNVME_HD void array_unref(const array_desc &d, uint32_t frame, bool dirty)
  * lane never holds a frame while it waits for a wave-mate (a small set
  * would otherwise be full of frames their wave no longer needs).
  */
+#if defined(GPUNVME_DEV_NVIDIA)
+/*
+ * NVIDIA: everything after a probe that was not a hit (a wait for another
+ * lane's load, the locked install, the command), out of line: the hit
+ * path in array_op() keeps the descriptor and its few values in registers
+ * and builds no array_job (about 240 bytes, which in line went to local
+ * memory on every access). The descriptor by value, so the caller's copy
+ * need not live in memory. Returns rc << 32 | frame.
+ */
+__attribute__((noinline)) GPUNVME_DEV uint64_t array_miss(const array_desc d, uint64_t page,
+							 uint32_t set, int probed, uint32_t frame)
+{
+	array_job j;
+	array_job_start(d, j, page, true);
+	j.set = set;
+	if (probed == AP_LOADING)
+		array_job_found(d, j, probed, frame); /* its reference is held: wait */
+	else if (probed == AP_ABSENT)
+		j.st = AJ_INSTALL; /* the install looks again under the lock */
+	/* AP_RACED: AJ_LOOKUP, looks again (then bounded by array_go_on()) */
+	array_run(d, j);
+	return (uint64_t)(uint32_t)j.rc << 32 | j.frame;
+}
+#endif
+
 template <typename Fn>
 GPUNVME_HD int32_t array_op(const array_desc &d, uint64_t page, bool want, bool dirty, const Fn &fn)
 {
 	const array_group g = array_group_of(page, want);
-	array_job j;
-	array_job_start(d, j, page, g.lead);
 #if defined(GPUNVME_DEV_NVIDIA)
-	if (g.lead)
-		array_run(d, j);
-	const uint64_t v = array_group_bcast(g, want, (uint64_t)(uint32_t)j.rc << 32 | j.frame);
+	/* The hit path: the leader's probe (one atomic, no job, no clock);
+	 * anything else in array_miss(). */
+	uint64_t mine = 0; /* rc << 32 | frame */
+	if (g.lead) {
+		const uint32_t set = array_set_of(d, page);
+		uint32_t frame = 0;
+		const int probed = array_probe(d, set, page, &frame);
+		mine = probed == AP_HIT ? frame : array_miss(d, page, set, probed, frame);
+	}
+	const uint64_t v = array_group_bcast(g, want, mine);
 	const int32_t rc = (int32_t)(uint32_t)(v >> 32);
 	if (want && rc == OK)
 		fn(d.frames + ((uint64_t)(uint32_t)v << d.page_shift));
 	array_group_sync(g, want);
 	if (g.lead && rc == OK)
-		array_unref(d, j.frame, dirty);
+		array_unref(d, (uint32_t)v, dirty);
 	return want ? rc : OK;
 #else
+	array_job j;
+	array_job_start(d, j, page, g.lead);
 	const uint32_t me = wave::lane();
 	const bool singles = wave::ballot(g.lead) == wave::ballot(want);
 	bool left = want, served = false;
