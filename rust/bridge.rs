@@ -497,6 +497,16 @@ extern "C" fn gpunvme_bridge_step(ctx: *mut c_void) -> bool {
     ctx.relay.step(&ctx.port, &mut ctx.counters)
 }
 
+/// Whether the pair has commands on the controller: its thread then keeps
+/// polling for their completions instead of sleeping.
+#[no_mangle]
+extern "C" fn gpunvme_bridge_busy(ctx: *mut c_void) -> bool {
+    // SAFETY: as in gpunvme_bridge_step: the live `Ctx`, used only by the
+    // thread serving the pair, under its lock; only read here.
+    let ctx = unsafe { &*ctx.cast::<Ctx>() };
+    ctx.relay.in_flight() != 0
+}
+
 extern "C" {
     fn gpunvme_shim_bridge_start(
         ctx: *mut c_void,

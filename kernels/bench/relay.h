@@ -788,13 +788,17 @@ struct PairCtx {
 	uint64_t idle_steps = 0; // bench only: steps that moved nothing
 };
 
-// How long a thread keeps spinning after it last moved something.
+// How long a thread keeps spinning after it last moved something (the
+// module's relay_spin_us default), and while a pair has commands on the
+// controller (GPUNVME_BRIDGE_BUSY_SPIN_NS).
 constexpr uint64_t SPIN_NS = 200 * 1000;
+constexpr uint64_t BUSY_SPIN_NS = 10 * 1000 * 1000;
 
 // `gpunvme_relay_fn`: one pool thread. Each pass takes the thread's lock,
 // steps every pair it serves, timing each step into that pair's relay_ns;
 // on progress it passes again at once, otherwise it spins for SPIN_NS
-// after the last progress, then sleeps 20 us doubling to 1 ms
+// (BUSY_SPIN_NS while a pair has commands in flight) after the last
+// progress, then sleeps 20 us doubling to 1 ms
 // (usleep_range(s, s + s/2): the caller may set the timer slack).
 // `pairs` is the thread's list; `stop` is kthread_should_stop().
 inline void relay_thread_loop(std::vector<PairCtx> &pairs, std::mutex &lock,
@@ -803,7 +807,7 @@ inline void relay_thread_loop(std::vector<PairCtx> &pairs, std::mutex &lock,
 	unsigned sleep_us = 20;
 	uint64_t last = ktime_get_ns();
 	while (!stop.load(std::memory_order_relaxed)) {
-		bool progress = false;
+		bool progress = false, busy = false;
 		{
 			std::lock_guard<std::mutex> g(lock);
 			for (PairCtx &b : pairs) {
@@ -812,6 +816,7 @@ inline void relay_thread_loop(std::vector<PairCtx> &pairs, std::mutex &lock,
 				b.counters->relay_ns += ktime_get_ns() - start;
 				b.idle_steps += !p;
 				progress |= p;
+				busy |= b.relay->in_flight() != 0;
 			}
 		}
 		if (progress) {
@@ -819,7 +824,7 @@ inline void relay_thread_loop(std::vector<PairCtx> &pairs, std::mutex &lock,
 			sleep_us = 20;
 			continue; // cond_resched()
 		}
-		if (ktime_get_ns() - last < SPIN_NS) {
+		if (ktime_get_ns() - last < (busy ? BUSY_SPIN_NS : SPIN_NS)) {
 			cpu_relax();
 			continue;
 		}

@@ -13,9 +13,9 @@
  * thread for its whole life (its relay state is never handed over).
  *
  * CPU use is bounded: a thread spins only for a short window after the
- * last progress on any of its pairs (an I/O in flight usually completes
- * within it), then sleeps, doubling from 20 us up to 1 ms, and snaps back
- * to spinning on progress. Each pair's share is measured (relay_ns) and
+ * last progress on any of its pairs (relay_spin_us; 10 ms while one of
+ * them has commands on the controller), then sleeps, doubling from 20 us
+ * up to 1 ms, and snaps back to spinning on progress. Each pair's share is measured (relay_ns) and
  * shown per million commands.
  */
 #include <linux/debugfs.h>
@@ -25,12 +25,14 @@
 #include <linux/kthread.h>
 #include <linux/list.h>
 #include <linux/math64.h>
+#include <linux/moduleparam.h>
 #include <linux/mutex.h>
 #include <linux/slab.h>
 #include <linux/wait.h>
 #include "shim.h"
 
 bool gpunvme_bridge_step(void *ctx);
+bool gpunvme_bridge_busy(void *ctx);
 
 /* Order of the u64 counters in rust/bridge.rs `Counters`. */
 static const char *const counter_names[] = {
@@ -60,8 +62,25 @@ static DEFINE_MUTEX(pool_lock);
 static struct gpunvme_relay_thread *pool;	/* room for pool_cap threads */
 static unsigned int pool_cap, pool_size, pool_users;	/* pool_size started */
 
-/* How long a thread keeps spinning after it last moved something. */
-#define GPUNVME_BRIDGE_SPIN_NS (200 * NSEC_PER_USEC)
+/*
+ * How long a thread keeps polling after it last moved something, before it
+ * backs off to sleeps. The GPU cannot wake a sleeping thread: a command
+ * that comes after a longer pause waits for the sleep to end (up to 1 ms).
+ * In C because the 7.3 Rust crate keeps its parameters out of sysfs.
+ */
+static unsigned int relay_spin_us = 200;
+module_param(relay_spin_us, uint, 0644);
+MODULE_PARM_DESC(relay_spin_us,
+		 "Microseconds a shared-mode relay thread keeps polling after it last moved a command, before it sleeps (20 us doubling to 1 ms). Longer: less latency after pauses, a CPU busy for that long. Default 200.");
+
+/*
+ * With commands on the controller the thread polls this long after its last
+ * progress, whatever relay_spin_us says: a completion later than the spin
+ * (a large read, a busy or QLC SSD: hundreds of microseconds) would
+ * otherwise wait for a sleep to end. Bounded, so a controller that stopped
+ * answering does not keep a CPU busy.
+ */
+#define GPUNVME_BRIDGE_BUSY_SPIN_NS (10 * NSEC_PER_MSEC)
 
 static int gpunvme_relay_fn(void *data)
 {
@@ -71,7 +90,7 @@ static int gpunvme_relay_fn(void *data)
 
 	while (!kthread_should_stop()) {
 		struct gpunvme_bridge *b;
-		bool progress = false;
+		bool progress = false, busy = false;
 
 		if (!READ_ONCE(t->npairs)) {
 			wait_event_interruptible(t->wake, READ_ONCE(t->npairs) || kthread_should_stop());
@@ -83,6 +102,7 @@ static int gpunvme_relay_fn(void *data)
 			u64 start = ktime_get_ns();
 
 			progress |= gpunvme_bridge_step(b->ctx);
+			busy |= gpunvme_bridge_busy(b->ctx);
 			b->counters[C_RELAY_NS] += ktime_get_ns() - start;
 			/* Each step is bounded (BUDGET page checks): yield between pairs. */
 			cond_resched();
@@ -94,7 +114,7 @@ static int gpunvme_relay_fn(void *data)
 			cond_resched();
 			continue;
 		}
-		if (ktime_get_ns() - last < GPUNVME_BRIDGE_SPIN_NS) {
+		if (ktime_get_ns() - last < (busy ? GPUNVME_BRIDGE_BUSY_SPIN_NS : (u64)READ_ONCE(relay_spin_us) * NSEC_PER_USEC)) {
 			cpu_relax();
 			cond_resched();
 			continue;
