@@ -684,7 +684,15 @@ GPUNVME_HD int array_probe(const array_desc &d, uint32_t set, uint64_t page, uin
 	const uint32_t m = array_set_match(st, d.ways, tag);
 	if (!m)
 		return AP_ABSENT;
+#if defined(GPUNVME_DEV_NVIDIA)
+	/* nvcc has no __builtin_ctz in device code (it warns, and the call is
+	 * not what it says: every hit then missed on the H200). The highest
+	 * set bit: m has one, or (a torn relaxed view) the add re-checks. */
+	uint32_t w;
+	asm("bfind.u32 %0, %1;" : "=r"(w) : "r"(m));
+#else
 	const uint32_t w = (uint32_t)__builtin_ctz(m);
+#endif
 	const uint64_t old = arr_atom::add_acquire(&st[w], fstate::REF);
 	if (fs_tag(old) != tag) {
 		/* Replaced between the load and the add: give it back. */
