@@ -30,7 +30,7 @@ pub(crate) mod validate;
 use core::ffi::c_void;
 use core::ptr::NonNull;
 use kernel::{
-    io::Io,
+    device::Device,
     prelude::*,
     sync::{
         barrier::{dma_mb, Read, Write},
@@ -39,7 +39,6 @@ use kernel::{
 };
 
 use crate::controller::regs::Cap;
-use crate::controller::shared::Shared;
 use crate::dma::buffers::{shard_of, Buffers, Epoch, Owned, View};
 use crate::queues::command::{Cqe, Sqe};
 use validate::{Limits, Reject};
@@ -331,9 +330,26 @@ pub(crate) struct PairMemory {
     pub(crate) list_entries: usize,
 }
 
+/// What a relay needs of the controller it serves: the device (for the
+/// pool's threads), its capabilities, a doorbell write and the test knob
+/// that holds a pair's completions. The controller's shared state provides
+/// it (`controller/shared.rs`). The relay does not name that state, so the
+/// imports run one way: the controller's state uses the DMA registry, which
+/// holds the relays.
+pub(crate) trait RelayHost {
+    fn dev(&self) -> &Device;
+    fn cap(&self) -> Cap;
+    /// Write `value` to the BAR0 register at `offset` (a doorbell), unless
+    /// BAR0 is gone (unbound).
+    fn ring(&self, offset: usize, value: u32);
+    /// Test knob (debugfs `relay_hold_qid`): the relay of pair `qid` leaves
+    /// its real CQ alone.
+    fn holds_completions(&self, qid: u16) -> bool;
+}
+
 /// The real memory and doorbells of one shared queue pair.
 struct KernelPort {
-    shared: *const Shared,
+    shared: *const dyn RelayHost,
     cap: Cap,
     qid: u16,
     mem: PairMemory,
@@ -428,7 +444,7 @@ impl Port for KernelPort {
     fn hold_completions(&self) -> bool {
         // SAFETY: `shared` outlives every bridge (type invariant).
         let shared = unsafe { &*self.shared };
-        shared.relay_hold_qid.load(kernel::sync::atomic::Relaxed) == u32::from(self.qid)
+        shared.holds_completions(self.qid)
     }
     fn write_real_sqe(&self, slot: u32, sqe: &Sqe) {
         // SAFETY: `slot < depth` and the real SQ has `depth` entries; the
@@ -480,9 +496,7 @@ impl KernelPort {
     fn ring(&self, offset: usize, value: u32) {
         // SAFETY: `shared` outlives every bridge (type invariant).
         let shared = unsafe { &*self.shared };
-        if let Some(bar) = shared.bar.try_access() {
-            let _ = bar.try_write32(value, offset);
-        }
+        shared.ring(offset, value);
     }
 }
 
@@ -541,7 +555,7 @@ impl Bridge {
     /// `depth` entries (see [`PairMemory`]), and they, and `shared`, must
     /// outlive the returned `Bridge` (it is dropped before them).
     pub(crate) unsafe fn start(
-        shared: &Shared,
+        shared: &(dyn RelayHost + 'static),
         qid: u16,
         depth: u32,
         mem: PairMemory,
@@ -554,7 +568,7 @@ impl Bridge {
                 counters: Counters::default(),
                 port: KernelPort {
                     shared: core::ptr::from_ref(shared),
-                    cap: shared.cap,
+                    cap: shared.cap(),
                     qid,
                     mem,
                     buffers,
@@ -572,7 +586,7 @@ impl Bridge {
             gpunvme_shim_bridge_start(
                 ctx.cast(),
                 core::ptr::addr_of_mut!((*ctx).counters).cast(),
-                crate::shim::raw(&*shared.dev),
+                crate::shim::raw(shared.dev()),
                 qid,
                 crate::relay_threads(),
                 &mut err,

@@ -32,6 +32,29 @@ use regs::{Cap, ACQ, ASQ, CC, CSTS};
 pub(crate) const BAR0_MIN: usize = 0x2000;
 pub(crate) type Bar0<'a> = pci::Bar<'a, BAR0_MIN>;
 
+/// `Shared::fake_csts` values (debugfs `fake_csts`: off, cfs, ones).
+pub(crate) const FAKE_CFS: u32 = 1;
+pub(crate) const FAKE_ONES: u32 = 2;
+
+/// `fake_csts`: 0 off, `FAKE_CFS`, `FAKE_ONES`; read and written by name.
+/// Here, beside `disable`, which honours it, rather than in debugfs.rs,
+/// which shows it: the shared state holds one, and debugfs uses the shared
+/// state, not the other way.
+pub(crate) struct FakeCsts(Atomic<u32>);
+
+impl FakeCsts {
+    pub(crate) const fn new() -> Self {
+        Self(Atomic::new(0))
+    }
+}
+
+impl core::ops::Deref for FakeCsts {
+    type Target = Atomic<u32>;
+    fn deref(&self) -> &Atomic<u32> {
+        &self.0
+    }
+}
+
 /// I/O queue pairs asked for; the controller may grant fewer.
 const WANT_IO_QUEUES: u16 = 64;
 
@@ -52,7 +75,7 @@ fn write64(bar: &Bar0<'_>, offset: usize, value: u64) {
 /// all-ones makes every read all-ones; a faked CFS is cleared by the
 /// disable, as a reset clears a real one.
 pub(crate) fn disable(dev: &Device, bar: &Bar0<'_>, cap: Cap, fake: &Atomic<u32>) -> Result {
-    let ones = || fake.load(Relaxed) == crate::controller::shared::FAKE_ONES;
+    let ones = || fake.load(Relaxed) == FAKE_ONES;
     let cc = if ones() {
         CC::from_raw(u32::MAX)
     } else {
@@ -63,7 +86,7 @@ pub(crate) fn disable(dev: &Device, bar: &Bar0<'_>, cap: Cap, fake: &Atomic<u32>
         return Err(ENODEV);
     }
     bar.write_reg(cc.with_en(false));
-    let _ = fake.cmpxchg(crate::controller::shared::FAKE_CFS, 0, Relaxed);
+    let _ = fake.cmpxchg(FAKE_CFS, 0, Relaxed);
     read_poll_timeout(
         || {
             Ok(if ones() {

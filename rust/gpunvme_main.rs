@@ -201,7 +201,7 @@ impl pci::Driver for GpunvmeDriver {
         // zap user mappings, revoke exports, stop relays, delete the
         // queues, CC.SHN, disable, then free every DMA buffer while the
         // device is still bound.
-        this.shared.fail(shared::Failure::Unbind);
+        this.shared.fail(shared::failure::Failure::Unbind);
         dev_info!(
             pdev,
             "unbound; /dev/{} removed\n",

@@ -28,10 +28,10 @@ void gpunvme_shim_clear_master(struct device *dev)
 /* Mappings are never inherited across fork nor grown by mremap. */
 #define GPUNVME_VM_FLAGS (VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY)
 
-/* rust/uapi/file.rs: map the page `index` of object `gen` into `vma` at `addr`. */
+/* rust/uapi/file/mmap.rs: map the page `index` of object `gen` into `vma` at `addr`. */
 vm_fault_t gpunvme_mmap_fault(void *state, u64 gen, u32 kind, u64 index,
 			      struct vm_area_struct *vma, unsigned long addr);
-/* rust/uapi/file.rs: the last VMA of an mmap of object `gen` went. */
+/* rust/uapi/file/mmap.rs: the last VMA of an mmap of object `gen` went. */
 void gpunvme_mmap_closed(void *state, u64 gen);
 
 /*
@@ -105,7 +105,7 @@ int gpunvme_shim_mmap_setup(struct vm_area_struct *vma, void *state, u64 gen, u3
 	return 0;
 }
 
-/* What rust/uapi/file.rs answers for a fault it refuses. */
+/* What rust/uapi/file/mmap.rs answers for a fault it refuses. */
 const vm_fault_t gpunvme_vm_fault_sigbus = VM_FAULT_SIGBUS;
 
 /* Insert the page at `off` of coherent memory `cpu` (linear map or vmap). */

@@ -10,33 +10,17 @@ use kernel::{
     fmt,
     prelude::*,
     str::CString,
-    sync::{
-        atomic::{Atomic, Relaxed},
-        Arc,
-    },
+    sync::{atomic::Relaxed, Arc},
     uaccess::UserSliceReader,
 };
 
 use crate::controller::lifecycle::EVENT_NAMES;
 use crate::controller::shared::Shared;
+use crate::controller::FakeCsts;
 
-/// `fake_csts`: 0 off, `FAKE_CFS`, `FAKE_ONES`; read and written by name.
-pub(crate) struct FakeCsts(Atomic<u32>);
-
+/// The names of `FakeCsts`' values (controller.rs), as this directory
+/// reads and writes them.
 const FAKE_NAMES: [&str; 3] = ["off", "cfs", "ones"];
-
-impl FakeCsts {
-    pub(crate) const fn new() -> Self {
-        Self(Atomic::new(0))
-    }
-}
-
-impl core::ops::Deref for FakeCsts {
-    type Target = Atomic<u32>;
-    fn deref(&self) -> &Atomic<u32> {
-        &self.0
-    }
-}
 
 // The `Writer` debugfs uses to show it: the name.
 impl fmt::Debug for FakeCsts {

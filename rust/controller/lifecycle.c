@@ -22,6 +22,7 @@
 /* rust/controller/lifecycle.rs */
 int gpunvme_pci_event(void *ctx, u32 event);
 bool gpunvme_watch_tick(void *ctx);
+/* rust/uapi/file.rs */
 bool gpunvme_file_poll(void *state, struct file *file, poll_table *wait);
 
 /* Events, as rust/controller/lifecycle.rs `Event` numbers them. */

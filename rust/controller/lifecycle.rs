@@ -2,25 +2,24 @@
 
 //! The controller's life between probe and remove: PCI shutdown (reboot,
 //! kexec), AER error recovery, system sleep, the watch (CSTS, and memory
-//! importers let go of), and `poll()` on open files. The C side
+//! importers let go of), and `poll()` on open files (its callback,
+//! `gpunvme_file_poll`, is with the open file in `rust/uapi/file.rs`, so
+//! that the controller's code never names a file's state: `uapi` uses
+//! `controller`, not the other way). The C side
 //! (`rust/controller/lifecycle.c`) only forwards the kernel's callbacks
 //! here; every decision is `Shared::fail` and `Shared::reinit`.
 
 use core::ffi::c_void;
 use kernel::{
-    bindings,
     device::Device,
-    fs::File,
     prelude::*,
     sync::{
         atomic::{Atomic, Relaxed},
-        poll::PollTable,
         Arc,
     },
 };
 
-use crate::controller::shared::{Failure, Shared};
-use crate::uapi::file::OpenState;
+use crate::controller::shared::{failure::Failure, Shared};
 
 /// How often the watch reads CSTS (and looks for exports let go of).
 const WATCH_PERIOD_MS: u32 = 100;
@@ -172,24 +171,4 @@ extern "C" fn gpunvme_watch_tick(ctx: *mut c_void) -> bool {
     // watch is stopped, which waits for a tick that runs.
     let sh = unsafe { &*ctx.cast_const().cast::<Shared>() };
     sh.watch()
-}
-
-/// `poll()` on an open file: true (the shim answers EPOLLERR | EPOLLHUP)
-/// once the file is cut off (the controller failed, went away or was
-/// unbound); the waiter is woken when that happens.
-#[no_mangle]
-extern "C" fn gpunvme_file_poll(
-    state: *mut c_void,
-    file: *mut bindings::file,
-    table: *mut bindings::poll_table,
-) -> bool {
-    // SAFETY: `state` is the file's private data (a `KBox<OpenState>` made
-    // at open, freed at release, which cannot run during a poll).
-    let me = unsafe { &*state.cast_const().cast::<OpenState>() };
-    // SAFETY: `file` is the file being polled, valid for the call.
-    let file = unsafe { File::from_raw_file(file) };
-    // SAFETY: the poll table is valid (or null) for the call.
-    let table = unsafe { PollTable::from_raw(table) };
-    table.register_wait(file, &me.shared.poll_cv);
-    me.cut_off()
 }
