@@ -35,20 +35,8 @@ pub(crate) struct Opener {
 impl Opener {
     /// The current task (the one opening the file).
     pub(crate) fn current() -> Self {
-        let task = kernel::current!();
-        let raw = task.as_ptr();
-        // SAFETY: `raw` is the current task, alive for this call; `comm` is
-        // a 16-byte array of `c_char` (`u8` in the kernel's FFI types)
-        // inside it. The task may rename itself meanwhile (prctl,
-        // /proc/<pid>/comm), so the bytes are read once, volatile, as
-        // `get_task_comm` tolerates: any byte value is valid, and the copy
-        // is cut at the first NUL or its end when shown.
-        let comm: [u8; 16] = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*raw).comm)) };
-        Self {
-            tgid: task.tgid(),
-            pid: task.pid(),
-            comm,
-        }
+        let (tgid, pid, comm) = crate::shim::current_task();
+        Self { tgid, pid, comm }
     }
 }
 
