@@ -33,6 +33,7 @@ use kernel::{
     device::Device,
     prelude::*,
     sync::{
+        atomic::{Atomic, Relaxed},
         barrier::{dma_mb, Read, Write},
         Arc,
     },
@@ -62,6 +63,77 @@ pub(crate) struct Counters {
     pub(crate) sqes_rejected: u64,
     /// Nanoseconds the pool spent in this pair's passes (written by the C side).
     pub(crate) relay_ns: u64,
+}
+
+/// What the relay pool spent on one file's shared pairs (debugfs
+/// `gpunvme-<bdf>/relay_cpu_per_file`): a live pair's counters, or the sum
+/// over the pairs already taken off the pool ([`RelayTotals`]).
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub(crate) struct RelayCost {
+    pub(crate) relay_ns: u64,
+    pub(crate) accepted: u64,
+    pub(crate) rejected: u64,
+}
+
+impl RelayCost {
+    pub(crate) fn add(&mut self, o: RelayCost) {
+        self.relay_ns = self.relay_ns.saturating_add(o.relay_ns);
+        self.accepted = self.accepted.saturating_add(o.accepted);
+        self.rejected = self.rejected.saturating_add(o.rejected);
+    }
+
+    /// Relay nanoseconds per command (accepted or rejected); 0 for none.
+    pub(crate) fn ns_per_command(&self) -> u64 {
+        match self.accepted.saturating_add(self.rejected) {
+            0 => 0,
+            n => self.relay_ns / n,
+        }
+    }
+}
+
+/// One file's running total of the pairs taken off the relay pool: each
+/// [`Bridge`] of the file adds its final counters here when it stops, so
+/// destroying a pair (and creating another) never makes its cost vanish
+/// while the file is open. Shared by the file's bridges and its record in
+/// the DMA registry (`dma::registry::FileRelay`).
+pub(crate) struct RelayTotals {
+    pairs: Atomic<u64>,
+    relay_ns: Atomic<u64>,
+    accepted: Atomic<u64>,
+    rejected: Atomic<u64>,
+}
+
+impl RelayTotals {
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        Ok(Arc::new(
+            Self {
+                pairs: Atomic::new(0),
+                relay_ns: Atomic::new(0),
+                accepted: Atomic::new(0),
+                rejected: Atomic::new(0),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    fn add(&self, c: &Counters) {
+        self.relay_ns.fetch_add(c.relay_ns, Relaxed);
+        self.accepted.fetch_add(c.sqes_accepted, Relaxed);
+        self.rejected.fetch_add(c.sqes_rejected, Relaxed);
+        self.pairs.fetch_add(1, Relaxed);
+    }
+
+    /// How many pairs were taken off the pool, and what they cost.
+    pub(crate) fn get(&self) -> (u64, RelayCost) {
+        (
+            self.pairs.load(Relaxed),
+            RelayCost {
+                relay_ns: self.relay_ns.load(Relaxed),
+                accepted: self.accepted.load(Relaxed),
+                rejected: self.rejected.load(Relaxed),
+            },
+        )
+    }
 }
 
 /// What the relay reads and writes; the kernel thread's is real memory
@@ -534,10 +606,13 @@ extern "C" {
 }
 
 /// A pair served by the relay pool; taken off it (and its context freed)
-/// on drop, after which no thread touches the pair's memory.
+/// on drop or `stop`, after which no thread touches the pair's memory.
+/// `ctx` is non-null until then (type invariant).
 pub(crate) struct Bridge {
     thread: NonNull<c_void>,
     ctx: *mut Ctx,
+    /// Its file's running total, which it adds into when it stops.
+    totals: Arc<RelayTotals>,
 }
 
 // SAFETY: the thread handle and context are owned; stopping may happen on
@@ -561,6 +636,7 @@ impl Bridge {
         mem: PairMemory,
         buffers: Arc<Buffers>,
         limits: Limits,
+        totals: Arc<RelayTotals>,
     ) -> Result<Self> {
         let ctx = KBox::new(
             Ctx {
@@ -593,7 +669,11 @@ impl Bridge {
             )
         };
         match NonNull::new(t) {
-            Some(thread) => Ok(Self { thread, ctx }),
+            Some(thread) => Ok(Self {
+                thread,
+                ctx,
+                totals,
+            }),
             None => {
                 // SAFETY: the thread never started; `ctx` is still ours.
                 drop(unsafe { KBox::from_raw(ctx) });
@@ -622,40 +702,59 @@ impl Outstanding {
 }
 
 impl Bridge {
-    /// Nanoseconds the relay pool has spent on this pair so far.
-    pub(crate) fn relay_ns(&self) -> u64 {
+    /// What the relay pool has spent on this pair so far.
+    pub(crate) fn cost(&self) -> RelayCost {
+        let c = self.ctx.cast_const();
         // SAFETY: `ctx` is live while the `Bridge` is (type invariant); the
-        // pool thread updates the counter meanwhile, so it is read once,
-        // volatile, as the debugfs counters are.
-        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*self.ctx).counters.relay_ns)) }
+        // pool thread updates the counters meanwhile, so each is read once,
+        // volatile, as the debugfs counters are (aligned u64s: no torn
+        // value on the 64-bit machines the module builds for).
+        unsafe {
+            RelayCost {
+                relay_ns: core::ptr::read_volatile(core::ptr::addr_of!((*c).counters.relay_ns)),
+                accepted: core::ptr::read_volatile(core::ptr::addr_of!(
+                    (*c).counters.sqes_accepted
+                )),
+                rejected: core::ptr::read_volatile(core::ptr::addr_of!(
+                    (*c).counters.sqes_rejected
+                )),
+            }
+        }
+    }
+
+    /// Take the pair off the relay pool (once: `ctx` is null afterwards)
+    /// and add its counters to its file's total; the context, ours again.
+    fn finish(&mut self) -> Option<KBox<Ctx>> {
+        if self.ctx.is_null() {
+            return None;
+        }
+        // SAFETY: `thread` came from bridge_start and is stopped only here,
+        // once (`ctx` is null afterwards); stop takes the pair off its
+        // thread under the thread's lock, so once it returns no pass runs
+        // or will run on `ctx`, which is ours again.
+        let ctx = unsafe {
+            gpunvme_shim_bridge_stop(self.thread.as_ptr());
+            KBox::from_raw(self.ctx)
+        };
+        self.ctx = core::ptr::null_mut();
+        self.totals.add(&ctx.counters);
+        Some(ctx)
     }
 
     /// Take the pair off the relay pool; returns what it left in flight.
-    pub(crate) fn stop(self) -> Outstanding {
-        let this = core::mem::ManuallyDrop::new(self);
-        // SAFETY: as in `drop`, which will not run for `this`: the thread
-        // no longer touches `ctx`, which is ours and freed here, once.
-        let ctx = unsafe {
-            gpunvme_shim_bridge_stop(this.thread.as_ptr());
-            KBox::from_raw(this.ctx)
-        };
-        Outstanding {
+    pub(crate) fn stop(mut self) -> Option<Outstanding> {
+        let ctx = self.finish()?;
+        Some(Outstanding {
             buffers: ctx.port.buffers.clone(),
             n: ctx.relay.outstanding(),
             shard: shard_of(ctx.port.qid),
-        }
+        })
     }
 }
 
 impl Drop for Bridge {
     fn drop(&mut self) {
-        // SAFETY: `thread` came from bridge_start; stop takes the pair off
-        // its thread under the thread's lock, so once it returns no pass
-        // runs or will run on `ctx`, which is ours again.
-        unsafe {
-            gpunvme_shim_bridge_stop(self.thread.as_ptr());
-            drop(KBox::from_raw(self.ctx));
-        }
+        drop(self.finish());
     }
 }
 

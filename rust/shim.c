@@ -15,6 +15,8 @@
 #include <linux/refcount.h>
 #include <linux/vmalloc.h>
 #include <linux/pci.h>
+#include <linux/sched.h>
+#include <linux/string.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include "shim.h"
@@ -127,6 +129,22 @@ vm_fault_t gpunvme_shim_insert_bar(struct vm_area_struct *vma, unsigned long add
 	if (bar_offset + PAGE_SIZE > pci_resource_len(pdev, 0))
 		return VM_FAULT_SIGBUS;
 	return vmf_insert_pfn(vma, addr, (pci_resource_start(pdev, 0) + bar_offset) >> PAGE_SHIFT);
+}
+
+/*
+ * The current task's thread group and thread IDs (initial PID namespace)
+ * and its name, into comm[TASK_COMM_LEN], NUL-padded. In C because the
+ * Rust crate's task_struct view does not match this build: its Task::pid()
+ * and Task::tgid() read other fields (seen in the VM: tgid -1, a kernel
+ * address as pid).
+ */
+void gpunvme_shim_current_task(s32 *tgid, s32 *pid, char *comm)
+{
+	BUILD_BUG_ON(TASK_COMM_LEN != 16);
+	*tgid = task_tgid_nr(current);
+	*pid = task_pid_nr(current);
+	/* A concurrent rename may tear the name, as get_task_comm() allows. */
+	strscpy_pad(comm, current->comm, TASK_COMM_LEN);
 }
 
 void gpunvme_shim_zap_file(struct file *file)

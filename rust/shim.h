@@ -16,6 +16,7 @@ vm_fault_t gpunvme_shim_insert_coherent(struct vm_area_struct *vma, unsigned lon
 vm_fault_t gpunvme_shim_insert_bar(struct vm_area_struct *vma, unsigned long addr,
 				   struct device *dev, unsigned long bar_offset);
 void gpunvme_shim_zap_file(struct file *file);
+void gpunvme_shim_current_task(s32 *tgid, s32 *pid, char *comm);
 struct gpunvme_hostmap *gpunvme_shim_pin_user(u64 uaddr, u64 len, int *err);
 int gpunvme_shim_map_pinned(struct gpunvme_hostmap *m, struct device *dev, u64 *dma_addrs);
 void gpunvme_shim_unmap_user(struct gpunvme_hostmap *map);

@@ -53,6 +53,7 @@ extern "C" {
     ) -> u32;
     static gpunvme_vm_fault_sigbus: u32;
     fn gpunvme_shim_zap_file(file: *mut c_void);
+    fn gpunvme_shim_current_task(tgid: *mut i32, pid: *mut i32, comm: *mut u8);
     fn gpunvme_shim_pin_user(uaddr: u64, len: u64, err: *mut i32) -> *mut c_void;
     fn gpunvme_shim_map_pinned(map: *mut c_void, dev: *mut c_void, dma_addrs: *mut u64) -> i32;
     fn gpunvme_shim_unmap_user(map: *mut c_void);
@@ -142,6 +143,16 @@ pub(crate) fn zap_file(file: *mut bindings::file) {
     // SAFETY: callers pass a file that is open (registered at open, removed
     // at release under the same lock).
     unsafe { gpunvme_shim_zap_file(file.cast()) }
+}
+
+/// The current task's thread group ID, thread ID (initial PID namespace)
+/// and name (NUL-padded).
+pub(crate) fn current_task() -> (i32, i32, [u8; 16]) {
+    let (mut tgid, mut pid, mut comm) = (0i32, 0i32, [0u8; 16]);
+    // SAFETY: the three pointers are to locals of the right sizes (the
+    // shim writes 16 bytes of name, TASK_COMM_LEN, checked at build time).
+    unsafe { gpunvme_shim_current_task(&mut tgid, &mut pid, comm.as_mut_ptr()) };
+    (tgid, pid, comm)
 }
 
 /// The raw `struct file` of `file`, to be zapped later.

@@ -96,12 +96,13 @@ fn files<'a>(k: &'a Knobs, dir: &ScopedDir<'a, '_>) {
     dir.read_only_file(c"qpairs_allocated", &crate::queues::qpair::ALLOCATED);
     dir.write_only_callback_file(c"pci_event", k, &pci_event);
     dir.read_callback_file(c"kept", k, &kept);
-    dir.read_callback_file(c"relay_time", k, &relay_time);
+    dir.read_callback_file(c"relay_cpu_per_file", k, &relay_cpu_per_file);
 }
 
-/// `relay_time`: relay CPU time per open file, over its live shared pairs.
-fn relay_time(k: &Knobs, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    k.shared.dma.lock().relay_time(f)
+/// `relay_cpu_per_file`: relay CPU time and commands per open file, over
+/// its live shared pairs and those it destroyed (`DmaRegistry::relay_cpu_per_file`).
+fn relay_cpu_per_file(k: &Knobs, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    k.shared.dma.lock().relay_cpu_per_file(f)
 }
 
 /// `kept`: what the controller's DMA registry holds, by kind (after every

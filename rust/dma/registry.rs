@@ -7,9 +7,9 @@
 //! controller is disabled: nothing the device can DMA into outlives the
 //! binding, and nothing is freed while the device may still use it.
 
-use kernel::prelude::*;
+use kernel::{prelude::*, sync::Arc};
 
-use crate::bridge::{Bridge, Outstanding};
+use crate::bridge::{Bridge, Outstanding, RelayTotals};
 use crate::queues::qpair::QPair;
 use crate::shim::{Export, HeldExport, HostMap, Import, RevokeDeadline, Revoking};
 
@@ -21,6 +21,35 @@ pub(crate) enum Mapped {
 
 /// Which open file a piece of memory belongs to.
 pub(crate) type FileId = u64;
+
+/// The task that opened a file, as debugfs shows it so an admin can find
+/// the process: its thread group and thread IDs (in the initial PID
+/// namespace) and its name then.
+#[derive(Clone, Copy)]
+pub(crate) struct Opener {
+    pub(crate) tgid: i32,
+    pub(crate) pid: i32,
+    pub(crate) comm: [u8; 16],
+}
+
+impl Opener {
+    /// The current task (the one opening the file).
+    pub(crate) fn current() -> Self {
+        let (tgid, pid, comm) = crate::shim::current_task();
+        Self { tgid, pid, comm }
+    }
+}
+
+/// A file's place in debugfs `relay_cpu_per_file`, made by its first
+/// shared pair and dropped at its close (or with the registry, when the
+/// controller stops serving its files).
+pub(crate) struct FileRelay {
+    pub(crate) file: FileId,
+    pub(crate) opener: Opener,
+    /// What its pairs taken off the relay pool cost (each adds its own
+    /// when it stops, whether the registry still lists it or not).
+    pub(crate) totals: Arc<RelayTotals>,
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum QueueState {
@@ -60,7 +89,7 @@ impl QueueEntry {
 
     /// Take the pair off the relay pool (once); what it left in flight.
     pub(crate) fn stop_relay(&mut self) -> Option<Outstanding> {
-        self.bridge.take().map(Bridge::stop)
+        self.bridge.take().and_then(Bridge::stop)
     }
 
     /// Tell every importer of the pair's exports to unmap (the relay must
@@ -196,6 +225,9 @@ pub(crate) struct DmaRegistry {
     /// or forked counts as its one mmap): a retired pair is freed once no
     /// mapping and no importer reaches it.
     pub(crate) mapped: KVec<(u64, u32)>,
+    /// The open files that made a shared pair, in that order: what their
+    /// relays cost (debugfs `relay_cpu_per_file`).
+    pub(crate) files: KVec<FileRelay>,
 }
 
 impl DmaRegistry {
@@ -228,6 +260,7 @@ impl DmaRegistry {
         let mut maps = room_for(&self.maps, |e| e.file == file)?;
         move_where(&mut self.queues, &mut queues, |e| e.file == file);
         move_where(&mut self.maps, &mut maps, |e| e.file == file);
+        self.files.retain(|f| f.file != file);
         Ok((queues, maps))
     }
 
@@ -290,28 +323,70 @@ impl DmaRegistry {
         )
     }
 
-    /// Relay CPU time per file over its live shared pairs, a line each
-    /// (debugfs `relay_time`): which tenant keeps the relay threads busy.
-    pub(crate) fn relay_time(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
-        let mut done: KVec<FileId> = KVec::new();
-        for e in self.queues.iter() {
-            if e.bridge.is_none() || done.contains(&e.file) {
-                continue;
+    /// The running total of `file`'s relays, for a new shared pair of it
+    /// to add into when it stops; the file's record is made with its first
+    /// (`opener`: who opened it).
+    pub(crate) fn relay_totals(
+        &mut self,
+        file: FileId,
+        opener: Opener,
+    ) -> Result<Arc<RelayTotals>> {
+        if let Some(f) = self.files.iter().find(|f| f.file == file) {
+            return Ok(f.totals.clone());
+        }
+        let totals = RelayTotals::new()?;
+        self.files.push(
+            FileRelay {
+                file,
+                opener,
+                totals: totals.clone(),
+            },
+            GFP_KERNEL,
+        )?;
+        Ok(totals)
+    }
+
+    /// Relay CPU time per open file that made a shared pair, a line each
+    /// (debugfs `relay_cpu_per_file`): which tenant keeps the relay threads
+    /// busy. Its live pairs' counters and the running total of those it
+    /// destroyed. A pair being destroyed is missing from its line from the
+    /// moment it leaves the registry until its relay stops (microseconds).
+    pub(crate) fn relay_cpu_per_file(
+        &self,
+        f: &mut kernel::fmt::Formatter<'_>,
+    ) -> kernel::fmt::Result {
+        for r in self.files.iter() {
+            let (retired, mut cost) = r.totals.get();
+            let mut live = 0u32;
+            for b in self
+                .queues
+                .iter()
+                .filter(|e| e.file == r.file)
+                .filter_map(|e| e.bridge.as_ref())
+            {
+                live += 1;
+                cost.add(b.cost());
             }
-            let (mut pairs, mut ns) = (0u32, 0u64);
-            for x in self.queues.iter().filter(|x| x.file == e.file) {
-                if let Some(b) = &x.bridge {
-                    pairs += 1;
-                    ns = ns.saturating_add(b.relay_ns());
-                }
-            }
-            writeln!(
+            let o = &r.opener;
+            write!(
                 f,
-                "file {}: {} shared pair(s), relay {} ns",
-                e.file, pairs, ns
+                "file {} tgid {} pid {} pairs {} destroyed {} relay_ns {} accepted {} rejected {} ns_per_command {} comm ",
+                r.file,
+                o.tgid,
+                o.pid,
+                live,
+                retired,
+                cost.relay_ns,
+                cost.accepted,
+                cost.rejected,
+                cost.ns_per_command()
             )?;
-            // Without room to remember it, the file may be listed again.
-            let _ = done.push(e.file, GFP_KERNEL);
+            // The name up to its NUL, unprintable bytes as '?'.
+            for &c in o.comm.iter().take_while(|&&c| c != 0) {
+                let c = if (0x20..0x7f).contains(&c) { c } else { b'?' };
+                write!(f, "{}", c as char)?;
+            }
+            writeln!(f)?;
         }
         Ok(())
     }
@@ -391,6 +466,7 @@ impl DmaRegistry {
         // the rest of the quarantine but exports: exports they held are let
         // go before anyone asks whether they still are.
         self.maps.clear();
+        self.files.clear();
         self.quarantine.retain(|w| w.held().is_some());
         let mut leaked = 0;
         for e in self.queues.drain_all() {

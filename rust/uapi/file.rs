@@ -24,13 +24,15 @@ use kernel::{
 
 use crate::controller::shared::Shared;
 use crate::dma::buffers::Buffers;
-use crate::dma::registry::{FileId, Quarantined, QueueState};
+use crate::dma::registry::{FileId, Opener, Quarantined, QueueState};
 use crate::shim;
 
 pub(crate) struct OpenState {
     pub(crate) shared: Arc<Shared>,
     file: *mut bindings::file,
     id: FileId,
+    /// Who opened it (debugfs `relay_cpu_per_file` names it).
+    opener: Opener,
     /// The controller's epoch at open: once it moves on (the controller
     /// failed or went away), every call fails and every mapping faults.
     epoch: u64,
@@ -86,6 +88,7 @@ impl OpenState {
                 shared,
                 file: raw,
                 id,
+                opener: Opener::current(),
                 epoch,
                 node_nsid,
                 buffers,

@@ -345,60 +345,182 @@ TEST(relay_threads_follow_the_pairs)
 	close(fd);
 }
 
-/* debugfs relay_time: the line of the file that opened fd `nth` (0, 1,
- * ... in the order the files appear), its pairs and ns, or -1. */
-static int relay_time_line(int nth, unsigned long long *file, int *pairs, unsigned long long *ns)
+/* One line of debugfs relay_cpu_per_file. */
+struct file_cost {
+	unsigned long long file, destroyed, ns, accepted, rejected, per_cmd;
+	int tgid, pid, pairs;
+	char comm[32];
+};
+
+/*
+ * Every line of debugfs relay_cpu_per_file, up to `max`, into `out`: how
+ * many there were, or -1 if the file cannot be read or a line not parsed.
+ */
+static int relay_cpu_lines(struct file_cost *out, int max)
 {
-	char path[160], line[256];
-	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/relay_time", gpunvme_bdf());
+	char path[160], line[512];
+	int n = 0;
+	snprintf(path, sizeof(path), "/sys/kernel/debug/gpunvme-%s/relay_cpu_per_file", gpunvme_bdf());
 	FILE *f = fopen(path, "r");
-	int i = 0, found = -1;
 	if (!f)
 		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (i++ == nth && sscanf(line, "file %llu: %d shared pair(s), relay %llu ns", file, pairs, ns) == 3)
-			found = 0;
+	while (fgets(line, sizeof(line), f)) {
+		struct file_cost c = { 0 };
+		int at = 0;
+		if (sscanf(line, "file %llu tgid %d pid %d pairs %d destroyed %llu relay_ns %llu accepted %llu rejected %llu ns_per_command %llu comm %n",
+			   &c.file, &c.tgid, &c.pid, &c.pairs, &c.destroyed, &c.ns, &c.accepted, &c.rejected,
+			   &c.per_cmd, &at) != 9 || !at) {
+			n = -1;
+			break;
+		}
+		snprintf(c.comm, sizeof(c.comm), "%.*s", (int)strcspn(line + at, "\n"), line + at);
+		if (n < max)
+			out[n] = c;
+		n++;
+	}
 	fclose(f);
-	return found;
+	return n;
+}
+
+/* The line of file `id` in relay_cpu_per_file: 0, or -1 if it has none. */
+static int relay_cpu_of(unsigned long long id, struct file_cost *out)
+{
+	struct file_cost all[16];
+	int n = relay_cpu_lines(all, 16);
+	for (int i = 0; i < n && i < 16; i++)
+		if (all[i].file == id) {
+			*out = all[i];
+			return 0;
+		}
+	return -1;
+}
+
+/* `n` one-page reads through shared pair `q`, each waited for. */
+static int reads(struct qp *q, struct hostbuf *b, uint32_t lbs, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int st = qp_sync(q, rw_cmd(OPC_READ, 1, 300 + 8 * (i % 16), 4096 / lbs, b->dma[i % 4], 0));
+		if (st)
+			return st;
+	}
+	return 0;
+}
+
+static void log_cost(struct __test_metadata *_metadata, const char *what, const struct file_cost *c)
+{
+	TH_LOG("%s: file %llu tgid %d pid %d pairs %d destroyed %llu relay_ns %llu accepted %llu rejected %llu ns_per_command %llu comm %s",
+	       what, c->file, c->tgid, c->pid, c->pairs, c->destroyed, c->ns, c->accepted, c->rejected, c->per_cmd,
+	       c->comm);
 }
 
 /*
- * Relay CPU time per file (debugfs relay_time): two files, the first with
- * three shared pairs doing I/O, the second with one idle pair. Each file
- * has its line with its own pair count, and the busy file's relay time
- * grows with its I/O while the idle one's stays below it.
+ * Relay CPU per file (debugfs relay_cpu_per_file): two files of this
+ * process, A with 200 reads and B with 20 reads and one rejected command,
+ * each on its own line with its opener, its pair count and exactly its own
+ * command counts; then A destroys its pair (its totals stay: a destroyed
+ * pair still counts while the file is open) and makes another, which adds
+ * to them.
  */
-TEST_F(relay, relay_time_is_counted_per_file)
+TEST_F(relay, relay_cpu_is_counted_per_file)
 {
-	struct qp busy[3], idle;
-	unsigned long long f0, f1, ns0, ns1, ns0b, f0b;
-	int p0, p1, p0b;
+	struct file_cost all[4], a, b, a2, a3;
+	struct hostbuf bbuf;
+	struct qp qa, qb, qa2;
+	char comm[32] = "";
+	int other = gpunvme_open_bound();
+	FILE *cf = fopen("/proc/self/comm", "r");
+
+	ASSERT_NE(NULL, cf);
+	ASSERT_NE(NULL, fgets(comm, sizeof(comm), cf));
+	fclose(cf);
+	comm[strcspn(comm, "\n")] = 0;
+	ASSERT_LE(0, other);
+	ASSERT_EQ(0, hostbuf_map(other, 16 * 4096, &bbuf));
+	EXPECT_EQ(0, relay_cpu_lines(all, 4)) TH_LOG("lines before any shared pair of this test");
+	ASSERT_EQ(0, qp_create_flags(self->fd, 16, 0, &qa));
+	ASSERT_EQ(0, qp_create_flags(other, 16, 0, &qb));
+	ASSERT_EQ(0, reads(&qa, &self->buf, self->lbs, 200));
+	ASSERT_EQ(0, reads(&qb, &bbuf, self->lbs, 20));
+	ASSERT_NE(0, qp_sync(&qb, rw_cmd(0x7f, 1, 0, 1, bbuf.dma[0], 0)));
+	/* Files appear in the order they made their first shared pair. */
+	ASSERT_EQ(2, relay_cpu_lines(all, 4));
+	a = all[0];
+	b = all[1];
+	log_cost(_metadata, "A", &a);
+	log_cost(_metadata, "B", &b);
+	EXPECT_NE(a.file, b.file);
+	EXPECT_EQ(getpid(), a.tgid);
+	EXPECT_EQ(getpid(), a.pid);
+	EXPECT_EQ(getpid(), b.tgid);
+	EXPECT_STREQ(comm, a.comm);
+	EXPECT_EQ(1, a.pairs);
+	EXPECT_EQ(0ull, a.destroyed);
+	EXPECT_EQ(200ull, a.accepted);
+	EXPECT_EQ(0ull, a.rejected);
+	EXPECT_LT(0ull, a.ns);
+	EXPECT_EQ(a.ns / 200, a.per_cmd);
+	EXPECT_EQ(1, b.pairs);
+	EXPECT_EQ(20ull, b.accepted);
+	EXPECT_EQ(1ull, b.rejected);
+	EXPECT_EQ(b.ns / 21, b.per_cmd);
+
+	/* Recycling a pair does not hide its cost. */
+	ASSERT_EQ(0, qp_destroy(&qa));
+	ASSERT_EQ(0, relay_cpu_of(a.file, &a2)) TH_LOG("A's line went with its last pair");
+	log_cost(_metadata, "A, pair destroyed", &a2);
+	EXPECT_EQ(0, a2.pairs);
+	EXPECT_EQ(1ull, a2.destroyed);
+	EXPECT_EQ(200ull, a2.accepted);
+	EXPECT_LE(a.ns, a2.ns);
+	ASSERT_EQ(0, qp_create_flags(self->fd, 16, 0, &qa2));
+	ASSERT_EQ(0, reads(&qa2, &self->buf, self->lbs, 10));
+	ASSERT_EQ(0, relay_cpu_of(a.file, &a3));
+	log_cost(_metadata, "A, new pair", &a3);
+	EXPECT_EQ(1, a3.pairs);
+	EXPECT_EQ(1ull, a3.destroyed);
+	EXPECT_EQ(210ull, a3.accepted);
+	EXPECT_LT(a2.ns, a3.ns);
+	ASSERT_EQ(0, relay_cpu_of(b.file, &b));
+	EXPECT_EQ(20ull, b.accepted) TH_LOG("B's count moved with A's I/O");
+
+	EXPECT_EQ(0, qp_destroy(&qa2));
+	EXPECT_EQ(0, qp_destroy(&qb));
+	close(other);
+}
+
+/*
+ * A closed file leaves relay_cpu_per_file, whether it destroyed its pairs
+ * or left them to close; a file still open keeps its line with no pair.
+ */
+TEST_F(relay, closed_file_leaves_relay_cpu_per_file)
+{
+	struct file_cost all[4], a;
+	struct hostbuf bbuf;
+	struct qp qa, qb;
 	int other = gpunvme_open_bound();
 
 	ASSERT_LE(0, other);
-	for (int i = 0; i < 3; i++)
-		ASSERT_EQ(0, qp_create(self->fd, 16, &busy[i]));
-	ASSERT_EQ(0, qp_create(other, 16, &idle));
-	for (int i = 0; i < 3; i++)
-		ASSERT_EQ(0, roundtrip(&busy[i], &self->buf, 2 * i, 100 + 8 * i, self->lbs, 70 + i));
-	ASSERT_EQ(0, relay_time_line(0, &f0, &p0, &ns0));
-	ASSERT_EQ(0, relay_time_line(1, &f1, &p1, &ns1));
-	TH_LOG("file %llu: %d pairs %llu ns; file %llu: %d pairs %llu ns", f0, p0, ns0, f1, p1, ns1);
-	EXPECT_NE(f0, f1);
-	EXPECT_EQ(3, p0);
-	EXPECT_EQ(1, p1);
-	EXPECT_LT(0ull, ns0);
-	for (int r = 0; r < 20; r++)
-		for (int i = 0; i < 3; i++)
-			ASSERT_EQ(0, roundtrip(&busy[i], &self->buf, 2 * i, 200 + 8 * i, self->lbs, 80 + r));
-	ASSERT_EQ(0, relay_time_line(0, &f0b, &p0b, &ns0b));
-	EXPECT_EQ(f0, f0b);
-	EXPECT_LT(ns0, ns0b) TH_LOG("the busy file's relay time did not grow with its I/O");
-	EXPECT_EQ(0, qp_destroy(&idle));
+	ASSERT_EQ(0, hostbuf_map(other, 16 * 4096, &bbuf));
+	ASSERT_EQ(0, qp_create_flags(self->fd, 16, 0, &qa));
+	ASSERT_EQ(0, qp_create_flags(other, 16, 0, &qb));
+	ASSERT_EQ(0, reads(&qa, &self->buf, self->lbs, 5));
+	ASSERT_EQ(0, reads(&qb, &bbuf, self->lbs, 5));
+	ASSERT_EQ(2, relay_cpu_lines(all, 4));
+	unsigned long long ida = all[0].file, idb = all[1].file;
+	/* B closes with its pair still there. */
+	qp_unmap(&qb);
 	close(other);
-	for (int i = 0; i < 3; i++)
-		EXPECT_EQ(0, qp_destroy(&busy[i]));
-	EXPECT_NE(0, relay_time_line(0, &f0, &p0, &ns0)) TH_LOG("a line with no shared pair left");
+	ASSERT_EQ(1, relay_cpu_lines(all, 4));
+	EXPECT_EQ(ida, all[0].file);
+	EXPECT_NE(0, relay_cpu_of(idb, &a)) TH_LOG("the closed file's line is still there");
+	/* A destroys its pair: still open, still listed. */
+	EXPECT_EQ(0, qp_destroy(&qa));
+	ASSERT_EQ(0, relay_cpu_of(ida, &a));
+	EXPECT_EQ(0, a.pairs);
+	EXPECT_EQ(5ull, a.accepted);
+	close(self->fd);
+	self->fd = -1;
+	EXPECT_EQ(0, relay_cpu_lines(all, 4)) TH_LOG("a line after every file closed");
 }
 
 TEST_HARNESS_MAIN

@@ -141,6 +141,7 @@ impl Shared {
             maps,
             quarantine,
             mapped: _,
+            files: _,
         } = all;
         // What the relays left in flight; without room to list it, it stays
         // counted (the file is cut off; a revoke then waits for it in vain).
@@ -241,6 +242,7 @@ impl Shared {
                 maps,
                 quarantine,
                 mapped: KVec::new(),
+                files: KVec::new(),
             };
             let mut late = core::mem::take(&mut *self.dma.lock());
             let leaked = all.clear() + kept.clear() + late.clear();

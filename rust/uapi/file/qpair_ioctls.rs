@@ -208,11 +208,24 @@ impl OpenState {
                         lists_dma: s.lists.dma_address(),
                         list_entries: s.list_entries,
                     };
-                    // SAFETY: `mem` points into `q`'s allocations, which the
-                    // registry entry below drops only after the bridge.
-                    match unsafe {
-                        Bridge::start(&**sh, qid, q.depth, mem, self.buffers.clone(), limits)
-                    } {
+                    // The file's running total of relay cost; without room
+                    // for it the pair is not made.
+                    let started = dma.relay_totals(self.id, self.opener).and_then(|totals| {
+                        // SAFETY: `mem` points into `q`'s allocations, which
+                        // the registry entry below drops only after the bridge.
+                        unsafe {
+                            Bridge::start(
+                                &**sh,
+                                qid,
+                                q.depth,
+                                mem,
+                                self.buffers.clone(),
+                                limits,
+                                totals,
+                            )
+                        }
+                    });
+                    match started {
                         Ok(b) => Some(b),
                         Err(e) => {
                             let deleted = q
