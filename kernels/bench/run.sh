@@ -60,7 +60,7 @@ else
 fi
 
 # 2. The bench.
-if ! nvcc -std=c++17 -O2 -arch=sm_90 -lineinfo -I"$here/../include" \
+if ! nvcc -std=c++17 -O2 -arch=sm_90 -lineinfo --Werror all-warnings -I"$here/../include" \
 	-Xcompiler -Wall,-Wextra,-pthread \
 	"$here/gpunvme_bench.cu" -o "$build/gpunvme_bench" > "$out/build.log" 2>&1; then
 	cat "$out/build.log"
@@ -80,7 +80,7 @@ brc=${PIPESTATUS[0]}
 
 # 3. The storage array (array_bench.cu): array against the raw per-thread
 # API and a plain gather, 1..8 fixture controllers, the hit-rate curve.
-if nvcc -std=c++17 -O2 -arch=sm_90 -lineinfo -I"$here/../include" \
+if nvcc -std=c++17 -O2 -arch=sm_90 -lineinfo --Werror all-warnings -I"$here/../include" \
 	-Xcompiler -Wall,-Wextra,-pthread \
 	"$here/array_bench.cu" -o "$build/array_bench" > "$out/array_build.log" 2>&1; then
 	timeout 600 "$build/array_bench" --out "$out" ${ARRAY_ARGS:-} 2>&1 | tee "$out/array.log"

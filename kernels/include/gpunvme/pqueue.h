@@ -388,7 +388,7 @@ GPUNVME_HD void set_error(int32_t *p, int32_t err)
 	uint32_t old;
 	asm volatile("atom.relaxed.gpu.cas.b32 %0, [%1], 0, %2;"
 		     : "=r"(old) : "l"(p), "r"(err) : "memory");
-	(void)old;
+	asm volatile("" :: "r"(old)); /* used: nvcc's warning 550 is an error here */
 #else
 	int32_t expected = 0;
 	__atomic_compare_exchange_n(p, &expected, err, false, __ATOMIC_RELAXED,
