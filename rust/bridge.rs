@@ -31,6 +31,8 @@ use core::ffi::c_void;
 use core::ptr::NonNull;
 use kernel::{
     device::Device,
+    dma::{Coherent, CoherentView},
+    io::{io_project, io_read, io_write, Io},
     prelude::*,
     sync::{
         atomic::{Atomic, Relaxed},
@@ -42,6 +44,7 @@ use kernel::{
 use crate::controller::regs::Cap;
 use crate::dma::buffers::{shard_of, Buffers, Epoch, Owned, View};
 use crate::queues::command::{Cqe, Sqe};
+use crate::queues::qpair::Shadow;
 use validate::{Limits, Reject};
 
 /// Offsets of the two shadow cells in the shadow page (own cache lines).
@@ -376,30 +379,50 @@ impl Relay {
     }
 }
 
-/// What the kernel thread works on: raw pointers into one queue pair's
-/// memory, valid while the `Bridge` that owns this lives (it is stopped
-/// before that memory is freed; see `dma::registry::QueueEntry`).
+/// What the kernel thread works on: the relay's state and counters, and
+/// the pair's memory through [`PairMemory`]'s own clones of its `Arc`s.
+/// Owned by the `Bridge` (boxed, handed to the C pool as a pointer) from
+/// `Bridge::start` to its stop.
 pub(crate) struct Ctx {
     relay: Relay,
     pub(crate) counters: Counters,
     port: KernelPort,
 }
 
-/// Where one shared pair's memory is, for the relay thread. Every pointer
-/// is into an allocation of the pair's `QPair` (`qpair::Shadow` and the
-/// real queues), which outlives the thread.
+/// One shared pair's memory, for its relay: clones of the `Arc`s of the
+/// pair's `QPair` (the real queues and `qpair::Shadow`), reached only
+/// through the kernel crate's typed views of them (`io_project!`, bounds
+/// checked, volatile), as the admin queue reaches its own. The clones make
+/// that safe Rust whatever happens to the pair's registry entry (its `KVec`
+/// moves as it grows); they do not extend the pair's life in practice: the
+/// `Bridge` is always stopped before its pair is dropped, quarantined or
+/// lent (`dma::registry::QueueEntry::let_go`), so the relay never drives a
+/// pair that the controller may still be finishing or an importer holds.
+/// `Bridge::start` checks the sizes against the depth.
 pub(crate) struct PairMemory {
-    pub(crate) real_sq: *mut Sqe,
-    pub(crate) real_cq: *const Cqe,
-    pub(crate) cells: *mut u8,
-    pub(crate) shadow_sq: *const Sqe,
-    pub(crate) shadow_cq: *mut Cqe,
-    pub(crate) pool: *const u8,
-    pub(crate) pool_dma: u64,
-    pub(crate) pool_bytes: usize,
-    pub(crate) lists: *mut u64,
-    pub(crate) lists_dma: u64,
-    pub(crate) list_entries: usize,
+    pub(crate) real_sq: Arc<Coherent<[Sqe]>>,
+    pub(crate) real_cq: Arc<Coherent<[Cqe]>>,
+    pub(crate) shadow: Arc<Shadow>,
+}
+
+impl PairMemory {
+    /// Whether every ring holds `depth` entries and the kernel's PRP list
+    /// area `list_entries` per command ID of `depth`; the relay's views
+    /// then never fall past an end (it passes slots and command IDs below
+    /// `depth`). The PRP pool may be any size: each entry the file names in
+    /// it is bounds-checked.
+    fn fits(&self, depth: u32) -> bool {
+        let d = depth as usize;
+        let s = &*self.shadow;
+        let lists = d.checked_mul(s.list_entries);
+        d >= 2
+            && self.real_sq.len() >= d
+            && self.real_cq.len() >= d
+            && s.sq.len() >= d
+            && s.cq.len() >= d
+            && s.list_entries > 0
+            && lists.is_some_and(|n| n <= s.lists.len())
+    }
 }
 
 /// What a relay needs of the controller it serves: the device (for the
@@ -431,6 +454,32 @@ struct KernelPort {
     limits: Limits,
 }
 
+/// Slot `i` of ring `ring`: a typed view, bounds-checked (ERANGE past the
+/// end, which cannot happen: `Bridge::start` checked that every ring holds
+/// `depth` entries, and `Relay` passes slots below `depth`; were it to, a
+/// read would see a zero entry and a write would be dropped).
+fn nth<T>(ring: &Coherent<[T]>, i: u32) -> Result<CoherentView<'_, T>> {
+    Ok(io_project!(ring, [try: i as usize]))
+}
+
+/// Command `cid`'s slot of the kernel's PRP lists, `n` entries long
+/// (bounds-checked as [`nth`]: `cid < depth`, and `Bridge::start` checked
+/// the area holds `n` entries per command ID of `depth`).
+fn list_slot(lists: &Coherent<[u64]>, cid: u16, n: usize) -> Result<CoherentView<'_, [u64]>> {
+    let at = usize::from(cid) * n;
+    Ok(io_project!(lists, [try: at..at + n]))
+}
+
+/// Entry `i` of `slot` (bounds-checked).
+fn entry(slot: CoherentView<'_, [u64]>, i: usize) -> Result<CoherentView<'_, u64>> {
+    Ok(io_project!(slot, [try: i]))
+}
+
+/// A CQE as the four dwords the phase ordering is written in.
+fn dwords(cqe: CoherentView<'_, Cqe>) -> Result<CoherentView<'_, [u32; 4]>> {
+    cqe.try_cast()
+}
+
 /// What a validation may read: the file's pages (as of the command's
 /// check) and the pair's PRP pool.
 struct Reach<'a>(&'a KernelPort, Owned<'a>);
@@ -440,50 +489,51 @@ impl validate::Memory for Reach<'_> {
         self.1.owns_page(page)
     }
     fn pool_entry(&self, addr: u64) -> Option<u64> {
-        let m = &self.0.mem;
-        let off = addr.checked_sub(m.pool_dma)?;
-        if off % 8 != 0
-            || off
-                .checked_add(8)
-                .is_none_or(|end| end > m.pool_bytes as u64)
-        {
+        let pool = &self.0.mem.shadow.pool;
+        let off = addr.checked_sub(pool.dma_address())?;
+        if off % 8 != 0 {
             return None;
         }
-        // SAFETY: `off + 8 <= pool_bytes` and 8-byte aligned inside the
-        // live pool (type invariant); the file may write it concurrently,
-        // so the value is read once and only that copy is used.
-        Some(unsafe { core::ptr::read_volatile(m.pool.add(off as usize).cast::<u64>()) })
+        let i = u32::try_from(off / 8).ok()?;
+        // Bounds-checked (past the pool: None). The file may write the
+        // entry concurrently, so it is read once, volatile, and only that
+        // copy is used.
+        nth(pool, i).ok().map(|e| e.read_val())
     }
 }
 
 impl Port for KernelPort {
     fn shadow_sq_tail(&self) -> u32 {
-        // SAFETY: `cells` points at the live 4 KiB shadow page (type invariant).
-        unsafe {
-            core::ptr::read_volatile(self.mem.cells.add(SHADOW_SQ_TAIL as usize).cast::<u32>())
-        }
+        io_read!(
+            &self.mem.shadow.cells,
+            [build: SHADOW_SQ_TAIL as usize / 4]
+        )
     }
     fn shadow_cq_head(&self) -> u32 {
-        // SAFETY: as above.
-        unsafe {
-            core::ptr::read_volatile(self.mem.cells.add(SHADOW_CQ_HEAD as usize).cast::<u32>())
-        }
+        io_read!(
+            &self.mem.shadow.cells,
+            [build: SHADOW_CQ_HEAD as usize / 4]
+        )
     }
     fn shadow_sqe(&self, slot: u32) -> Sqe {
-        // SAFETY: `slot < depth` (Relay) and the shadow SQ has `depth`
-        // entries; `Sqe` is plain integers, so whatever the file wrote is a
-        // valid value, and this copy is all that is used afterwards.
-        unsafe { core::ptr::read_volatile(self.mem.shadow_sq.add(slot as usize)) }
+        // One volatile copy of the whole entry; `Sqe` is plain integers, so
+        // whatever the file wrote is a valid value, and this copy is all
+        // that is used afterwards.
+        nth(&self.mem.shadow.sq, slot).map_or_else(|_| Sqe::default(), |v| v.copy_read())
     }
     fn validate(&self, sqe: &Sqe, cid: u16) -> Result<(Sqe, Epoch), Reject> {
-        let n = self.mem.list_entries;
-        let at = usize::from(cid) * n;
-        // SAFETY: `cid < depth` (Relay) and the kernel list area holds
-        // `depth * list_entries` entries. The slot belongs to command `cid`,
-        // which is not in flight (the relay only hands out free IDs), so
-        // neither the controller nor anyone else reads it now.
-        let list = unsafe { core::slice::from_raw_parts_mut(self.mem.lists.add(at), n) };
-        let list_dma = self.mem.lists_dma + at as u64 * 8;
+        let s = &*self.mem.shadow;
+        let Ok(slot) = list_slot(&s.lists, cid, s.list_entries) else {
+            return Err(Reject::Field);
+        };
+        let list_dma = slot.dma_address();
+        // SAFETY: the slot belongs to command `cid`, which is not in flight
+        // (the relay only hands out free IDs, and validates only under
+        // those): neither the controller nor the file reads or writes it
+        // now (it is never mapped or exported), and only this relay's
+        // thread, which holds the one reference to its `Ctx`, makes views
+        // of it; this reference ends with the call.
+        let list = unsafe { slot.as_mut() };
         let mut view = self.view.borrow_mut();
         self.buffers
             .admit_checked(&mut view, shard_of(self.qid), |owned| {
@@ -494,20 +544,22 @@ impl Port for KernelPort {
         validate::check_cost(sqe, &self.limits)
     }
     fn retire(&self, cid: u16) {
-        let n = self.mem.list_entries;
-        let at = usize::from(cid) * n;
-        // SAFETY: as in `validate`: the slot of `cid < depth` is inside the
-        // list area, and `cid` is not in flight (its completion was taken,
-        // or it was refused), so the controller does not read it now.
-        let list = unsafe { core::slice::from_raw_parts_mut(self.mem.lists.add(at), n) };
+        let s = &*self.mem.shadow;
+        // As in `validate`: `cid` is not in flight (its completion was
+        // taken, or it was refused), so the controller does not read its
+        // slot now.
+        let Ok(list) = list_slot(&s.lists, cid, s.list_entries) else {
+            return;
+        };
         // Slots not in flight are all zero, and a command writes its
         // entries from the start: the first zero ends what it wrote (the
         // validator never passes a zero entry).
-        for e in list.iter_mut() {
-            if *e == 0 {
+        for i in 0..s.list_entries {
+            let Ok(e) = entry(list, i) else { break };
+            if e.read_val() == 0 {
                 break;
             }
-            *e = 0;
+            e.write_val(0);
         }
     }
     fn completed(&self, e: Epoch) {
@@ -519,10 +571,11 @@ impl Port for KernelPort {
         shared.holds_completions(self.qid)
     }
     fn write_real_sqe(&self, slot: u32, sqe: &Sqe) {
-        // SAFETY: `slot < depth` and the real SQ has `depth` entries; the
-        // controller reads only slots published by the doorbell, and this
-        // one is not (at most depth - 1 commands are in flight).
-        unsafe { core::ptr::write_volatile(self.mem.real_sq.add(slot as usize), *sqe) }
+        // The controller reads only slots published by the doorbell, and
+        // this one is not (at most depth - 1 commands are in flight).
+        if let Ok(v) = nth(&self.mem.real_sq, slot) {
+            v.copy_write(*sqe);
+        }
     }
     fn ring_sq(&self, tail: u32) {
         self.ring(self.cap.sq_doorbell(self.qid), tail);
@@ -531,36 +584,33 @@ impl Port for KernelPort {
         self.ring(self.cap.cq_doorbell(self.qid), head);
     }
     fn real_cqe(&self, slot: u32) -> Cqe {
+        let Ok(w) = nth(&self.mem.real_cq, slot).and_then(dwords) else {
+            return Cqe::default();
+        };
         // The dword with the phase tag first, then (after a read barrier)
         // the rest: whatever the phase says, the rest is at least as new.
-        // SAFETY: `slot < depth` (Relay) and `real_cq` has `depth` entries;
-        // `Cqe` is 16 bytes of plain integers (FromBytes), so any [u32; 4]
-        // is a valid one.
-        unsafe {
-            let src = self.mem.real_cq.add(slot as usize).cast::<u32>();
-            let dw3 = core::ptr::read_volatile(src.add(3));
-            dma_mb(Read);
-            let mut words = [0u32; 4];
-            for (i, w) in words.iter_mut().enumerate().take(3) {
-                *w = core::ptr::read_volatile(src.add(i));
-            }
-            words[3] = dw3;
-            core::mem::transmute::<[u32; 4], Cqe>(words)
-        }
+        let dw3 = io_read!(w, [build: 3]);
+        dma_mb(Read);
+        let words = [
+            io_read!(w, [build: 0]),
+            io_read!(w, [build: 1]),
+            io_read!(w, [build: 2]),
+            dw3,
+        ];
+        zerocopy::transmute!(words)
     }
     fn mirror_cqe(&self, slot: u32, cqe: &Cqe) {
-        // SAFETY: `slot < depth` and `shadow_cq` has `depth` entries. The
-        // first 12 bytes go first; the dword with the phase tag after a
+        let Ok(w) = nth(&self.mem.shadow.cq, slot).and_then(dwords) else {
+            return;
+        };
+        // The first 12 bytes go first; the dword with the phase tag after a
         // write barrier, so a reader that sees the phase sees the entry.
-        unsafe {
-            let dst = self.mem.shadow_cq.add(slot as usize).cast::<u32>();
-            let src = core::ptr::from_ref(cqe).cast::<u32>();
-            for i in 0..3 {
-                core::ptr::write_volatile(dst.add(i), *src.add(i));
-            }
-            dma_mb(Write);
-            core::ptr::write_volatile(dst.add(3), *src.add(3));
-        }
+        let words: [u32; 4] = zerocopy::transmute!(*cqe);
+        io_write!(w, [build: 0], words[0]);
+        io_write!(w, [build: 1], words[1]);
+        io_write!(w, [build: 2], words[2]);
+        dma_mb(Write);
+        io_write!(w, [build: 3], words[3]);
     }
 }
 
@@ -622,13 +672,15 @@ unsafe impl Send for Bridge {}
 unsafe impl Sync for Bridge {}
 
 impl Bridge {
-    /// Start relaying for shared queue `qid` of `depth` entries.
+    /// Start relaying for shared queue `qid` of `depth` entries, over the
+    /// pair memory `mem` (EINVAL unless its sizes fit `depth`, see
+    /// [`PairMemory`]). Stop it before the pair is dropped, quarantined or
+    /// lent (dropping the `Bridge` stops it).
     ///
     /// # Safety
     ///
-    /// `mem` must describe the live allocations of one shared pair of
-    /// `depth` entries (see [`PairMemory`]), and they, and `shared`, must
-    /// outlive the returned `Bridge` (it is dropped before them).
+    /// `shared` must outlive the returned `Bridge` (it is dropped before
+    /// the controller's shared state).
     pub(crate) unsafe fn start(
         shared: &(dyn RelayHost + 'static),
         qid: u16,
@@ -638,6 +690,15 @@ impl Bridge {
         limits: Limits,
         totals: Arc<RelayTotals>,
     ) -> Result<Self> {
+        if !mem.fits(depth) {
+            dev_warn!(
+                shared.dev(),
+                "relay: the memory of qid {} does not fit depth {}\n",
+                qid,
+                depth
+            );
+            return Err(EINVAL);
+        }
         let ctx = KBox::new(
             Ctx {
                 relay: Relay::new(qid, depth)?,

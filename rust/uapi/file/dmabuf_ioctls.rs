@@ -3,7 +3,7 @@
 //! EXPORT and MAP_DMABUF: dma-bufs out of a queue pair's memory for peers
 //! (revoked with the pair), and a peer's dma-buf imported as a mapping.
 
-use kernel::{bindings, dma::Coherent, prelude::*, sync::atomic::Relaxed};
+use kernel::{bindings, prelude::*, sync::atomic::Relaxed};
 
 use super::OpenState;
 use crate::dma::registry::{MapEntry, Mapped};
@@ -48,21 +48,15 @@ impl OpenState {
                 quota::check(&sh.dev, "EXPORT", quota::Kind::Exports, e.exports.len())?;
             }
             e.exports.reserve(1, GFP_KERNEL)?;
-            // Queue memory: a coherent allocation of the pair.
-            let memory = |c: &Coherent<[u8]>| -> Result<(Export, i32, u64)> {
-                let (x, fd) = Export::memory(
-                    &sh.dev,
-                    c.as_mut_ptr().cast(),
-                    c.dma_address(),
-                    c.size(),
-                    req.flags,
-                )?;
-                Ok((x, fd, c.size() as u64))
+            // Queue memory: a coherent allocation of the pair, as bytes.
+            let memory = |c: qpair::Bytes| -> Result<(Export, i32, u64)> {
+                let (x, fd) = Export::memory(&sh.dev, c.cpu, c.dma, c.size, req.flags)?;
+                Ok((x, fd, c.size as u64))
             };
             let (export, fd, length) = match req.kind {
                 uapi::EXPORT_DOORBELL => match &e.q.shadow {
                     // Shared: the shadow cells are ordinary memory.
-                    Some(s) => memory(&s.cells)?,
+                    Some(s) => memory(qpair::bytes(&s.cells))?,
                     None => {
                         let (page, _, _) = qpair::doorbell_page(sh.cap, req.qid).ok_or(EINVAL)?;
                         let (x, fd) = Export::mmio(&sh.dev, page as u64, 4096, req.flags)?;
@@ -79,7 +73,7 @@ impl OpenState {
                         );
                         return Err(EINVAL);
                     };
-                    memory(&s.pool)?
+                    memory(qpair::bytes(&s.pool))?
                 }
                 uapi::EXPORT_CQ if e.q.cq_in_map.is_some() => {
                     dev_warn!(

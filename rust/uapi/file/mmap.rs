@@ -37,7 +37,7 @@ impl OpenState {
             return Err(EINVAL);
         };
         let (want, what) = match (kind, &q.shadow) {
-            (MapKind::Sq, _) => (q.visible_sq().size(), "SQ"),
+            (MapKind::Sq, _) => (q.visible_sq().size, "SQ"),
             (MapKind::Cq, _) if q.cq_in_map.is_some() => {
                 dev_warn!(
                     sh.dev,
@@ -46,7 +46,7 @@ impl OpenState {
                 );
                 return Err(EINVAL);
             }
-            (MapKind::Cq, _) => (q.visible_cq().size(), "CQ"),
+            (MapKind::Cq, _) => (q.visible_cq().size, "CQ"),
             (MapKind::Doorbell, _) => (4096, "doorbell page"),
             (MapKind::PrpPool, Some(s)) => (s.pool.size(), "PRP pool"),
             (MapKind::PrpPool, None) => {
@@ -127,9 +127,9 @@ impl OpenState {
         let mem = match kind {
             k if k == MapKind::Sq as u32 => Some(q.visible_sq()),
             k if k == MapKind::Cq as u32 && q.cq_in_map.is_none() => Some(q.visible_cq()),
-            k if k == MapKind::PrpPool as u32 => q.shadow.as_ref().map(|s| &s.pool),
+            k if k == MapKind::PrpPool as u32 => q.shadow.as_ref().map(|s| qpair::bytes(&s.pool)),
             k if k == MapKind::Doorbell as u32 => match &q.shadow {
-                Some(s) => Some(&s.cells),
+                Some(s) => Some(qpair::bytes(&s.cells)),
                 None => {
                     if index != 0 {
                         return shim::fault_sigbus();
@@ -149,7 +149,7 @@ impl OpenState {
             return shim::fault_sigbus();
         };
         let off = index as usize * crate::controller::regs::PAGE_SIZE;
-        if off >= mem.size() {
+        if off >= mem.size {
             return shim::fault_sigbus();
         }
         // SAFETY: `vma` is faulting; `off` is inside `mem`, which is freed
@@ -157,7 +157,7 @@ impl OpenState {
         // mmap to its last VMA's close, see `mapping_closed`), or after a
         // failure or unbind, after the zap that follows marking the
         // controller gone under this lock.
-        unsafe { shim::insert_coherent(vma, addr, mem.as_mut_ptr().cast(), off) }
+        unsafe { shim::insert_coherent(vma, addr, mem.cpu, off) }
     }
 }
 

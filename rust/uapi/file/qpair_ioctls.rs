@@ -195,24 +195,20 @@ impl OpenState {
             }
             let bridge = match (&q.shadow, limits) {
                 (Some(s), Some(limits)) => {
+                    // The relay's own clones of the pair's memory; the
+                    // bridge is stopped before `q` is dropped, quarantined
+                    // or lent (`QueueEntry::let_go`, and below).
                     let mem = PairMemory {
-                        real_sq: q.sq.as_mut_ptr().cast(),
-                        real_cq: q.cq.as_ptr().cast(),
-                        cells: s.cells.as_mut_ptr().cast(),
-                        shadow_sq: s.sq.as_ptr().cast(),
-                        shadow_cq: s.cq.as_mut_ptr().cast(),
-                        pool: s.pool.as_ptr().cast(),
-                        pool_dma: s.pool.dma_address(),
-                        pool_bytes: s.pool.size(),
-                        lists: s.lists.as_mut_ptr().cast(),
-                        lists_dma: s.lists.dma_address(),
-                        list_entries: s.list_entries,
+                        real_sq: q.sq.clone(),
+                        real_cq: q.cq.clone(),
+                        shadow: s.clone(),
                     };
                     // The file's running total of relay cost; without room
                     // for it the pair is not made.
                     let started = dma.relay_totals(self.id, self.opener).and_then(|totals| {
-                        // SAFETY: `mem` points into `q`'s allocations, which
-                        // the registry entry below drops only after the bridge.
+                        // SAFETY: `sh`, the controller's shared state, holds
+                        // the registry whose entry below owns the bridge, so
+                        // it outlives the bridge.
                         unsafe {
                             Bridge::start(
                                 &**sh,
@@ -242,7 +238,7 @@ impl OpenState {
                 }
                 _ => None,
             };
-            let sizes = (q.visible_sq().size() as u64, q.visible_cq().size() as u64);
+            let sizes = (q.visible_sq().size as u64, q.visible_cq().size as u64);
             let pool = q
                 .shadow
                 .as_ref()
