@@ -162,11 +162,11 @@ impl Drop for QPair {
         // pair's delete was not confirmed (such a pair is quarantined
         // instead, freed once the controller is disabled); its relay (the
         // Bridge is stopped in `let_go`, before the pair is deleted,
-        // quarantined or lent, so its context's clones of the `Arc`s went
-        // first and these are the last); a
-        // peer holding an export (revoked first; a pair an importer still
-        // holds is lent, `Quarantined::Lent`, until it lets go); user
-        // mappings (zapped at destroy, close or unbind).
+        // quarantined or lent, so its context's clones of the `Arc`s are
+        // gone and these are the last); a peer holding an export (revoked
+        // first; a pair an importer still holds is lent,
+        // `Quarantined::Lent`, until it lets go); user mappings (zapped at
+        // destroy, close or unbind).
         ALLOCATED.fetch_sub(1, Relaxed);
     }
 }
