@@ -66,6 +66,10 @@ pub(crate) struct Counters {
     pub(crate) sqes_rejected: u64,
     /// Nanoseconds the pool spent in this pair's passes (written by the C side).
     pub(crate) relay_ns: u64,
+    /// The most page checks this pair's file was given in one pass of its
+    /// relay thread while the thread served another file too (written by
+    /// the C side): at most `BUDGET` plus one command's cost.
+    pub(crate) file_pass_checks_max: u64,
 }
 
 /// What the relay pool spent on one file's shared pairs (debugfs
@@ -169,19 +173,34 @@ pub(crate) trait Port {
     fn mirror_cqe(&self, slot: u32, cqe: &Cqe);
 }
 
-/// Page checks one pass spends on a pair at most (each SQE costs one plus
-/// the PRP entries it may name, `validate::check_cost`; the first SQE of a
-/// pass is always taken): a relay thread serves all its pairs in turn, so
-/// one file's full queue of long PRP lists cannot hold the others' commands
-/// back for a whole queue's worth of checking.
+/// Page checks one pass spends on a file's commands at most (each SQE costs
+/// one plus the PRP entries it may name, `validate::check_cost`; a step
+/// given any budget takes its first SQE): a relay thread serves all its
+/// pairs in turn, so one file's full queues of long PRP lists cannot hold
+/// another file's commands back for a whole queue's worth of checking. The
+/// pool thread shares it among the file's pairs when the thread serves
+/// other files too (bridge_thread.c), and gives each pair its own when it
+/// serves one file only (nobody to be fair to).
 pub(crate) const BUDGET: u32 = 256;
+
+/// `BUDGET`, for the pool thread.
+#[no_mangle]
+static gpunvme_bridge_budget: u32 = BUDGET;
+
+/// What one `step` did: whether anything moved, and the page checks it
+/// spent on new commands. `repr(C)`: the pool thread gets it as the return
+/// value of `gpunvme_bridge_step`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Step {
+    pub(crate) spent: u32,
+    pub(crate) progress: bool,
+}
 
 /// Relay state for one queue pair, for its whole lifetime.
 pub(crate) struct Relay {
     qid: u16,
     depth: u32,
-    /// Page checks one `step` spends at most (`BUDGET`).
-    budget: u32,
     /// Next shadow SQ slot to take.
     sq_head: u32,
     /// Last in-range shadow tail the file wrote.
@@ -211,7 +230,6 @@ impl Relay {
         Ok(Self {
             qid,
             depth,
-            budget: BUDGET,
             sq_head: 0,
             tail: 0,
             real_tail: 0,
@@ -283,8 +301,16 @@ impl Relay {
         None
     }
 
-    /// One pass; true when anything moved.
+    /// One pass with a whole `BUDGET`; true when anything moved.
+    #[cfg(CONFIG_KUNIT)]
     pub(crate) fn step(&mut self, port: &impl Port, c: &mut Counters) -> bool {
+        self.step_within(port, c, BUDGET).progress
+    }
+
+    /// One pass: completions are all mirrored (they only free room); new
+    /// commands are taken while fewer than `budget` page checks were spent
+    /// (none with a budget of 0).
+    pub(crate) fn step_within(&mut self, port: &impl Port, c: &mut Counters, budget: u32) -> Step {
         let mut progress = false;
         c.polls += 1;
 
@@ -346,7 +372,7 @@ impl Relay {
         // The mirror must hold a completion for this command and for every
         // one in flight; as it holds at most depth - 1, so many are in
         // flight at most, and a free command ID always exists.
-        while self.tail != self.sq_head && self.in_flight < self.cq_room() && spent < self.budget {
+        while self.tail != self.sq_head && self.in_flight < self.cq_room() && spent < budget {
             let Some(cid) = self.alloc_cid() else { break };
             let sqe = port.shadow_sqe(self.sq_head);
             spent = spent.saturating_add(port.cost(&sqe));
@@ -375,7 +401,7 @@ impl Relay {
             c.sq_doorbell_writes += 1;
             c.max_sq_tail = c.max_sq_tail.max(self.real_tail.into());
         }
-        progress
+        Step { spent, progress }
     }
 }
 
@@ -622,15 +648,16 @@ impl KernelPort {
     }
 }
 
-/// Called by the pool thread serving the pair, in a loop.
+/// Called by the pool thread serving the pair, in a loop, with what is left
+/// of its file's budget for this pass (bridge_thread.c).
 #[no_mangle]
-extern "C" fn gpunvme_bridge_step(ctx: *mut c_void) -> bool {
+extern "C" fn gpunvme_bridge_step(ctx: *mut c_void, budget: u32) -> Step {
     // SAFETY: `ctx` is the `Ctx` given to gpunvme_shim_bridge_start, alive
     // until gpunvme_shim_bridge_stop has returned; only the one thread
     // serving the pair calls this, under that thread's lock, which stop
     // also takes, so no two references to it exist at once.
     let ctx = unsafe { &mut *ctx.cast::<Ctx>() };
-    ctx.relay.step(&ctx.port, &mut ctx.counters)
+    ctx.relay.step_within(&ctx.port, &mut ctx.counters, budget)
 }
 
 /// Whether the pair has commands on the controller: its thread then keeps
@@ -650,6 +677,7 @@ extern "C" {
         dev: *mut c_void,
         qid: u16,
         threads: u32,
+        file: *const c_void,
         err: *mut i32,
     ) -> *mut c_void;
     fn gpunvme_shim_bridge_stop(bridge: *mut c_void);
@@ -726,6 +754,9 @@ impl Bridge {
                 crate::shim::raw(shared.dev()),
                 qid,
                 crate::relay_threads(),
+                // The file's key for its share of each pass: pairs of one
+                // file have one running total (a `RelayTotals` per file).
+                Arc::as_ptr(&totals).cast(),
                 &mut err,
             )
         };
@@ -965,18 +996,58 @@ mod tests {
             Relay::new(1, D as u32).unwrap(),
             Counters::default(),
         );
-        r.budget = 2;
         for s in 0..3 {
             submit(&m, s, 0x02, s as u16);
         }
         m.tail.set(3);
-        assert!(r.step(&m, &mut c));
+        let done = r.step_within(&m, &mut c, 2);
+        assert_eq!(
+            done,
+            Step {
+                spent: 2,
+                progress: true
+            }
+        );
         assert_eq!((c.sqes_accepted, &m.sq_rings.borrow()[..]), (2, &[2][..]));
         assert!(r.step(&m, &mut c));
         assert_eq!(
             (c.sqes_accepted, &m.sq_rings.borrow()[..]),
             (3, &[2, 3][..])
         );
+    }
+
+    #[test]
+    fn a_step_without_budget_mirrors_completions_and_takes_no_command() {
+        let (m, mut r, mut c) = (
+            model(),
+            Relay::new(1, D as u32).unwrap(),
+            Counters::default(),
+        );
+        submit(&m, 0, 0x02, 7);
+        m.tail.set(1);
+        assert!(r.step(&m, &mut c));
+        submit(&m, 1, 0x02, 8);
+        m.tail.set(2);
+        complete(&m, 0, 0, true);
+        let done = r.step_within(&m, &mut c, 0);
+        assert_eq!(
+            done,
+            Step {
+                spent: 0,
+                progress: true
+            }
+        );
+        assert_eq!((c.sqes_accepted, c.cqes_mirrored), (1, 1));
+        assert_eq!(m.shadow.borrow()[0].cid, 7);
+        // The command left waiting is taken by the next step with a budget.
+        assert_eq!(
+            r.step_within(&m, &mut c, 1),
+            Step {
+                spent: 1,
+                progress: true
+            }
+        );
+        assert_eq!(c.sqes_accepted, 2);
     }
 
     #[test]

@@ -40,7 +40,7 @@ bool gpunvme_shim_import_revoked(struct gpunvme_import *imp);
 void gpunvme_shim_import_release_kept(struct gpunvme_import *imp);
 struct gpunvme_bridge;
 struct gpunvme_bridge *gpunvme_shim_bridge_start(void *ctx, u64 *counters, struct device *dev,
-						 u16 qid, u32 threads, int *err);
+						 u16 qid, u32 threads, const void *file, int *err);
 void gpunvme_shim_bridge_stop(struct gpunvme_bridge *b);
 u32 gpunvme_shim_iommu_mode(struct device *dev);
 int gpunvme_shim_pci_locked_down(void);

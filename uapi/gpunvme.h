@@ -224,7 +224,8 @@ struct gpunvme_info {
  * there is something new and copies each CQE whole, phase dword last. Its
  * counters are in debugfs: gpunvme-<bdf>-q<qid>/{polls, sq_doorbell_writes,
  * cq_doorbell_writes, cqes_mirrored, max_sq_tail, bad_doorbell_values,
- * sqes_accepted, sqes_rejected, relay_ns, cpu_ns_per_million_commands},
+ * sqes_accepted, sqes_rejected, relay_ns, cpu_ns_per_million_commands,
+ * file_pass_checks_max},
  * and per open file (destroyed pairs included) in
  * gpunvme-<bdf>/relay_cpu_per_file. Code that drives the queue is the same in
  * both modes; a CQE's SQ head is the shadow SQ's head in shared mode.

@@ -481,8 +481,16 @@ inline bool cqe_phase(const cqe &c) { return c.sf & 1u; }
 //   void completed(Epoch); void retire(uint16_t cid);
 //   void write_real_sqe(slot, const sqe &); void ring_sq(tail); void ring_cq(head);
 //   cqe real_cqe(slot); void mirror_cqe(slot, const cqe &);
-// `BUDGET`: page checks one pass spends on a pair at most.
+// `BUDGET`: page checks one pass spends on one file's new commands at most
+// (shared by its pairs where a thread serves several files; a pair's own
+// where it serves one).
 constexpr uint32_t BUDGET = 256;
+
+// `Step`: whether anything moved, and the page checks spent on new commands.
+struct Step {
+	uint32_t spent;
+	bool progress;
+};
 
 class Relay {
 public:
@@ -491,12 +499,22 @@ public:
 
 	// Commands started on the controller and not yet completed.
 	uint32_t in_flight() const { return in_flight_; }
-	// Tests only, as `r.budget = ...` in bridge.rs's tests.
+	// Bench only: the budget a pair gets where its thread serves one file
+	// (the kernel's is always BUDGET).
 	void set_budget(uint32_t b) { budget_ = b; }
+	uint32_t budget() const { return budget_; }
 
-	// `step`: one pass; true when anything moved.
+	// `step`: one pass with the pair's whole budget; true when anything moved.
 	template <class Port>
 	bool step(const Port &port, Counters &c)
+	{
+		return step_within(port, c, budget_).progress;
+	}
+
+	// `step_within`: completions all mirrored; new commands taken while
+	// fewer than `budget` page checks were spent (none with 0).
+	template <class Port>
+	Step step_within(const Port &port, Counters &c, uint32_t budget)
 	{
 		bool progress = false;
 		c.polls += 1;
@@ -553,7 +571,7 @@ public:
 		bool submitted = false;
 		uint32_t spent = 0; // page checks this pass (`budget`)
 		while (tail_ != sq_head_ && in_flight_ + 1 < depth_ && in_flight_ < cq_room() &&
-		       spent < budget_) {
+		       spent < budget) {
 			const sqe s = port.shadow_sqe(sq_head_);
 			spent += port.cost(s); // saturating in Rust; far below 2^32 here
 			sq_head_ = next(sq_head_);
@@ -586,7 +604,7 @@ public:
 			c.sq_doorbell_writes += 1;
 			c.max_sq_tail = std::max<uint64_t>(c.max_sq_tail, real_tail_);
 		}
-		return progress;
+		return Step{spent, progress};
 	}
 
 private:
@@ -780,13 +798,57 @@ inline void cpu_relax()
 #endif
 }
 
-// One relay's work on one pair: what `gpunvme_bridge_step(ctx)` runs.
+// One relay's work on one pair: what `gpunvme_bridge_step(ctx, budget)` runs.
 struct PairCtx {
 	Relay *relay;
 	const PairPort *port;
 	Counters *counters;
 	uint64_t idle_steps = 0; // bench only: steps that moved nothing
+	unsigned file = 0;       // its file (the kernel's `gpunvme_relay_file`), 0..
+	uint64_t file_pass_checks_max = 0; // the debugfs counter of that name
 };
+
+// One pass of a pool thread over `pairs`, starting at pair `first` (the
+// kernel turns its list by one each pass): where the thread serves several
+// files, a file's pairs share BUDGET page checks for new commands; where
+// it serves one, each pair gets its own budget. `spent` is scratch, one
+// entry per file. What moved and whether a pair has commands in flight.
+struct PassResult {
+	bool progress, busy;
+};
+template <class P>
+inline PassResult relay_pass(std::vector<P> &pairs, size_t first, std::vector<uint32_t> &spent)
+{
+	PassResult r{false, false};
+	unsigned nfiles = 0;
+	spent.assign(spent.size(), 0);
+	for (const P &b : pairs) {
+		if (b.file >= spent.size())
+			spent.resize(b.file + 1, 0);
+	}
+	for (size_t f = 0; f < spent.size(); f++)
+		for (const P &b : pairs)
+			if (b.file == f) {
+				nfiles++;
+				break;
+			}
+	const bool shared = nfiles > 1;
+	for (size_t k = 0; k < pairs.size(); k++) {
+		P &b = pairs[(first + k) % pairs.size()];
+		const uint32_t budget = shared ? BUDGET - std::min(spent[b.file], BUDGET) : b.relay->budget();
+		const uint64_t start = ktime_get_ns();
+		const Step s = b.relay->step_within(*b.port, *b.counters, budget);
+		b.counters->relay_ns += ktime_get_ns() - start;
+		spent[b.file] += s.spent;
+		b.idle_steps += !s.progress;
+		r.progress |= s.progress;
+		r.busy |= b.relay->in_flight() != 0;
+	}
+	if (shared)
+		for (P &b : pairs)
+			b.file_pass_checks_max = std::max<uint64_t>(b.file_pass_checks_max, spent[b.file]);
+	return r;
+}
 
 // How long a thread keeps spinning after it last moved something (the
 // module's relay_spin_us default), and while a pair has commands on the
@@ -795,7 +857,7 @@ constexpr uint64_t SPIN_NS = 200 * 1000;
 constexpr uint64_t BUSY_SPIN_NS = 10 * 1000 * 1000;
 
 // `gpunvme_relay_fn`: one pool thread. Each pass takes the thread's lock,
-// steps every pair it serves, timing each step into that pair's relay_ns;
+// steps every pair it serves (`relay_pass`), timing each step into that pair's relay_ns;
 // on progress it passes again at once, otherwise it spins for SPIN_NS
 // (BUSY_SPIN_NS while a pair has commands in flight) after the last
 // progress, then sleeps 20 us doubling to 1 ms
@@ -806,18 +868,16 @@ inline void relay_thread_loop(std::vector<PairCtx> &pairs, std::mutex &lock,
 {
 	unsigned sleep_us = 20;
 	uint64_t last = ktime_get_ns();
+	std::vector<uint32_t> spent;
+	size_t first = 0;
 	while (!stop.load(std::memory_order_relaxed)) {
 		bool progress = false, busy = false;
 		{
 			std::lock_guard<std::mutex> g(lock);
-			for (PairCtx &b : pairs) {
-				const uint64_t start = ktime_get_ns();
-				const bool p = b.relay->step(*b.port, *b.counters);
-				b.counters->relay_ns += ktime_get_ns() - start;
-				b.idle_steps += !p;
-				progress |= p;
-				busy |= b.relay->in_flight() != 0;
-			}
+			const PassResult r = relay_pass(pairs, first, spent);
+			first = pairs.empty() ? 0 : (first + 1) % pairs.size();
+			progress = r.progress;
+			busy = r.busy;
 		}
 		if (progress) {
 			last = ktime_get_ns();

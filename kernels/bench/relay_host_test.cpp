@@ -75,7 +75,8 @@ struct Model {
 	uint32_t shadow_sq_tail() const { return tail; }
 	uint32_t shadow_cq_head() const { return head; }
 	sqe shadow_sqe(uint32_t s) const { return shadow_sq[s]; }
-	uint32_t cost(const sqe &) const { return 1; }
+	uint32_t each = 1; // what checking one command costs
+	uint32_t cost(const sqe &) const { return each; }
 	Reject validate(const sqe &s, uint16_t, sqe *out, relay::Epoch *e) const
 	{
 		*e = 0;
@@ -155,6 +156,60 @@ static void a_pass_spends_at_most_its_budget()
 	CHECK(r.step(m, c));
 	CHECK_EQ(c.sqes_accepted, 3u);
 	CHECK((m.sq_rings == std::vector<uint32_t>{2, 3}));
+}
+
+// What relay_pass steps: a pair of the model (relay.h `PairCtx`).
+struct ModelPair {
+	relay::Relay *relay;
+	const Model *port;
+	relay::Counters *counters;
+	uint64_t idle_steps = 0;
+	unsigned file = 0;
+	uint64_t file_pass_checks_max = 0;
+};
+
+// bridge_thread.c's pass: file 0 has three pairs, each full of commands
+// that cost 200 checks; file 1 one pair of cheap ones. One pass gives file
+// 0 one BUDGET (its first pair takes two commands, 400 >= 256, the others
+// none) and file 1 its own; the next pass starts one pair later, so file
+// 0's second pair goes first. Alone on a thread, file 0's pairs each get a
+// BUDGET.
+static void a_file_shares_one_budget_per_pass_among_its_pairs()
+{
+	Model m[4];
+	std::vector<relay::Relay> r;
+	relay::Counters c[4];
+	std::vector<ModelPair> pairs;
+	std::vector<uint32_t> spent;
+	for (unsigned i = 0; i < 4; i++) {
+		r.emplace_back((uint16_t)(i + 1), D);
+		for (uint32_t s = 0; s < D - 1; s++)
+			submit(m[i], s, 0x02, (uint16_t)s);
+		m[i].tail = D - 1;
+		m[i].each = i < 3 ? 200 : 1;
+	}
+	for (unsigned i = 0; i < 4; i++)
+		pairs.push_back(ModelPair{&r[i], &m[i], &c[i], 0, i < 3 ? 0u : 1u, 0});
+	relay::relay_pass(pairs, 0, spent);
+	CHECK_EQ(c[0].sqes_accepted, 2u);
+	CHECK_EQ(c[1].sqes_accepted, 0u);
+	CHECK_EQ(c[2].sqes_accepted, 0u);
+	CHECK_EQ(c[3].sqes_accepted, 3u);
+	CHECK_EQ(pairs[0].file_pass_checks_max, 400u);
+	CHECK_EQ(pairs[2].file_pass_checks_max, 400u);
+	CHECK_EQ(pairs[3].file_pass_checks_max, 3u);
+	relay::relay_pass(pairs, 1, spent);
+	CHECK_EQ(c[0].sqes_accepted, 2u);
+	CHECK_EQ(c[1].sqes_accepted, 2u);
+	CHECK_EQ(c[2].sqes_accepted, 0u);
+
+	// File 0 alone: a budget per pair, no file counter.
+	pairs.pop_back();
+	relay::relay_pass(pairs, 0, spent);
+	CHECK_EQ(c[0].sqes_accepted, 3u);
+	CHECK_EQ(c[1].sqes_accepted, 3u);
+	CHECK_EQ(c[2].sqes_accepted, 2u);
+	CHECK_EQ(pairs[2].file_pass_checks_max, 400u);
 }
 
 static void rejected_commands_never_reach_the_controller()
@@ -904,6 +959,7 @@ int main()
 #define T_(ns, f) {#ns "::" #f, ns::f}
 		T_(bridge_tests, accepted_commands_go_out_under_kernel_ids_and_come_back_under_the_files),
 		T_(bridge_tests, a_pass_spends_at_most_its_budget),
+		T_(bridge_tests, a_file_shares_one_budget_per_pass_among_its_pairs),
 		T_(bridge_tests, rejected_commands_never_reach_the_controller),
 		T_(bridge_tests, rings_only_on_change),
 		T_(bridge_tests, a_full_shadow_cq_holds_back_new_commands),

@@ -12,6 +12,15 @@
  * left with no pair sleeps until it gets one. A pair is served by one
  * thread for its whole life (its relay state is never handed over).
  *
+ * Each pass over a thread's pairs spends at most BUDGET page checks on new
+ * commands of one file (the first command a step is allowed is always
+ * taken, so a file can go one command's cost over), shared by the file's
+ * pairs on this thread; the list turns by one pair each pass, so each of
+ * them in turn goes first. A file that opens more pairs gets more queues,
+ * not more of the relay. A thread that serves one file only gives each of
+ * its pairs a whole BUDGET: nobody waits behind it, and splitting the
+ * budget would only add passes (each one polls every pair).
+ *
  * CPU use is bounded: a thread spins only for a short window after the
  * last progress on any of its pairs (relay_spin_us; 10 ms while one of
  * them has commands on the controller), then sleeps, doubling from 20 us
@@ -31,7 +40,15 @@
 #include <linux/wait.h>
 #include "shim.h"
 
-bool gpunvme_bridge_step(void *ctx);
+/* rust/bridge.rs `Step`, and its `BUDGET` (one value, defined there). */
+struct gpunvme_bridge_step {
+	u32 spent;
+	bool progress;
+};
+extern const u32 gpunvme_bridge_budget;
+#define GPUNVME_BRIDGE_BUDGET gpunvme_bridge_budget
+
+struct gpunvme_bridge_step gpunvme_bridge_step(void *ctx, u32 budget);
 bool gpunvme_bridge_busy(void *ctx);
 
 /* Order of the u64 counters in rust/bridge.rs `Counters`. */
@@ -39,20 +56,32 @@ static const char *const counter_names[] = {
 	"polls", "sq_doorbell_writes", "cq_doorbell_writes",
 	"cqes_mirrored", "max_sq_tail", "bad_doorbell_values",
 	"sqes_accepted", "sqes_rejected", "relay_ns",
+	"file_pass_checks_max",
 };
-enum { C_ACCEPTED = 6, C_REJECTED = 7, C_RELAY_NS = 8 };
+enum { C_ACCEPTED = 6, C_REJECTED = 7, C_RELAY_NS = 8, C_FILE_PASS_MAX = 9 };
 
 struct gpunvme_relay_thread {
 	struct task_struct *task;
-	struct mutex lock;		/* the list, and every step on it */
+	struct mutex lock;		/* the lists, and every step on them */
 	struct list_head pairs;
 	unsigned int npairs;
+	struct list_head files;		/* gpunvme_relay_file, one per file served */
+	unsigned int nfiles;
 	wait_queue_head_t wake;		/* a thread with no pair waits here */
+};
+
+/* One file's share of a thread's passes (its pairs on this thread). */
+struct gpunvme_relay_file {
+	struct list_head node;
+	const void *key;		/* the file's RelayTotals */
+	unsigned int npairs;
+	u32 spent;			/* page checks spent on it in this pass */
 };
 
 struct gpunvme_bridge {
 	struct list_head node;
 	struct gpunvme_relay_thread *t;
+	struct gpunvme_relay_file *file;
 	struct dentry *dir;
 	void *ctx;
 	u64 *counters;
@@ -89,8 +118,9 @@ static int gpunvme_relay_fn(void *data)
 	u64 last = ktime_get_ns();
 
 	while (!kthread_should_stop()) {
+		struct gpunvme_relay_file *f;
 		struct gpunvme_bridge *b;
-		bool progress = false, busy = false;
+		bool progress = false, busy = false, shared;
 
 		if (!READ_ONCE(t->npairs)) {
 			wait_event_interruptible(t->wake, READ_ONCE(t->npairs) || kthread_should_stop());
@@ -98,15 +128,32 @@ static int gpunvme_relay_fn(void *data)
 		}
 
 		mutex_lock(&t->lock);
+		shared = t->nfiles > 1;
+		list_for_each_entry(f, &t->files, node)
+			f->spent = 0;
 		list_for_each_entry(b, &t->pairs, node) {
 			u64 start = ktime_get_ns();
+			u32 budget = GPUNVME_BRIDGE_BUDGET;
+			struct gpunvme_bridge_step s;
 
-			progress |= gpunvme_bridge_step(b->ctx);
+			if (shared)
+				budget -= min(b->file->spent, budget);
+			s = gpunvme_bridge_step(b->ctx, budget);
+			b->file->spent += s.spent;
+			progress |= s.progress;
 			busy |= gpunvme_bridge_busy(b->ctx);
 			b->counters[C_RELAY_NS] += ktime_get_ns() - start;
 			/* Each step is bounded (BUDGET page checks): yield between pairs. */
 			cond_resched();
 		}
+		if (shared) {
+			/* What each file got this pass, for debugfs. */
+			list_for_each_entry(b, &t->pairs, node)
+				if (b->file->spent > b->counters[C_FILE_PASS_MAX])
+					b->counters[C_FILE_PASS_MAX] = b->file->spent;
+		}
+		/* The next pass starts one pair later: a file's pairs take turns first. */
+		list_rotate_left(&t->pairs);
 		mutex_unlock(&t->lock);
 		if (progress) {
 			last = ktime_get_ns();
@@ -161,6 +208,7 @@ static struct gpunvme_relay_thread *pool_pick(unsigned int want, int *err)
 	t = &pool[pool_size];
 	mutex_init(&t->lock);
 	INIT_LIST_HEAD(&t->pairs);
+	INIT_LIST_HEAD(&t->files);
 	init_waitqueue_head(&t->wake);
 	t->task = kthread_run(gpunvme_relay_fn, t, "gpunvme-relay%u", pool_size);
 	if (IS_ERR(t->task)) {
@@ -183,16 +231,49 @@ static int cpu_per_mcmd_get(void *data, u64 *val)
 }
 DEFINE_DEBUGFS_ATTRIBUTE(cpu_per_mcmd_fops, cpu_per_mcmd_get, NULL, "%llu\n");
 
+/* Under t->lock: the file's share of t, made from `spare` if it has none yet. */
+static struct gpunvme_relay_file *file_join(struct gpunvme_relay_thread *t, const void *key,
+					    struct gpunvme_relay_file **spare)
+{
+	struct gpunvme_relay_file *f;
+
+	list_for_each_entry(f, &t->files, node)
+		if (f->key == key)
+			goto found;
+	f = *spare;
+	*spare = NULL;
+	f->key = key;
+	list_add_tail(&f->node, &t->files);
+	t->nfiles++;
+found:
+	f->npairs++;
+	return f;
+}
+
+/* Under t->lock. */
+static void file_leave(struct gpunvme_relay_thread *t, struct gpunvme_relay_file *f)
+{
+	if (--f->npairs)
+		return;
+	list_del(&f->node);
+	t->nfiles--;
+	kfree(f);
+}
+
 struct gpunvme_bridge *gpunvme_shim_bridge_start(void *ctx, u64 *counters, struct device *dev,
-						 u16 qid, u32 threads, int *err)
+						 u16 qid, u32 threads, const void *file, int *err)
 {
 	struct gpunvme_bridge *b = kzalloc(sizeof(*b), GFP_KERNEL);
+	/* Allocated before the locks, freed below if the file has its share already. */
+	struct gpunvme_relay_file *spare = kzalloc(sizeof(*spare), GFP_KERNEL);
 	struct gpunvme_relay_thread *t;
 	char name[64];
 	unsigned int i;
 	int ret;
 
-	if (!b) {
+	if (!b || !spare) {
+		kfree(b);
+		kfree(spare);
 		*err = -ENOMEM;
 		return NULL;
 	}
@@ -211,17 +292,20 @@ struct gpunvme_bridge *gpunvme_shim_bridge_start(void *ctx, u64 *counters, struc
 		mutex_unlock(&pool_lock);
 		debugfs_remove_recursive(b->dir);
 		kfree(b);
+		kfree(spare);
 		*err = ret;
 		return NULL;
 	}
 	pool_users++;
 	b->t = t;
 	mutex_lock(&t->lock);
+	b->file = file_join(t, file, &spare);
 	list_add_tail(&b->node, &t->pairs);
 	WRITE_ONCE(t->npairs, t->npairs + 1);
 	mutex_unlock(&t->lock);
 	wake_up(&t->wake);
 	mutex_unlock(&pool_lock);
+	kfree(spare);
 	return b;
 }
 
@@ -233,6 +317,7 @@ void gpunvme_shim_bridge_stop(struct gpunvme_bridge *b)
 	mutex_lock(&pool_lock);
 	mutex_lock(&t->lock);
 	list_del(&b->node);
+	file_leave(t, b->file);
 	WRITE_ONCE(t->npairs, t->npairs - 1);
 	mutex_unlock(&t->lock);
 	if (--pool_users == 0)

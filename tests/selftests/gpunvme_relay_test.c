@@ -523,4 +523,68 @@ TEST_F(relay, closed_file_leaves_relay_cpu_per_file)
 	EXPECT_EQ(0, relay_cpu_lines(all, 4)) TH_LOG("a line after every file closed");
 }
 
+/* A pair's file_pass_checks_max (debugfs): -1 if it cannot be read. */
+static long long file_pass_checks_max(uint16_t qid)
+{
+	return counter(qid, "file_pass_checks_max");
+}
+
+/*
+ * One relay pass gives a file at most BUDGET (256) page checks for new
+ * commands, however many pairs it spreads its commands over (the first
+ * command a step may take goes in whole, so a file can go one command's
+ * cost over). B's pair is made first, on relay thread 0; A's eight pairs
+ * then spread over the threads, so with at most four CPUs two or more of
+ * them share B's thread. Each of A's pairs gets 63 reads of the largest
+ * transfer at an address A does not own: each costs the most checks a
+ * command can and is refused without reaching the controller, so A's
+ * queues hold 8 x 63 x cost page checks of work, dozens of passes at 256,
+ * whenever the relay gets to them. A per-pair budget (the module before
+ * per-file turns) gives A about 256 per pair on B's thread in one pass.
+ */
+TEST_F(relay, a_file_gets_one_budget_per_pass_however_many_pairs_it_has)
+{
+	enum { PAIRS = 8, DEPTH = 64, BUDGET = 256 };
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	struct gpunvme_info info;
+	struct qp qa[PAIRS], qb;
+	int other = gpunvme_open_bound();
+
+	if (cpus > 4)
+		SKIP(return, "%ld CPUs: A's 8 pairs would not share B's relay thread", cpus);
+	ASSERT_LE(0, other);
+	ASSERT_EQ(0, get_info(self->fd, &info));
+	long long cost = 2 + info.shared_max_transfer / 4096; /* validate::check_cost */
+	ASSERT_EQ(0, qp_create_flags(other, 16, 0, &qb));
+	for (int i = 0; i < PAIRS; i++)
+		ASSERT_EQ(0, qp_create_flags(self->fd, DEPTH, 0, &qa[i]));
+	for (int i = 0; i < PAIRS; i++) {
+		for (int k = 0; k < DEPTH - 1; k++)
+			qp_push(&qa[i], rw_cmd(OPC_READ, 1, 0, 65536, 0, 0));
+		qp_ring(&qa[i]);
+	}
+	/* Every refusal completes in A's mirrors (which nobody reaps). */
+	for (int i = 0; i < PAIRS; i++) {
+		EXPECT_EQ(DEPTH - 1, counter_settles(qa[i].c.qid, "sqes_rejected", DEPTH - 1))
+			TH_LOG("pair %d", i);
+	}
+	long long most = 0, b_most = file_pass_checks_max(qb.c.qid);
+	for (int i = 0; i < PAIRS; i++) {
+		long long m = file_pass_checks_max(qa[i].c.qid);
+		ASSERT_LE(0, m) TH_LOG("pair %d's file_pass_checks_max", i);
+		TH_LOG("A's pair %d (qid %u): file_pass_checks_max %lld", i, qa[i].c.qid, m);
+		if (m > most)
+			most = m;
+	}
+	TH_LOG("A's most in one pass %lld (budget %d, one command costs %lld); B's %lld", most, BUDGET, cost, b_most);
+	/* The flood filled passes on B's thread: a bound met by doing nothing proves nothing. */
+	EXPECT_LE(BUDGET, most);
+	EXPECT_GT(BUDGET + cost, most);
+	EXPECT_EQ(0, b_most) TH_LOG("B sent nothing");
+	for (int i = 0; i < PAIRS; i++)
+		EXPECT_EQ(0, qp_destroy(&qa[i]));
+	EXPECT_EQ(0, qp_destroy(&qb));
+	close(other);
+}
+
 TEST_HARNESS_MAIN
