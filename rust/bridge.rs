@@ -871,6 +871,8 @@ mod tests {
         admitted: Cell<u32>,
         done: [Cell<u32>; 2],
         hold: Cell<bool>,
+        /// Kernel command IDs whose list slot was given back, in order.
+        retired: RefCell<KVec<u16>>,
     }
 
     impl Port for Model {
@@ -898,6 +900,9 @@ mod tests {
         }
         fn completed(&self, e: Epoch) {
             self.done[usize::from(e)].set(self.done[usize::from(e)].get() + 1);
+        }
+        fn retire(&self, cid: u16) {
+            let _ = self.retired.borrow_mut().push(cid, GFP_KERNEL);
         }
         fn hold_completions(&self) -> bool {
             self.hold.get()
@@ -933,6 +938,7 @@ mod tests {
             admitted: Cell::new(0),
             done: [Cell::new(0), Cell::new(0)],
             hold: Cell::new(false),
+            retired: RefCell::new(KVec::new()),
         }
     }
 
@@ -1014,6 +1020,37 @@ mod tests {
             (c.sqes_accepted, &m.sq_rings.borrow()[..]),
             (3, &[2, 3][..])
         );
+    }
+
+    /// A command's kernel list slot goes back (to zero, `KernelPort::retire`)
+    /// when the command is refused, at once, and when its completion is
+    /// taken, and never while it is in flight: a slot is never handed to
+    /// a new command holding an older command's entries.
+    #[test]
+    fn list_slots_are_given_back_when_refused_or_completed_never_in_flight() {
+        let (m, mut r, mut c) = (
+            model(),
+            Relay::new(1, D as u32).unwrap(),
+            Counters::default(),
+        );
+        submit(&m, 0, 0x02, 10);
+        submit(&m, 1, 0x7f, 11);
+        submit(&m, 2, 0x02, 12);
+        m.tail.set(3);
+        r.step(&m, &mut c);
+        assert_eq!(c.sqes_rejected, 1);
+        let (k0, k2) = (m.real_sq.borrow()[0].cid, m.real_sq.borrow()[1].cid);
+        // Only the refused command's slot, at once: the two accepted are in flight.
+        assert_eq!(m.retired.borrow().len(), 1);
+        let refused = m.retired.borrow()[0];
+        assert!(refused != k0 && refused != k2);
+        complete(&m, 0, 1, true);
+        r.step(&m, &mut c);
+        assert_eq!(&m.retired.borrow()[..], &[refused, k2]);
+        complete(&m, 1, 0, true);
+        r.step(&m, &mut c);
+        assert_eq!(&m.retired.borrow()[..], &[refused, k2, k0]);
+        assert_eq!(r.in_flight(), 0);
     }
 
     #[test]
