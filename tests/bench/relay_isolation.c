@@ -5,7 +5,11 @@
  * shared pairs (every pair its quota allows, full queues) with the most
  * expensive SQEs to check: reads whose PRP list holds every page of A's
  * buffer but the last, which is not A's, so each is rejected only after
- * the whole list was checked, at no device time. Prints a table, one
+ * the whole list was checked, at no device time. All of A's pairs are
+ * filled at once and refilled as completions come (A sleeps when none
+ * did), and with two CPUs or more the relay thread and A sit on CPU 0 and
+ * B alone on CPU 1, so B's latency measures the relay's turns, not the
+ * scheduler's slices among three pollers. Prints a table, one
  * JSON object between @@ISOLATION-JSON-BEGIN/END markers; the ratio is
  * reported against the issue's 2x target, never asserted (a benchmark).
  * QEMU/TCG numbers: compare the two phases with each other only.
@@ -13,7 +17,9 @@
  *   relay_isolation [samples [relay_threads]]   default 2000 per phase; the
  *   second argument is what the module was loaded with, for the report
  */
+#include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -42,29 +48,99 @@ static int cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The attacker: keep every pair's queue full of rejected list reads. */
+/* One completion of q if there is one (no wait): 1, else 0. */
+static int try_reap(struct qp *q, struct cqe *out)
+{
+	if ((q->cq[q->head].status & 1) != q->phase)
+		return 0;
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	*out = *(struct cqe *)&q->cq[q->head];
+	if (++q->head == q->c.depth) {
+		q->head = 0;
+		q->phase ^= 1;
+	}
+	*(volatile uint32_t *)(q->db + q->c.cq_db) = q->head;
+	return 1;
+}
+
+static void push_rejected(struct qp *q, uint32_t n)
+{
+	for (uint32_t k = 0; k < n; k++)
+		qp_push(q, rw_cmd(OPC_READ, 1, 0, alist_pages * 8, abuf.dma[0], q->c.prp_dma));
+	qp_ring(q);
+}
+
+/*
+ * The attacker: every pair's queue full of rejected list reads at once (the
+ * relay sees all of A's pairs with work in every pass), each completion
+ * replaced as it comes. It sleeps when a sweep found nothing, so the
+ * attacker's own CPU use does not stand in for the relay's unfairness.
+ */
 static void *flood(void *arg)
 {
 	(void)arg;
 	struct cqe c;
+	for (uint32_t i = 0; i < naq; i++)
+		push_rejected(&aq[i], aq[i].c.depth - 1);
 	while (!stop) {
+		uint32_t got = 0;
 		for (uint32_t i = 0; i < naq && !stop; i++) {
-			struct qp *q = &aq[i];
-			uint32_t n = q->c.depth - 1;
-			for (uint32_t k = 0; k < n; k++)
-				qp_push(q, rw_cmd(OPC_READ, 1, 0, alist_pages * 8, abuf.dma[0], q->c.prp_dma));
-			qp_ring(q);
-			for (uint32_t k = 0; k < n; k++) {
-				if (qp_reap(q, &c, 5000))
-					return NULL;
+			uint32_t n = 0;
+			while (try_reap(&aq[i], &c)) {
+				n++;
 				if (c.status >> 1)
 					arejected++;
 				else
 					aaccepted++;
 			}
+			if (n)
+				push_rejected(&aq[i], n);
+			got += n;
 		}
+		if (!got)
+			usleep(500);
 	}
 	return NULL;
+}
+
+/* Pin thread `tid` (0: the caller) to `cpu`: 0, or -errno. */
+static int pin(pid_t tid, int cpu)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(tid, sizeof(set), &set) ? -errno : 0;
+}
+
+/* The pid of kernel thread `comm`, or -1. */
+static pid_t kthread_pid(const char *comm)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t found = -1;
+	while (d && (e = readdir(d))) {
+		char path[300], name[64] = "";
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(name, sizeof(name), f) && !strncmp(name, comm, strlen(comm)) &&
+		    name[strlen(comm)] == '\n')
+			found = atoi(e->d_name);
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+static void *flood_pinned(void *arg)
+{
+	if (pin(0, 0))
+		fprintf(stderr, "relay_isolation: could not pin the attacker to CPU 0\n");
+	return flood(arg);
 }
 
 /* `n` QD1 4 KiB reads on q into b, latencies sorted into lat[]. */
@@ -121,9 +197,25 @@ int main(int argc, char **argv)
 			aq[i].prp[k - 1] = k + 1 < alist_pages ? abuf.dma[k] : 0x1000;
 		__atomic_thread_fence(__ATOMIC_RELEASE);
 	}
+	/*
+	 * Placement (two CPUs or more): the relay thread and the attacker on
+	 * CPU 0, the victim alone on CPU 1, so the victim's latency measures
+	 * the relay's turns, not the scheduler's slices among three pollers.
+	 */
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	pid_t relay = kthread_pid("gpunvme-relay0");
+	const char *placement = "unpinned (one CPU)";
+	if (cpus >= 2) {
+		int e1 = relay > 0 ? pin(relay, 0) : -ESRCH, e2 = pin(0, 1);
+		placement = !e1 && !e2 ? "relay thread and attacker on CPU 0, victim on CPU 1"
+				       : "unpinned (pinning failed)";
+		if (e1 || e2)
+			fprintf(stderr, "relay_isolation: pinning the relay thread (pid %d): %d, the victim: %d\n",
+				relay, e1, e2);
+	}
 	int r = qd1(&vq, &vb, idle, n);
 	pthread_t t;
-	pthread_create(&t, NULL, flood, NULL);
+	pthread_create(&t, NULL, cpus >= 2 ? flood_pinned : flood, NULL);
 	usleep(200000);
 	uint64_t t0 = now_ns(), rej0 = arejected;
 	int r2 = qd1(&vq, &vb, busy, n);
@@ -138,8 +230,17 @@ int main(int argc, char **argv)
 	double p50i = idle[n / 2] / 1e3, p99i = idle[n * 99 / 100] / 1e3;
 	double p50b = busy[n / 2] / 1e3, p99b = busy[n * 99 / 100] / 1e3;
 	double ratio = p50b / p50i;
+	/* What the relay gave A in one pass at most (debugfs, per pair). */
+	long long most = -1;
+	for (uint32_t i = 0; i < naq; i++) {
+		long long m = qp_counter(aq[i].c.qid, "file_pass_checks_max");
+		if (m > most)
+			most = m;
+	}
 	printf("# relay_threads %lld; attacker: %u pairs x %u, reads of %u pages rejected at their last list entry\n",
 	       threads, naq, depth, alist_pages);
+	printf("# placement: %s\n", placement);
+	printf("# attacker's most page checks in one relay pass: %lld (-1: module without file_pass_checks_max)\n", most);
 	printf("%-26s %10s %10s\n", "victim QD1 4 KiB read", "p50 us", "p99 us");
 	printf("%-26s %10.1f %10.1f\n", "idle", p50i, p99i);
 	printf("%-26s %10.1f %10.1f\n", "attacker flooding", p50b, p99b);
@@ -149,9 +250,9 @@ int main(int argc, char **argv)
 	printf("{\"relay_threads\": %lld, \"samples\": %d, \"attacker_pairs\": %u, \"attacker_depth\": %u, "
 	       "\"list_pages\": %u, \"idle_p50_us\": %.2f, \"idle_p99_us\": %.2f, \"flood_p50_us\": %.2f, "
 	       "\"flood_p99_us\": %.2f, \"flood_over_idle_p50\": %.3f, \"attacker_rejected_per_s\": %.0f, "
-	       "\"attacker_accepted\": %llu}\n",
+	       "\"attacker_accepted\": %llu, \"attacker_pass_checks_max\": %lld, \"placement\": \"%s\"}\n",
 	       threads, n, naq, depth, alist_pages, p50i, p99i, p50b, p99b, ratio, rej / secs,
-	       (unsigned long long)aaccepted);
+	       (unsigned long long)aaccepted, most, placement);
 	printf("@@ISOLATION-JSON-END\n");
 	return 0;
 }
