@@ -58,7 +58,11 @@ impl NsShared {
         });
     }
 
-    fn check(&self) -> FResult<()> {
+    pub(crate) fn lanes(&self) -> &Lanes {
+        &self.lanes
+    }
+
+    pub(crate) fn check(&self) -> FResult<()> {
         self.lanes.check_process()?;
         if self.closed.load(Ordering::Acquire) {
             return Err(fail(Kind::Closed, "the namespace was closed"));
@@ -250,28 +254,14 @@ impl Namespace {
         range: Range,
         buf_offset: usize,
     ) -> PyResult<Py<PyAny>> {
-        let (plan, mut target) = self.prepare(py, buf, dir, range, buf_offset)?;
-        let fut = worker::new_future(py)?;
+        let (plan, target) = self.prepare(py, buf, dir, range, buf_offset)?;
+        let job = Py::new(
+            py,
+            worker::AsyncJob::new(self.sh.clone(), worker::Body { plan, target }),
+        )?;
+        let fut = worker::new_future(py, job.clone_ref(py))?;
         let done = fut.clone_ref(py);
-        let sh = self.sh.clone();
-        let job = Box::new(move || {
-            if !worker::start(&done) {
-                // Cancelled before it started.
-                Python::attach(|_| drop(target));
-                return;
-            }
-            // A panic must still complete the future (and is a bug).
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                sh.check()
-                    .and_then(|()| {
-                        sh.lanes
-                            .with_lane(|cfg, lane| lane.run(cfg, &plan, &mut target))
-                    })
-                    .map(|()| plan.bytes)
-            }))
-            .unwrap_or_else(|_| Err(fail(Kind::Invalid, "internal error: the transfer panicked")));
-            worker::finish(done, r, target);
-        });
+        let job = Box::new(move || worker::run_on_worker(job, done));
         self.sh.workers.submit(job).map_err(|f| f.into_py(py))?;
         Ok(fut)
     }
