@@ -236,7 +236,7 @@ impl Device {
                 lanes: qpairs,
             };
             let lanes = py.detach(|| Lanes::new(cfg))?;
-            let ns = Namespace::new(self.sh.clone(), lanes);
+            let ns = Namespace::new(self.sh.clone(), lanes)?;
             let mut list = self.namespaces.lock().unwrap_or_else(|p| p.into_inner());
             list.retain(|w| w.strong_count() > 0);
             list.push(ns.weak());

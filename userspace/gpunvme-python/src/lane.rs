@@ -4,7 +4,7 @@
 //! A [`Lane`] is one [`Io`] (a queue pair of its own), its bounce buffer
 //! for host memory, and, made on first use, a second pair for dma-buf
 //! transfers. [`Lanes`] hands a free lane to each transfer (several run at
-//! once from several threads, or from the async workers) and replaces a
+//! once from several threads, or from the async workers and waiters) and replaces a
 //! lane whose pair a timeout poisoned: the next transfer gets a fresh one.
 //!
 //! Host memory of Python objects is never a DMA target: a read lands in
@@ -310,11 +310,32 @@ impl Lanes {
                     .0;
             }
         };
-        let mut held = Held {
+        Held {
             lanes: self,
             lane: Some(lane),
+        }
+        .with(f)
+    }
+
+    /// An idle lane, without waiting: `None` when every lane is in use (or
+    /// one is being replaced), the namespace is closed or this is a child
+    /// of fork(). For a thread that would otherwise wait for a worker (an
+    /// async transfer's waiter, which runs the job itself when it can).
+    pub(crate) fn try_hold(&self) -> Option<Held<'_>> {
+        if self.check_process().is_err() {
+            return None;
+        }
+        let lane = {
+            let mut st = self.lock();
+            if st.closed {
+                return None;
+            }
+            st.idle.pop()?
         };
-        f(&self.cfg, held.lane.as_mut().expect("held"))
+        Some(Held {
+            lanes: self,
+            lane: Some(lane),
+        })
     }
 
     /// The qids of the idle lanes' pairs: their `Io`s' (`dma` false) or
@@ -346,9 +367,19 @@ impl Lanes {
 }
 
 /// A lane out of the pool; back (or replaced) when dropped, also on panic.
-struct Held<'a> {
+pub(crate) struct Held<'a> {
     lanes: &'a Lanes,
     lane: Option<Lane>,
+}
+
+impl Held<'_> {
+    /// Runs `f` on the held lane.
+    pub(crate) fn with<R>(
+        &mut self,
+        f: impl FnOnce(&LaneConfig, &mut Lane) -> FResult<R>,
+    ) -> FResult<R> {
+        f(&self.lanes.cfg, self.lane.as_mut().expect("held"))
+    }
 }
 
 impl Drop for Held<'_> {

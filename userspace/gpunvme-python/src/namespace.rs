@@ -58,7 +58,20 @@ impl NsShared {
         });
     }
 
-    fn check(&self) -> FResult<()> {
+    pub(crate) fn lanes(&self) -> &Lanes {
+        &self.lanes
+    }
+
+    pub(crate) fn workers(&self) -> &Workers {
+        &self.workers
+    }
+
+    /// False in a child of fork().
+    pub(crate) fn is_usable_here(&self) -> bool {
+        self.dev.ctrl.is_usable_here()
+    }
+
+    pub(crate) fn check(&self) -> FResult<()> {
         self.lanes.check_process()?;
         if self.closed.load(Ordering::Acquire) {
             return Err(fail(Kind::Closed, "the namespace was closed"));
@@ -149,26 +162,26 @@ pub(crate) fn _check_plan(
 /// and GPU arrays (DLPack or ``__cuda_array_interface__``, registered on
 /// first use where the build can). Block ranges are checked against the
 /// namespace, byte ranges must be whole blocks. Transfers return the
-/// number of bytes moved; the ``*_async`` forms return a
-/// ``concurrent.futures.Future`` of it. GPU memory is not ordered with CUDA
-/// streams: synchronize before a write from it and after nothing else (a
-/// read is complete when it returns).
+/// number of bytes moved; the ``*_async`` forms return an
+/// :class:`AsyncFuture` (a ``concurrent.futures.Future``) of it. GPU
+/// memory is not ordered with CUDA streams: synchronize before a write
+/// from it and after nothing else (a read is complete when it returns).
 #[pyclass(module = "gpunvme", frozen)]
 pub(crate) struct Namespace {
     sh: Arc<NsShared>,
 }
 
 impl Namespace {
-    pub(crate) fn new(dev: Arc<DevShared>, lanes: Lanes) -> Self {
+    pub(crate) fn new(dev: Arc<DevShared>, lanes: Lanes) -> FResult<Self> {
         let threads = lanes.cfg.lanes;
-        Namespace {
+        Ok(Namespace {
             sh: Arc::new(NsShared {
                 dev,
                 lanes,
-                workers: ManuallyDrop::new(Workers::new(threads)),
+                workers: ManuallyDrop::new(Workers::new(threads)?),
                 closed: AtomicBool::new(false),
             }),
-        }
+        })
     }
 
     pub(crate) fn weak(&self) -> Weak<NsShared> {
@@ -250,29 +263,16 @@ impl Namespace {
         range: Range,
         buf_offset: usize,
     ) -> PyResult<Py<PyAny>> {
-        let (plan, mut target) = self.prepare(py, buf, dir, range, buf_offset)?;
-        let fut = worker::new_future(py)?;
-        let done = fut.clone_ref(py);
-        let sh = self.sh.clone();
-        let job = Box::new(move || {
-            if !worker::start(&done) {
-                // Cancelled before it started.
-                Python::attach(|_| drop(target));
-                return;
-            }
-            // A panic must still complete the future (and is a bug).
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                sh.check()
-                    .and_then(|()| {
-                        sh.lanes
-                            .with_lane(|cfg, lane| lane.run(cfg, &plan, &mut target))
-                    })
-                    .map(|()| plan.bytes)
-            }))
-            .unwrap_or_else(|_| Err(fail(Kind::Invalid, "internal error: the transfer panicked")));
-            worker::finish(done, r, target);
-        });
-        self.sh.workers.submit(job).map_err(|f| f.into_py(py))?;
+        let (plan, target) = self.prepare(py, buf, dir, range, buf_offset)?;
+        let job = Py::new(
+            py,
+            worker::AsyncJob::new(self.sh.clone(), worker::Body { plan, target }),
+        )?;
+        let fut = worker::new_future(py, job.clone_ref(py))?;
+        self.sh
+            .workers
+            .submit(job, fut.clone_ref(py))
+            .map_err(|f| f.into_py(py))?;
         Ok(fut)
     }
 }
@@ -398,9 +398,11 @@ impl Namespace {
         )
     }
 
-    /// :meth:`read` on a worker thread: a ``concurrent.futures.Future`` of
-    /// the bytes read. Argument errors raise here, device errors come
-    /// from ``result()``. The buffer must stay untouched until it is done.
+    /// :meth:`read`, asynchronously: an :class:`AsyncFuture` (a
+    /// ``concurrent.futures.Future``) of the bytes read, run by a worker
+    /// thread or by the first thread that waits in its ``result()``.
+    /// Argument errors raise here, device errors come from ``result()``.
+    /// The buffer must stay untouched until it is done.
     #[pyo3(signature = (buf, lba = 0, count = None, *, buf_offset = 0))]
     fn read_async(
         &self,
@@ -413,7 +415,7 @@ impl Namespace {
         self.run_async(py, buf, Dir::Read, Range::Blocks { lba, count }, buf_offset)
     }
 
-    /// :meth:`write` on a worker thread (see :meth:`read_async`).
+    /// :meth:`write`, asynchronously (see :meth:`read_async`).
     #[pyo3(signature = (buf, lba = 0, count = None, *, buf_offset = 0))]
     fn write_async(
         &self,
@@ -432,7 +434,7 @@ impl Namespace {
         )
     }
 
-    /// :meth:`pread` on a worker thread (see :meth:`read_async`).
+    /// :meth:`pread`, asynchronously (see :meth:`read_async`).
     #[pyo3(signature = (buf, size = None, file_offset = 0, *, buf_offset = 0))]
     fn pread_async(
         &self,
@@ -451,7 +453,7 @@ impl Namespace {
         )
     }
 
-    /// :meth:`pwrite` on a worker thread (see :meth:`read_async`).
+    /// :meth:`pwrite`, asynchronously (see :meth:`read_async`).
     #[pyo3(signature = (buf, size = None, file_offset = 0, *, buf_offset = 0))]
     fn pwrite_async(
         &self,

@@ -8,7 +8,7 @@
         ns = dev.namespace(1)
         buf = np.zeros(16 * ns.lba_size, dtype=np.uint8)
         ns.read(buf, lba=0)                       # 16 blocks from LBA 0
-        fut = ns.write_async(buf, lba=1024)       # concurrent.futures.Future
+        fut = ns.write_async(buf, lba=1024)       # AsyncFuture: a concurrent.futures.Future
         fut.result(timeout=10)
 
 Buffers: anything with the buffer protocol (NumPy arrays, bytearray,
@@ -40,6 +40,7 @@ from ._errors import (
     RefusedError,
     UnsupportedBufferError,
 )
+from ._future import AsyncFuture
 from ._native import (
     GPU_EXPORT as _GPU_EXPORT,
     BufferInfo,
@@ -71,6 +72,7 @@ __all__ = [
     "NamespaceInfo",
     "NvmeStatus",
     "BufferInfo",
+    "AsyncFuture",
     "GPU_ARRAYS",
     "GpunvmeError",
     "DeviceError",
