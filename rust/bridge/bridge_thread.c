@@ -73,7 +73,8 @@ struct gpunvme_relay_thread {
 /* One file's share of a thread's passes (its pairs on this thread). */
 struct gpunvme_relay_file {
 	struct list_head node;
-	const void *key;		/* the file's RelayTotals */
+	const void *key;		/* the file's RelayTotals: compared, never read; alive while
+					 * one of the file's pairs is here (its Bridge holds it) */
 	unsigned int npairs;
 	u32 spent;			/* page checks spent on it in this pass */
 };
