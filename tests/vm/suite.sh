@@ -101,7 +101,10 @@ helpers=()
 for h in "$B"/helpers/*; do [ -f "$h" ] && helpers+=(--file "$h"); done
 
 echo "=== boot 1: default controllers, shared mode; the edu stand-in has no P2P path to the NVMe BAR here"
-bash "$ROOT/tests/vm/run.sh" --file "$ROOT/gpunvme.ko" --file "$cli" --file "$S/gpunvme_standin.ko" "${helpers[@]}" "$@" -- \
+# Every selftest in one boot: on the debug kernel (KASAN, lockdep) that is
+# about 10 minutes of TCG (a clean-clone run of 2026-12-03 reached the last
+# tests at 585 s of run.sh's default 600), so it gets 20.
+bash "$ROOT/tests/vm/run.sh" --timeout 1200 --file "$ROOT/gpunvme.ko" --file "$cli" --file "$S/gpunvme_standin.ko" "${helpers[@]}" "$@" -- \
     "$ROOT/tests/vm/vm-env.sh" "${tests[@]}" "$S"/build/* "$H" 2>&1 | tee "$work/boot1.log"
 add "$work/boot1.log"
 
