@@ -17,7 +17,6 @@
  *   relay_isolation [samples [relay_threads]]   default 2000 per phase; the
  *   second argument is what the module was loaded with, for the report
  */
-#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -112,30 +111,6 @@ static int pin(pid_t tid, int cpu)
 	return sched_setaffinity(tid, sizeof(set), &set) ? -errno : 0;
 }
 
-/* The pid of kernel thread `comm`, or -1. */
-static pid_t kthread_pid(const char *comm)
-{
-	DIR *d = opendir("/proc");
-	struct dirent *e;
-	pid_t found = -1;
-	while (d && (e = readdir(d))) {
-		char path[300], name[64] = "";
-		if (e->d_name[0] < '0' || e->d_name[0] > '9')
-			continue;
-		snprintf(path, sizeof(path), "/proc/%s/comm", e->d_name);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fgets(name, sizeof(name), f) && !strncmp(name, comm, strlen(comm)) &&
-		    name[strlen(comm)] == '\n')
-			found = atoi(e->d_name);
-		fclose(f);
-	}
-	if (d)
-		closedir(d);
-	return found;
-}
-
 static void *flood_pinned(void *arg)
 {
 	if (pin(0, 0))
@@ -203,7 +178,10 @@ int main(int argc, char **argv)
 	 * the relay's turns, not the scheduler's slices among three pollers.
 	 */
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	pid_t relay = kthread_pid("gpunvme-relay0");
+	/* The module was loaded with relay_threads=1: its one thread. */
+	pid_t relay = -1;
+	if (pids_with_comm("gpunvme-relay", &relay, 1) != 1)
+		relay = -1;
 	const char *placement = "unpinned (one CPU)";
 	if (cpus >= 2) {
 		int e1 = relay > 0 ? pin(relay, 0) : -ESRCH, e2 = pin(0, 1);

@@ -300,26 +300,7 @@ TEST_F(relay, exports_are_the_shadows)
 /* Kernel threads named gpunvme-relay<n>. */
 static int relay_threads(void)
 {
-	DIR *d = opendir("/proc");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d))) {
-		char path[300], comm[64] = "";
-		if (e->d_name[0] < '0' || e->d_name[0] > '9')
-			continue;
-		snprintf(path, sizeof(path), "/proc/%s/comm", e->d_name);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "gpunvme-relay", 13))
-			n++;
-		fclose(f);
-	}
-	closedir(d);
-	return n;
+	return pids_with_comm("gpunvme-relay", NULL, 0);
 }
 
 /*

@@ -6,6 +6,7 @@
 #ifndef GPUNVME_SELFTEST_VMENV_H
 #define GPUNVME_SELFTEST_VMENV_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -285,6 +286,37 @@ static inline void klog_show(const char *a, int max)
 		if (strstr(line, a) && ++seen > total - max)
 			printf("#   klog: %s\n", line);
 	free(buf);
+}
+
+/*
+ * Processes (kernel threads too) whose comm starts with `prefix`: how many,
+ * the first `max` of their pids into `out` (may be NULL); -1 without /proc.
+ */
+static inline int pids_with_comm(const char *prefix, pid_t *out, int max)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		char path[300], comm[64] = "";
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, prefix, strlen(prefix))) {
+			if (out && n < max)
+				out[n] = atoi(e->d_name);
+			n++;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return n;
 }
 
 #endif
