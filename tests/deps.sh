@@ -16,7 +16,8 @@ log() { printf 'deps: %s\n' "$*"; }
 PKGS=(build-essential gcc-12 flex bison bc libelf-dev libssl-dev cpio kmod
       libclang-19-dev clang-19 lld-19 llvm-19 qemu-system-x86 qemu-utils busybox-static
       python3 python3-venv xz-utils zstd dkms ca-certificates debootstrap
-      fio python3-six)  # fio: its fio_jsonplus_clat2csv reads the bench JSON in a test (needs six)
+      fio python3-six   # fio: its fio_jsonplus_clat2csv reads the bench JSON in a test (needs six)
+      iproute2)         # rdma: Soft-RoCE devices in the NVMe/RDMA VMs (rdma link add)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")

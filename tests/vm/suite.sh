@@ -58,10 +58,11 @@
 #     beside the kernel's io_uring; fsck clean; then the same over NVMe/TCP
 #     with nvmet on 127.0.0.1 in the same VM, the target stopped under a
 #     bench (an error, not a hang) and back (reconnect);
-# 14. (boots 14 and 15 at once, default kernel only) NVMe/TCP between two
-#     VMs on a QEMU socket network (tests/vm/fabrics2.sh): one runs nvmet,
-#     the other the same checks, the outage and the reconnect asked over a
-#     control port.
+# 14. (boots 14 and 15 at once, default kernel only) NVMe/TCP, then
+#     NVMe/RDMA on Soft-RoCE (rdma_rxe on the link's NIC), between two VMs
+#     on a QEMU socket network (tests/vm/fabrics2.sh): one runs nvmet, the
+#     other the same checks, the outage and the reconnect asked over a
+#     control port, once per transport.
 # Expects `make module selftests userspace standin hostrun hostrun-pt fuzz
 # python` to have run (make vm-test does).
 set -uo pipefail
@@ -260,7 +261,7 @@ if [ "${KERNEL_VARIANT:-default}" = default ]; then
         --file "$ROOT/gpunvme.ko" --file "$work/pt.env:/opt/gpunvme/passthrough.env" "$@" -- \
         "$B/boot/gpunvme_passthrough_test.sh" 2>&1 | tee "$work/boot13.log"
     add "$work/boot13.log"
-    echo "=== boots 14 and 15: NVMe/TCP between two VMs on a QEMU socket network"
+    echo "=== boots 14 and 15: NVMe/TCP and NVMe/RDMA (Soft-RoCE) between two VMs on a QEMU socket network"
     bash "$ROOT/tests/vm/fabrics2.sh" "${pt_files[@]}" "$@" 2>&1 | tee "$work/boot14.log"
     add "$work/boot14.log"
 else
