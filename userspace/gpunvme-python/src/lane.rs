@@ -212,6 +212,9 @@ struct PoolState {
     idle: Vec<Lane>,
     /// Lanes in existence (idle and in use).
     live: usize,
+    /// Threads in `with_lane` waiting for a lane: a lane given back
+    /// notifies only when there are some (a notify is a system call).
+    waiting: usize,
     closed: bool,
 }
 
@@ -234,6 +237,7 @@ impl Lanes {
             state: Mutex::new(PoolState {
                 live: idle.len(),
                 idle,
+                waiting: 0,
                 closed: false,
             }),
             freed: Condvar::new(),
@@ -303,11 +307,13 @@ impl Lanes {
                         ),
                     ));
                 }
+                st.waiting += 1;
                 st = self
                     .freed
                     .wait_timeout(st, deadline - now)
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
+                st.waiting -= 1;
             }
         };
         Held {
@@ -386,6 +392,7 @@ impl Drop for Held<'_> {
     fn drop(&mut self) {
         let lane = self.lane.take().expect("held");
         let mut st = self.lanes.lock();
+        let waiters = st.waiting > 0;
         if lane.healthy() && !st.closed {
             st.idle.push(lane);
             drop(st);
@@ -396,6 +403,10 @@ impl Drop for Held<'_> {
             // write until the destroy is confirmed).
             drop(lane);
         }
-        self.lanes.freed.notify_one();
+        // A waiter counted itself under the lock before it waits, and
+        // waits on that same lock: none can be missed.
+        if waiters {
+            self.lanes.freed.notify_one();
+        }
     }
 }

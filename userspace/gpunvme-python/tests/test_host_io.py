@@ -217,6 +217,36 @@ def test_threads_share_the_queue_pairs(dev):
         ns.close()
 
 
+def test_threads_waiting_for_the_one_queue_pair_are_woken(dev):
+    # Four threads on one lane: three wait at any time, and each lane given
+    # back must wake one (a waiter left to its 120 s deadline instead shows
+    # up as a stall: the run is bounded far below that).
+    ns = dev.namespace(qpairs=1)
+    try:
+        bs = ns.lba_size
+        base = region_lba(ns, 8)
+        n = 4096
+
+        def job(i):
+            lba = base + i * (n // bs)
+            want = patterned(90 + i, lba, bs, n)
+            back = np.zeros(n, dtype=np.uint8)
+            for _ in range(8):
+                ns.write(want, lba)
+                ns.read(back, lba)
+                if first_mismatch(back, want) is not None:
+                    return first_mismatch(back, want)
+            return None
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(job, range(4))) == [None] * 4
+        took = time.monotonic() - t0
+        assert took < 100, f"64 transfers on one queue pair took {took:.0f} s: a waiter was not woken"
+    finally:
+        ns.close()
+
+
 def test_closed_namespace_and_device(dev):
     ns = dev.namespace()
     ns.close()
