@@ -8,11 +8,13 @@ The Rust side is ``Namespace._rust_read_loop``: ``gpunvme::Io::read``
 timed inside Rust, one call at a time. The Python sides time each call
 from Python: ``ns.read(numpy_array)`` (host memory, copied through the
 bounce buffer), ``ns.read(host_buffer)`` (zero copy) and
-``ns.read_async(...).result()``. The sides take turns call by call (the
-order turning each time), so every side sees the same device, relay and
-host at every moment: in a VM the read's own latency moves by 10x within
-a second, and rounds of many calls per side would measure that drift, not
-Python. Prints a table, the ratios of the medians (issue 27's target:
+``ns.read_async(...).result()``. The sides take turns call by call, in
+a new random order each time (seeded), so every side sees the same
+device, relay and host at every moment and follows every other side as
+often: in a VM the read's own latency moves by 10x within a second, so
+rounds of many calls per side would measure that drift, and a fixed
+order would charge what one side leaves behind (the async side's woken
+threads) to the side after it. Prints a table, the ratios of the medians (issue 27's target:
 Python at most 1.15x the Rust latency), the median of the paired
 differences (a Python call minus the Rust read next to it: the Python
 layer's own cost) and a JSON line; asserts nothing.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 import time
@@ -56,6 +59,7 @@ def main(argv=None):
     ap.add_argument("--nsid", type=int, default=None)
     ap.add_argument("--iters", type=int, default=2000, help="reads per side (default 2000)")
     ap.add_argument("--lba", type=int, default=0, help="first block read (default 0)")
+    ap.add_argument("--seed", type=int, default=1, help="of the call order (default 1)")
     ap.add_argument("--json", help="also write the JSON here")
     a = ap.parse_args(argv)
 
@@ -77,9 +81,12 @@ def main(argv=None):
         for run in sides.values():  # warm-up: page faults, the worker thread
             run(100)
         lat = {k: [] for k in sides}
-        for i in range(a.iters):
-            # One call per side, the order turned by one each time.
-            for k in names[i % len(names):] + names[:i % len(names)]:
+        rng = random.Random(a.seed)
+        for _ in range(a.iters):
+            # One call per side, in a new random order.
+            order = names[:]
+            rng.shuffle(order)
+            for k in order:
                 lat[k] += sides[k](1)
         ns.close()
 
@@ -91,7 +98,8 @@ def main(argv=None):
     # made beside it (same iteration), the median of those.
     paired = {k: statistics.median(p - r for p, r in zip(lat[k], lat["rust"])) / 1e3
               for k in lat if k != "rust"}
-    print(f"4 KiB reads, QD1, one queue pair, {a.iters} per side, the sides taking turns call by call")
+    print(f"4 KiB reads, QD1, one queue pair, {a.iters} per side, the sides taking turns call by call "
+          f"in random order (seed {a.seed})")
     print(f"{'side':<20} {'p50 us':>9} {'mean us':>9} {'p99 us':>9} {'x rust p50':>11} {'x rust mean':>12}")
     for k, r in res.items():
         rp = r["p50_us"] / rust["p50_us"]
@@ -103,7 +111,7 @@ def main(argv=None):
           f"got {ratios['python_numpy_p50']:.3f}x and {ratios['python_host_buffer_p50']:.3f}x (p50)")
     doc = {"bench": "python_overhead", "block_bytes": BLOCK, "queue_depth": 1, "results": res,
            "ratios_vs_rust": ratios, "paired_overhead_us": paired, "target_ratio": 1.15,
-           "interleave": "call by call"}
+           "interleave": "call by call, random order", "seed": a.seed}
     line = json.dumps(doc, sort_keys=True)
     print(line)
     if a.json:
