@@ -209,7 +209,10 @@ impl Lane {
 }
 
 struct PoolState {
-    idle: Vec<Lane>,
+    /// Boxed: a lane is over a kilobyte, and it moves out of the pool and
+    /// back on every transfer (under TCG a memcpy of that is microseconds).
+    #[allow(clippy::vec_box)]
+    idle: Vec<Box<Lane>>,
     /// Lanes in existence (idle and in use).
     live: usize,
     /// Threads in `with_lane` waiting for a lane: a lane given back
@@ -231,7 +234,7 @@ impl Lanes {
     pub(crate) fn new(cfg: LaneConfig) -> FResult<Self> {
         let mut idle = Vec::with_capacity(cfg.lanes);
         for _ in 0..cfg.lanes {
-            idle.push(Lane::new(&cfg)?);
+            idle.push(Box::new(Lane::new(&cfg)?));
         }
         Ok(Lanes {
             state: Mutex::new(PoolState {
@@ -288,7 +291,7 @@ impl Lanes {
                     st.live += 1;
                     drop(st);
                     match Lane::new(&self.cfg) {
-                        Ok(l) => break l,
+                        Ok(l) => break Box::new(l),
                         Err(e) => {
                             self.lock().live -= 1;
                             self.freed.notify_one();
@@ -375,7 +378,7 @@ impl Lanes {
 /// A lane out of the pool; back (or replaced) when dropped, also on panic.
 pub(crate) struct Held<'a> {
     lanes: &'a Lanes,
-    lane: Option<Lane>,
+    lane: Option<Box<Lane>>,
 }
 
 impl Held<'_> {
@@ -410,3 +413,4 @@ impl Drop for Held<'_> {
         }
     }
 }
+
