@@ -413,4 +413,3 @@ impl Drop for Held<'_> {
         }
     }
 }
-
