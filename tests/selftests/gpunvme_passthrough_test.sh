@@ -243,27 +243,24 @@ disk_suite() {
 }
 
 # ---- NVMe over Fabrics: nvmet over TCP (configfs), the host without nvme-cli --
-target_up() { # target_up ADDR BACKING_BLOCK_DEVICE
-	modprobe nvmet && modprobe nvmet-tcp || return 1
-	grep -q " /sys/kernel/config " /proc/mounts || mount -t configfs none /sys/kernel/config || return 1
-	S=$CFS/subsystems/$NQN
-	mkdir "$S" && echo 1 >"$S/attr_allow_any_host" || return 1
-	mkdir "$S/namespaces/1" && printf '%s' "/dev/$2" >"$S/namespaces/1/device_path" &&
-		echo 1 >"$S/namespaces/1/enable" || return 1
-	P=$CFS/ports/1
-	mkdir "$P" && echo tcp >"$P/addr_trtype" && echo ipv4 >"$P/addr_adrfam" &&
-		echo "$1" >"$P/addr_traddr" && echo 4420 >"$P/addr_trsvcid" || return 1
-	ln -s "$S" "$P/subsystems/$NQN" || return 1
-	echo "nvmet: $NQN (namespace 1 = /dev/$2) on tcp $1:4420"
-}
-# target_port ID TRTYPE ADDR: the subsystem on one more port (4420 too).
+# target_port ID TRTYPE ADDR: the subsystem on port ID, TRTYPE ADDR:4420.
 target_port() {
 	modprobe "nvmet-$2" || return 1
 	P=$CFS/ports/$1
 	mkdir "$P" && echo "$2" >"$P/addr_trtype" && echo ipv4 >"$P/addr_adrfam" &&
 		echo "$3" >"$P/addr_traddr" && echo 4420 >"$P/addr_trsvcid" || return 1
 	ln -s "$CFS/subsystems/$NQN" "$P/subsystems/$NQN" || return 1
-	echo "nvmet: $NQN also on $2 $3:4420 (port $1)"
+	echo "nvmet: $NQN on $2 $3:4420 (port $1)"
+}
+target_up() { # target_up ADDR BACKING_BLOCK_DEVICE: the subsystem, on tcp (port 1)
+	modprobe nvmet || return 1
+	grep -q " /sys/kernel/config " /proc/mounts || mount -t configfs none /sys/kernel/config || return 1
+	S=$CFS/subsystems/$NQN
+	mkdir "$S" && echo 1 >"$S/attr_allow_any_host" || return 1
+	mkdir "$S/namespaces/1" && printf '%s' "/dev/$2" >"$S/namespaces/1/device_path" &&
+		echo 1 >"$S/namespaces/1/enable" || return 1
+	echo "nvmet: $NQN, namespace 1 = /dev/$2"
+	target_port 1 tcp "$1"
 }
 # target_stop [ID], target_start [ID]: the subsystem off and on port ID (1).
 target_stop() { rm "$CFS/ports/${1:-1}/subsystems/$NQN"; }

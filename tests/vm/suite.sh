@@ -265,7 +265,7 @@ if [ "${KERNEL_VARIANT:-default}" = default ]; then
     bash "$ROOT/tests/vm/fabrics2.sh" "${pt_files[@]}" "$@" 2>&1 | tee "$work/boot14.log"
     add "$work/boot14.log"
 else
-    echo "=== boots 13-15 (passthrough, NVMe/TCP) run on the default kernel only"
+    echo "=== boots 13-15 (passthrough, NVMe over TCP and RDMA) run on the default kernel only"
 fi
 
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
