@@ -30,15 +30,15 @@ trap cleanup EXIT
 
 # A port of this machine for the link (QEMU's socket network is TCP here).
 port=$((20000 + $$ % 20000))
-printf 'PT_ROLES=target\nPT_RDMA=1\nPT_TARGET_ADDR=10.77.0.1\nPT_HOST_ADDR=10.77.0.2\nPT_TARGET_DEADLINE=2000\n' >"$work/target.env"
+printf 'PT_ROLES=target\nPT_RDMA=1\nPT_TARGET_ADDR=10.77.0.1\nPT_HOST_ADDR=10.77.0.2\nPT_TARGET_DEADLINE=1100\n' >"$work/target.env"
 printf 'PT_ROLES=host\nPT_RDMA=1\nPT_TARGET_ADDR=10.77.0.1\nPT_HOST_ADDR=10.77.0.2\n' >"$work/host.env"
 # iproute2's rdma makes the Soft-RoCE devices (netlink; rxe has no other way).
 rdma=$(PATH=$PATH:/usr/sbin:/sbin command -v rdma) ||
     { echo "fabrics2: no rdma command (iproute2; make deps installs it)"; echo "0 passed, 1 failed"; exit 1; }
 
-echo "=== fabrics2: target VM (nvmet-tcp on 10.77.0.1, link on 127.0.0.1:$port)"
+echo "=== fabrics2: target VM (nvmet-tcp and nvmet-rdma on 10.77.0.1, link on 127.0.0.1:$port)"
 QEMU_EXTRA="${QEMU_EXTRA:-} -netdev socket,id=pt0,listen=127.0.0.1:$port -device e1000,netdev=pt0,mac=52:54:00:77:00:01" \
-bash "$HERE/run.sh" --log "$work/target-console.log" --test-timeout 2100 --timeout 2400 \
+bash "$HERE/run.sh" --log "$work/target-console.log" --test-timeout 1200 --timeout 1500 \
     --file "$work/target.env:/opt/gpunvme/passthrough.env" --file "$rdma" "$@" -- "$TEST" >"$work/target.log" 2>&1 &
 tpid=$!
 # The host VM's QEMU connects to the target's socket at start: wait until
@@ -55,9 +55,9 @@ if ! grep -q '^@@gpunvme INIT' "$work/target-console.log" 2>/dev/null; then
     exit 1
 fi
 
-echo "=== fabrics2: host VM (10.77.0.2, nvme-tcp through /dev/nvme-fabrics)"
+echo "=== fabrics2: host VM (10.77.0.2, nvme-tcp then nvme-rdma through /dev/nvme-fabrics)"
 QEMU_EXTRA="${QEMU_EXTRA:-} -netdev socket,id=pt0,connect=127.0.0.1:$port -device e1000,netdev=pt0,mac=52:54:00:77:00:02" \
-bash "$HERE/run.sh" --test-timeout 2000 --timeout 2300 \
+bash "$HERE/run.sh" --test-timeout 1100 --timeout 1400 \
     --file "$work/host.env:/opt/gpunvme/passthrough.env" --file "$rdma" "$@" -- "$TEST" 2>&1 | tee "$work/host.log"
 wait "$tpid"
 tpid=

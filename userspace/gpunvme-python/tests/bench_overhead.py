@@ -13,11 +13,12 @@ a new random order each time (seeded), so every side sees the same
 device, relay and host at every moment and follows every other side as
 often: in a VM the read's own latency moves by 10x within a second, so
 rounds of many calls per side would measure that drift, and a fixed
-order would charge what one side leaves behind (the async side's woken
-threads) to the side after it. Prints a table, the ratios of the medians (issue 27's target:
-Python at most 1.15x the Rust latency), the median of the paired
-differences (a Python call minus the Rust read next to it: the Python
-layer's own cost) and a JSON line; asserts nothing.
+order would charge what one side leaves behind (the call after an async
+one is slower, whichever side makes it) to the side after it. Prints a
+table, the ratios of the medians (issue 27's target: Python at most
+1.15x the Rust latency), the median of the paired differences (a Python
+call minus the Rust read next to it: the Python layer's own cost) and a
+JSON line; asserts nothing.
 """
 
 from __future__ import annotations

@@ -234,8 +234,9 @@ def test_threads_waiting_for_the_one_queue_pair_are_woken(dev):
             for _ in range(8):
                 ns.write(want, lba)
                 ns.read(back, lba)
-                if first_mismatch(back, want) is not None:
-                    return first_mismatch(back, want)
+                bad = first_mismatch(back, want)
+                if bad is not None:
+                    return bad
             return None
 
         t0 = time.monotonic()
