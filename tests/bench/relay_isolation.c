@@ -9,13 +9,18 @@
  * filled at once and refilled as completions come (A sleeps when none
  * did), and with two CPUs or more the relay thread and A sit on CPU 0 and
  * B alone on CPU 1, so B's latency measures the relay's turns, not the
- * scheduler's slices among three pollers. Prints a table, one
- * JSON object between @@ISOLATION-JSON-BEGIN/END markers; the ratio is
- * reported against the issue's 2x target, never asserted (a benchmark).
- * QEMU/TCG numbers: compare the two phases with each other only.
+ * scheduler's slices among three pollers. The two phases alternate in
+ * rounds (idle, flood, then flood, idle, ...; A's queues drained between),
+ * so a drift in the VM's speed during the run falls on both alike: under
+ * TCG the idle latency alone moved by 10x between boots. Prints a table,
+ * each round's p50s, one JSON object between @@ISOLATION-JSON-BEGIN/END
+ * markers; the ratio of the phases' pooled p50s is reported against the
+ * issue's 2x target, never asserted (a benchmark). QEMU/TCG numbers:
+ * compare the two phases with each other only.
  *
- *   relay_isolation [samples [relay_threads]]   default 2000 per phase; the
- *   second argument is what the module was loaded with, for the report
+ *   relay_isolation [samples [relay_threads [rounds]]]   default 2000 per
+ *   phase in 16 rounds; the second argument is what the module was loaded
+ *   with, for the report
  */
 #include <pthread.h>
 #include <sched.h>
@@ -29,7 +34,12 @@
 #define MAXQ 64
 
 static volatile int stop;
+/* Main -> attacker: 1 keep A's queues full, 0 let them drain. */
+static volatile int flooding;
+/* Attacker -> main: A's commands not completed yet. */
+static volatile uint64_t outstanding;
 static struct qp aq[MAXQ];
+static uint32_t ainflight[MAXQ];	/* the attacker thread's own */
 static uint32_t naq, alist_pages;
 static struct hostbuf abuf;
 static uint64_t arejected, aaccepted;
@@ -70,18 +80,30 @@ static void push_rejected(struct qp *q, uint32_t n)
 }
 
 /*
- * The attacker: every pair's queue full of rejected list reads at once (the
- * relay sees all of A's pairs with work in every pass), each completion
- * replaced as it comes. It sleeps when a sweep found nothing, so the
- * attacker's own CPU use does not stand in for the relay's unfairness.
+ * The attacker: while `flooding`, every pair's queue full of rejected list
+ * reads at once (the relay sees all of A's pairs with work in every pass),
+ * each completion replaced as it comes; otherwise completions are only
+ * reaped, until none is outstanding. It sleeps when a sweep found nothing,
+ * so the attacker's own CPU use does not stand in for the relay's
+ * unfairness.
  */
 static void *flood(void *arg)
 {
 	(void)arg;
 	struct cqe c;
-	for (uint32_t i = 0; i < naq; i++)
-		push_rejected(&aq[i], aq[i].c.depth - 1);
+	uint64_t out = 0;
+	int was = 0;
 	while (!stop) {
+		int on = flooding;
+		if (on && !was) {
+			for (uint32_t i = 0; i < naq; i++) {
+				uint32_t room = aq[i].c.depth - 1 - ainflight[i];
+				push_rejected(&aq[i], room);
+				ainflight[i] += room;
+				out += room;
+			}
+		}
+		was = on;
 		uint32_t got = 0;
 		for (uint32_t i = 0; i < naq && !stop; i++) {
 			uint32_t n = 0;
@@ -92,10 +114,16 @@ static void *flood(void *arg)
 				else
 					aaccepted++;
 			}
-			if (n)
+			ainflight[i] -= n;
+			out -= n;
+			if (n && on) {
 				push_rejected(&aq[i], n);
+				ainflight[i] += n;
+				out += n;
+			}
 			got += n;
 		}
+		__atomic_store_n(&outstanding, out, __ATOMIC_RELEASE);
 		if (!got)
 			usleep(500);
 	}
@@ -118,7 +146,7 @@ static void *flood_pinned(void *arg)
 	return flood(arg);
 }
 
-/* `n` QD1 4 KiB reads on q into b, latencies sorted into lat[]. */
+/* `n` QD1 4 KiB reads on q into b, their latencies into lat[]. */
 static int qd1(struct qp *q, struct hostbuf *b, uint64_t *lat, int n)
 {
 	for (int i = 0; i < n; i++) {
@@ -128,13 +156,44 @@ static int qd1(struct qp *q, struct hostbuf *b, uint64_t *lat, int n)
 		if (r)
 			return r;
 	}
-	qsort(lat, n, sizeof(*lat), cmp);
 	return 0;
 }
+
+/* The q-quantile of lat[0..n) (sorted in place). */
+static double quantile_us(uint64_t *lat, int n, int permille)
+{
+	qsort(lat, n, sizeof(*lat), cmp);
+	return lat[(long)n * permille / 1000] / 1e3;
+}
+
+/* Start or stop the flood; stopping waits (30 s at most) until every
+ * command of A's has completed. 0, or -ETIMEDOUT. */
+static int set_flood(int on)
+{
+	flooding = on;
+	if (on) {
+		usleep(200000);	/* A's queues full, the relay into them */
+		return 0;
+	}
+	for (uint64_t t0 = now_ns(); __atomic_load_n(&outstanding, __ATOMIC_ACQUIRE);) {
+		if (now_ns() - t0 > 30000000000ull)
+			return -ETIMEDOUT;
+		usleep(1000);
+	}
+	usleep(20000);
+	return 0;
+}
+
+#define MAXROUNDS 64
 
 int main(int argc, char **argv)
 {
 	int n = argc > 1 ? atoi(argv[1]) : 2000;
+	int rounds = argc > 3 ? atoi(argv[3]) : 16;
+	if (rounds < 1 || rounds > MAXROUNDS || n < rounds * 10) {
+		fprintf(stderr, "relay_isolation: rounds 1..%d, at least 10 samples a round\n", MAXROUNDS);
+		return 2;
+	}
 	uint64_t *idle = calloc(n, 8), *busy = calloc(n, 8);
 	struct gpunvme_info info;
 	struct hostbuf vb;
@@ -191,23 +250,46 @@ int main(int argc, char **argv)
 			fprintf(stderr, "relay_isolation: pinning the relay thread (pid %d): %d, the victim: %d\n",
 				relay, e1, e2);
 	}
-	int r = qd1(&vq, &vb, idle, n);
+	/*
+	 * Rounds: idle then flooded, then flooded then idle, and so on, each
+	 * phase n / rounds reads; A's queues are drained before an idle phase.
+	 */
 	pthread_t t;
 	pthread_create(&t, NULL, cpus >= 2 ? flood_pinned : flood, NULL);
-	usleep(200000);
-	uint64_t t0 = now_ns(), rej0 = arejected;
-	int r2 = qd1(&vq, &vb, busy, n);
-	double secs = (now_ns() - t0) / 1e9;
-	uint64_t rej = arejected - rej0;
+	int k = n / rounds, r = 0;
+	double rp50i[MAXROUNDS], rp50b[MAXROUNDS], busy_secs = 0;
+	uint64_t rej = 0;
+	for (int i = 0; i < rounds && !r; i++) {
+		for (int ph = 0; ph < 2 && !r; ph++) {
+			int flooded = ph ^ (i & 1);
+			uint64_t *lat = (flooded ? busy : idle) + (long)i * k;
+			if ((r = set_flood(flooded)))
+				break;
+			uint64_t t0 = now_ns(), rej0 = arejected;
+			r = qd1(&vq, &vb, lat, k);
+			if (flooded) {
+				busy_secs += (now_ns() - t0) / 1e9;
+				rej += arejected - rej0;
+			}
+		}
+		if (!r && !(r = set_flood(0))) {
+			rp50i[i] = quantile_us(idle + (long)i * k, k, 500);
+			rp50b[i] = quantile_us(busy + (long)i * k, k, 500);
+		}
+	}
 	stop = 1;
 	pthread_join(t, NULL);
-	if (r || r2) {
-		fprintf(stderr, "relay_isolation: a victim read failed (%d, %d)\n", r, r2);
+	if (r) {
+		fprintf(stderr, "relay_isolation: %s (%d)\n",
+			r == -ETIMEDOUT ? "the attacker's queues did not drain within 30 s"
+					: "a victim read failed", r);
 		return 1;
 	}
-	double p50i = idle[n / 2] / 1e3, p99i = idle[n * 99 / 100] / 1e3;
-	double p50b = busy[n / 2] / 1e3, p99b = busy[n * 99 / 100] / 1e3;
+	n = k * rounds;
+	double p50i = quantile_us(idle, n, 500), p99i = quantile_us(idle, n, 990);
+	double p50b = quantile_us(busy, n, 500), p99b = quantile_us(busy, n, 990);
 	double ratio = p50b / p50i;
+	double secs = busy_secs;
 	/* What the relay gave A in one pass at most (debugfs, per pair). */
 	long long most = -1;
 	for (uint32_t i = 0; i < naq; i++) {
@@ -223,14 +305,23 @@ int main(int argc, char **argv)
 	printf("%-26s %10.1f %10.1f\n", "idle", p50i, p99i);
 	printf("%-26s %10.1f %10.1f\n", "attacker flooding", p50b, p99b);
 	printf("attacker: %.0f rejected SQEs/s (%llu accepted)\n", rej / secs, (unsigned long long)aaccepted);
+	char rj[MAXROUNDS * 64] = "";
+	size_t at = 0;
+	for (int i = 0; i < rounds; i++) {
+		printf("round %2d (%s first): idle p50 %8.1f us, flooded p50 %8.1f us, %.2f\n", i,
+		       i & 1 ? "flooded" : "idle", rp50i[i], rp50b[i], rp50b[i] / rp50i[i]);
+		at += snprintf(rj + at, sizeof(rj) - at, "%s[%.2f, %.2f]", i ? ", " : "", rp50i[i], rp50b[i]);
+	}
+	printf("# %d rounds of %d reads a phase; the target's figure is the pooled p50s' ratio\n", rounds, k);
 	printf("TARGET victim p50 under flood / idle: %.2f (target <= 2.0: %s)\n", ratio, ratio <= 2.0 ? "met" : "NOT met");
 	printf("@@ISOLATION-JSON-BEGIN\n");
 	printf("{\"relay_threads\": %lld, \"samples\": %d, \"attacker_pairs\": %u, \"attacker_depth\": %u, "
 	       "\"list_pages\": %u, \"idle_p50_us\": %.2f, \"idle_p99_us\": %.2f, \"flood_p50_us\": %.2f, "
 	       "\"flood_p99_us\": %.2f, \"flood_over_idle_p50\": %.3f, \"attacker_rejected_per_s\": %.0f, "
-	       "\"attacker_accepted\": %llu, \"attacker_pass_checks_max\": %lld, \"placement\": \"%s\"}\n",
+	       "\"attacker_accepted\": %llu, \"attacker_pass_checks_max\": %lld, \"placement\": \"%s\", "
+	       "\"rounds\": %d, \"round_p50_us_idle_flood\": [%s]}\n",
 	       threads, n, naq, depth, alist_pages, p50i, p99i, p50b, p99b, ratio, rej / secs,
-	       (unsigned long long)aaccepted, most, placement);
+	       (unsigned long long)aaccepted, most, placement, rounds, rj);
 	printf("@@ISOLATION-JSON-END\n");
 	return 0;
 }
