@@ -113,7 +113,7 @@ demo: deps module userspace hostrun
 # Polled path vs the kernel nvme driver, one VM run: table, JSON and SVG;
 # then tenant isolation on one relay thread (a second boot).
 bench: deps module userspace
-	$(MAKE) -C $(ROOT)/tests/bench
+	$(MAKE) -C $(ROOT)/tests/bench OUT=build
 	bash $(ROOT)/tests/bench/run.sh
 
 check: deps
