@@ -110,8 +110,9 @@ demo: deps module userspace hostrun
 		--file $(ROOT)/kernels/build/hostrun/gpunvme_hostrun \
 		--script $(ROOT)/tests/vm/demo.sh
 
-# Polled path vs the kernel nvme driver, one VM run: table, JSON and SVG;
-# then tenant isolation on one relay thread (a second boot).
+# Polled path vs the kernel nvme driver, one VM run: table, JSON and SVG,
+# and the library's transfers into GPU memory (udmabuf) against host
+# memory; then tenant isolation on one relay thread (a second boot).
 bench: deps module userspace
 	$(MAKE) -C $(ROOT)/tests/bench OUT=build
 	bash $(ROOT)/tests/bench/run.sh
