@@ -257,7 +257,7 @@ int main(int argc, char **argv)
 	pthread_t t;
 	pthread_create(&t, NULL, cpus >= 2 ? flood_pinned : flood, NULL);
 	int k = n / rounds, r = 0;
-	double rp50i[MAXROUNDS], rp50b[MAXROUNDS], busy_secs = 0;
+	double rp50i[MAXROUNDS], rp50b[MAXROUNDS], secs = 0;	/* flooded phases' time */
 	uint64_t rej = 0;
 	for (int i = 0; i < rounds && !r; i++) {
 		for (int ph = 0; ph < 2 && !r; ph++) {
@@ -268,7 +268,7 @@ int main(int argc, char **argv)
 			uint64_t t0 = now_ns(), rej0 = arejected;
 			r = qd1(&vq, &vb, lat, k);
 			if (flooded) {
-				busy_secs += (now_ns() - t0) / 1e9;
+				secs += (now_ns() - t0) / 1e9;
 				rej += arejected - rej0;
 			}
 		}
@@ -289,7 +289,6 @@ int main(int argc, char **argv)
 	double p50i = quantile_us(idle, n, 500), p99i = quantile_us(idle, n, 990);
 	double p50b = quantile_us(busy, n, 500), p99b = quantile_us(busy, n, 990);
 	double ratio = p50b / p50i;
-	double secs = busy_secs;
 	/* What the relay gave A in one pass at most (debugfs, per pair). */
 	long long most = -1;
 	for (uint32_t i = 0; i < naq; i++) {

@@ -45,12 +45,13 @@ for i, d in enumerate(runs, 1):
 combined = []
 for (qp, qd), c in sorted(cells.items()):
     g, h = sum(c["gpu"]) / len(c["gpu"]), sum(c["host"]) / len(c["host"])
+    ratio = g / h if h else None
     each = [round(a / b, 3) if b else None for a, b in zip(c["gpu"], c["host"])]
     combined.append({"qpairs": qp, "qd": qd, "runs": len(c["gpu"]), "gb_per_s_gpu_mean": g,
-                     "gb_per_s_host_mean": h, "gbps_gpu_over_host": g / h if h else None,
+                     "gb_per_s_host_mean": h, "gbps_gpu_over_host": ratio,
                      "gbps_gpu_over_host_each_run": each})
     print(f"bench: GPU memory / host memory, 128 KiB reads, {qp} qpair(s) QD {qd}, mean of {len(each)} "
-          f"alternating runs: {g:.3f} / {h:.3f} GB/s = {g / h:.2f} (target 0.9; each run: "
+          f"alternating runs: {g:.3f} / {h:.3f} GB/s = {ratio if ratio is None else f'{ratio:.2f}'} (target 0.9; each run: "
           f"{', '.join(f'{x:.2f}' for x in each if x is not None)})")
 doc = dict(runs[0])
 doc["gpu_ratios_combined"] = combined
