@@ -285,6 +285,13 @@ pub fn plan(
     if a.qpairs == 0 || a.cmds == 0 || a.cmd_blocks == 0 || a.qd == 0 {
         return Err("--qpairs, --qd, --cmds and --cmd-blocks must be at least 1".into());
     }
+    if a.passthrough.relay_inline {
+        return Err(
+            "--relay-inline: the GPU polls the CQ mirror itself, so no thread of this process \
+             would wait on the pairs and relay their commands; leave it out (relay threads)"
+                .into(),
+        );
+    }
     if a.cq == Some(CqPlace::Gpu) && !a.owner {
         return Err(
             "--cq gpu needs --owner: a shared pair's CQ is the module's mirror, written by its relay"
@@ -1200,6 +1207,8 @@ mod tests {
         );
         let e = plan(&args(&["--cmd-blocks", "8"]), 512, 1 << 20, Some(2048)).unwrap_err();
         assert!(e.contains("MDTS"), "{e}");
+        let e = plan(&args(&["--relay-inline"]), 512, 1 << 20, None).unwrap_err();
+        assert!(e.contains("no thread of this process would wait"), "{e}");
         let e = plan(&args(&["--cq", "gpu"]), 512, 1 << 20, None).unwrap_err();
         assert!(e.contains("needs --owner"), "{e}");
         assert!(plan(&args(&["--cq", "gpu", "--owner"]), 512, 1 << 20, None).is_ok());

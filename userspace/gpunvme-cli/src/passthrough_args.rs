@@ -47,8 +47,19 @@ pub struct PassthroughArgs {
     #[arg(long)]
     pub no_fixed_buffers: bool,
     /// Relay threads at most (default: one per CPU).
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        conflicts_with = "relay_inline"
+    )]
     pub relay_threads: usize,
+    /// No relay thread: the threads that wait for completions run the
+    /// relay themselves (one CPU per client, not two). For CPU clients
+    /// (read, write, verify, bench); gpu-run refuses it, since nothing
+    /// would relay a GPU's commands.
+    #[arg(long)]
+    pub relay_inline: bool,
     /// Microseconds a relay thread keeps polling after its last command
     /// before it sleeps (up to 1 ms; the GPU cannot wake it): less saves
     /// CPU when idle, less than a command's round trip slows QD1.
@@ -80,6 +91,7 @@ impl PassthroughArgs {
             },
             fixed_buffers: !self.no_fixed_buffers,
             relay_threads: self.relay_threads,
+            relay_inline: self.relay_inline,
             relay_spin: std::time::Duration::from_micros(self.relay_spin_us),
             sysfs: sysfs.clone(),
             ..Options::default()
@@ -97,6 +109,7 @@ pub fn describe(ctrl: &gpunvme::Controller) -> Option<serde_json::Value> {
         "window_start_lba": w.start,
         "window_lbas": w.blocks,
         "polled": d.polled(),
+        "relay": if d.relay_inline() { "inline" } else { "threads" },
         "fixed_buffers_error": d.fixed_buffer_error(),
     }))
 }
@@ -107,12 +120,17 @@ pub fn describe_line(ctrl: &gpunvme::Controller) -> Option<String> {
     let w = d.window();
     Some(format!(
         "passthrough on {}: window {} ({} blocks from LBA {}; LBAs below are relative to it), \
-         completions {}{}",
+         completions {}, relay {}{}",
         ctrl.path().display(),
         d.window_claim().map_or("?".into(), |r| r.describe.clone()),
         w.blocks,
         w.start,
         if d.polled() { "polled" } else { "by interrupt" },
+        if d.relay_inline() {
+            "inline (run by the waiting threads)"
+        } else {
+            "threads"
+        },
         d.fixed_buffer_error()
             .map(|e| format!("; no fixed buffers: {e}"))
             .unwrap_or_default()

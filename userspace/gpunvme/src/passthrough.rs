@@ -117,6 +117,14 @@ pub struct Options {
     pub command_timeout_ms: u32,
     /// Relay threads at most (0: one per CPU this process may run on).
     pub relay_threads: usize,
+    /// No relay threads: the threads of this process that wait on a pair
+    /// ([`crate::QueuePair`]'s waits and reaps, so [`crate::Io`] too) run
+    /// the relay themselves, one pass over every pair per poll, as
+    /// io_uring without SQPOLL: one CPU for a CPU client instead of two.
+    /// Only for CPU clients: nothing relays the commands of a GPU kernel
+    /// (or anything else that polls the CQ mirror itself), which then
+    /// waits until its deadline.
+    pub relay_inline: bool,
     /// How long a relay thread keeps polling after its last progress
     /// before it backs off to sleeps of up to 1 ms (a GPU cannot wake it).
     /// Shorter saves CPU when idle; a spin shorter than a command's round
@@ -134,6 +142,7 @@ impl Default for Options {
             fixed_buffers: true,
             command_timeout_ms: 0,
             relay_threads: 0,
+            relay_inline: false,
             relay_spin: relay_thread::DEFAULT_SPIN,
             sysfs: Sysfs::new(),
         }
@@ -245,10 +254,10 @@ pub fn open(device: &Path, opts: &Options) -> Result<Device> {
         model: ctrl.map(|c| c.model.clone()).unwrap_or_default(),
         firmware: ctrl.map(|c| c.firmware.clone()).unwrap_or_default(),
     };
-    let threads = if opts.relay_threads == 0 {
-        cpus()
-    } else {
-        opts.relay_threads
+    let drivers = match (opts.relay_inline, opts.relay_threads) {
+        (true, _) => relay_thread::Drivers::Inline,
+        (false, 0) => relay_thread::Drivers::Threads(cpus()),
+        (false, n) => relay_thread::Drivers::Threads(n),
     };
     Device::new(
         device.to_path_buf(),
@@ -260,7 +269,7 @@ pub fn open(device: &Path, opts: &Options) -> Result<Device> {
             timeout_ms: opts.command_timeout_ms,
             fixed_buffers: opts.fixed_buffers,
         },
-        threads,
+        drivers,
         opts.relay_spin,
         Some(resolved),
     )
@@ -283,6 +292,38 @@ pub fn open_model(
     window: Window,
     max_transfer: u64,
     relay_threads: usize,
+) -> Result<Device> {
+    open_model_with(
+        disk,
+        nsid,
+        window,
+        max_transfer,
+        relay_thread::Drivers::Threads(relay_threads.max(1)),
+    )
+}
+
+/// [`open_model`] with the relay inline (`Options::relay_inline`).
+pub fn open_model_inline(
+    disk: Arc<ModelDisk>,
+    nsid: u32,
+    window: Window,
+    max_transfer: u64,
+) -> Result<Device> {
+    open_model_with(
+        disk,
+        nsid,
+        window,
+        max_transfer,
+        relay_thread::Drivers::Inline,
+    )
+}
+
+fn open_model_with(
+    disk: Arc<ModelDisk>,
+    nsid: u32,
+    window: Window,
+    max_transfer: u64,
+    drivers: relay_thread::Drivers,
 ) -> Result<Device> {
     if window
         .start
@@ -311,7 +352,7 @@ pub fn open_model(
         identity,
         lim,
         device::Target::Model(disk),
-        relay_threads.max(1),
+        drivers,
         relay_thread::DEFAULT_SPIN,
         None,
     )

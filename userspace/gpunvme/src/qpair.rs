@@ -945,6 +945,11 @@ impl QueuePair {
     pub fn reap(&mut self) -> Result<usize> {
         // The CQ and doorbells are not mapped in a forked child.
         self.ctrl.check_unforked()?;
+        // A passthrough back end whose relay is run by its waiters: this
+        // is one of them (what was rung is relayed, what came back mirrored).
+        if let Some(pt) = self.ctrl.passthrough() {
+            pt.drive();
+        }
         let Some(cq) = self.cq.as_ref() else {
             return Err(Error::Invalid(format!(
                 "qid {}: its CQ is in a dma-buf ({}), not mapped here; the GPU that polls it reaps it",

@@ -239,10 +239,15 @@ pub(super) fn run(
     let method = match (&pt, mode) {
         (Some(d), _) => format!(
             "gpunvme passthrough back end on {} (no module): shadow queue pairs driven from this \
-             process, polled, one thread per queue pair; a relay thread of the library checks \
-             each SQE and submits it with io_uring NVME_URING_CMD_IO on the namespace's \
-             /dev/ngXnY ({}), mirroring the completions",
+             process, polled, one thread per queue pair; {} checks each SQE and submits it with \
+             io_uring NVME_URING_CMD_IO on the namespace's /dev/ngXnY ({}), mirroring the \
+             completions",
             ctrl.path().display(),
+            if d.relay_inline() {
+                "the relay, run inline by the worker threads while they wait (--relay-inline),"
+            } else {
+                "a relay thread of the library"
+            },
             if d.polled() {
                 "IORING_SETUP_IOPOLL on the driver's poll queues"
             } else {

@@ -29,7 +29,7 @@ use super::addr::{Kind, Region, Table};
 use super::check::{list_entries, Limits, Window};
 use super::model_ns::{ModelDisk, ModelSubmit};
 use super::relay::Counters;
-use super::relay_thread::{MakeSubmit, PairShared, RelayPool, TableCell};
+use super::relay_thread::{Drivers, MakeSubmit, PairShared, RelayPool, TableCell};
 use super::shadow::{Arena, PairMemory, CQ_HEAD_CELL, SQ_TAIL_CELL};
 use super::uring::Uring;
 
@@ -113,7 +113,7 @@ impl Device {
         identity: Identity,
         limits: Limits,
         target: Target,
-        relay_threads: usize,
+        drivers: Drivers,
         relay_spin: std::time::Duration,
         hold: Option<super::window::Resolved>,
     ) -> std::io::Result<Self> {
@@ -160,7 +160,7 @@ impl Device {
             limits,
             iopoll,
             arena: Arena::new()?,
-            pool: RelayPool::new(relay_threads, relay_spin, table.clone(), make),
+            pool: RelayPool::new(drivers, relay_spin, table.clone(), make),
             table,
             state: Mutex::new(State {
                 next_handle: 1,
@@ -192,9 +192,21 @@ impl Device {
         self.iopoll
     }
 
-    /// Relay threads running.
+    /// Relay threads running (none with an inline relay).
     pub fn relay_threads(&self) -> usize {
         self.pool.threads()
+    }
+
+    /// Whether the threads that wait on pairs run the relay
+    /// (`Options::relay_inline`).
+    pub fn relay_inline(&self) -> bool {
+        self.pool.is_inline()
+    }
+
+    /// With an inline relay: one pass over every pair (nothing when
+    /// another thread is making one, or with relay threads).
+    pub(crate) fn drive(&self) {
+        self.pool.drive();
     }
 
     /// Why io_uring fixed buffers are not in use, if they failed.

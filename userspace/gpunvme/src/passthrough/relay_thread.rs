@@ -21,6 +21,13 @@
 //! commands it had in flight came back: until then the kernel may still
 //! use what they name. A pair that does not drain in time stays on its
 //! thread, taking nothing new, and its memory stays (the destroy fails).
+//!
+//! Inline (`Options::relay_inline`) there is no thread: the same state is
+//! run one pass at a time by whichever thread of the process waits on one
+//! of the pairs ([`crate::QueuePair`]'s reaps call [`RelayPool::drive`]),
+//! as io_uring without SQPOLL is driven by its callers. A CPU client then
+//! needs one CPU, not two; a client that polls the CQ mirror from
+//! elsewhere (a GPU) never has its commands relayed.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -107,6 +114,23 @@ struct Worker {
     pairs: usize,
 }
 
+/// Who runs the relay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Drivers {
+    /// A pool of at most this many threads.
+    Threads(usize),
+    /// No thread: the process's threads that wait on a pair run one pass
+    /// over every pair per poll ([`RelayPool::drive`]).
+    Inline,
+}
+
+/// The relay run by the waiters (`Drivers::Inline`).
+struct Inline {
+    ctl: Arc<Ctl>,
+    /// Made with the first pair, in the thread that adds it.
+    core: Mutex<Option<Core>>,
+}
+
 /// The pool.
 pub(crate) struct RelayPool {
     workers: Mutex<Vec<Worker>>,
@@ -114,30 +138,82 @@ pub(crate) struct RelayPool {
     spin: Duration,
     table: Arc<TableCell>,
     make: MakeSubmit,
+    inline: Option<Inline>,
     /// Why fixed buffers could not be registered, the last time it failed.
     pub(crate) fixed_error: Arc<Mutex<Option<String>>>,
 }
 
 impl RelayPool {
-    /// At most `max` threads, each polling `spin` after its last progress.
-    pub(crate) fn new(max: usize, spin: Duration, table: Arc<TableCell>, make: MakeSubmit) -> Self {
+    /// Relay threads (at most `max` of them, each polling `spin` after its
+    /// last progress), or the inline relay.
+    pub(crate) fn new(
+        drivers: Drivers,
+        spin: Duration,
+        table: Arc<TableCell>,
+        make: MakeSubmit,
+    ) -> Self {
+        let (max, inline) = match drivers {
+            Drivers::Threads(n) => (n.max(1), None),
+            Drivers::Inline => (
+                0,
+                Some(Inline {
+                    ctl: Arc::new(Ctl::default()),
+                    core: Mutex::new(None),
+                }),
+            ),
+        };
         RelayPool {
             workers: Mutex::new(Vec::new()),
-            max: max.max(1),
+            max,
             spin,
             table,
             make,
+            inline,
             fixed_error: Arc::new(Mutex::new(None)),
         }
     }
 
-    /// Threads running.
+    /// Threads running (none inline).
     pub(crate) fn threads(&self) -> usize {
         self.workers.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
+    /// Whether the waiters run the relay.
+    pub(crate) fn is_inline(&self) -> bool {
+        self.inline.is_some()
+    }
+
+    /// Inline: one pass over every pair, unless another thread is making
+    /// one (it relays this caller's commands too). Threads: nothing.
+    pub(crate) fn drive(&self) {
+        let Some(inl) = &self.inline else { return };
+        let mut g = match inl.core.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::WouldBlock) => return,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        if let Some(core) = g.as_mut() {
+            if inl.ctl.pending.load(Ordering::Acquire) {
+                let mut st = inl.ctl.lock();
+                inl.ctl.pending.store(false, Ordering::Relaxed);
+                core.control(&mut st);
+            }
+            core.pass(&inl.ctl, &self.table, &self.fixed_error);
+        }
+    }
+
     /// Puts `pair` on a thread; which one (for [`remove`](Self::remove)).
     pub(crate) fn add(&self, pair: Arc<PairShared>) -> std::io::Result<usize> {
+        if let Some(inl) = &self.inline {
+            // Lock order: the core, then its control state (as drive()).
+            let mut core = inl.core.lock().unwrap_or_else(|p| p.into_inner());
+            if core.is_none() {
+                *core = Some(Core::new(&self.table, (self.make)()?, &self.fixed_error));
+            }
+            inl.ctl.lock().add.push(pair);
+            inl.ctl.pending.store(true, Ordering::Release);
+            return Ok(0);
+        }
         let mut ws = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         let idle = ws.iter().position(|w| w.pairs == 0);
         let i = match idle {
@@ -201,6 +277,9 @@ impl RelayPool {
     /// had in flight came back (within `deadline`), false if some did not
     /// (the pair then stays on the thread, taking nothing new).
     pub(crate) fn remove(&self, worker: usize, qid: u16, deadline: Duration) -> bool {
+        if let Some(inl) = &self.inline {
+            return self.remove_inline(inl, qid, deadline);
+        }
         let ctl = {
             let ws = self.workers.lock().unwrap_or_else(|p| p.into_inner());
             match ws.get(worker) {
@@ -236,8 +315,48 @@ impl RelayPool {
     }
 }
 
+impl RelayPool {
+    /// Inline: the caller relays until the pair's commands came back.
+    fn remove_inline(&self, inl: &Inline, qid: u16, deadline: Duration) -> bool {
+        {
+            let mut st = inl.ctl.lock();
+            st.remove.push(qid);
+            inl.ctl.pending.store(true, Ordering::Release);
+        }
+        let end = Instant::now() + deadline;
+        loop {
+            {
+                let mut core = inl.core.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(c) = core.as_mut() {
+                    if inl.ctl.pending.load(Ordering::Acquire) {
+                        let mut st = inl.ctl.lock();
+                        inl.ctl.pending.store(false, Ordering::Relaxed);
+                        c.control(&mut st);
+                    }
+                    c.pass(&inl.ctl, &self.table, &self.fixed_error);
+                }
+            }
+            let mut st = inl.ctl.lock();
+            if let Some(p) = st.drained.iter().position(|&q| q == qid) {
+                st.drained.remove(p);
+                return true;
+            }
+            drop(st);
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
 impl Drop for RelayPool {
     fn drop(&mut self) {
+        if let Some(inl) = self.inline.take() {
+            if let Some(core) = inl.core.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                core.finish();
+            }
+        }
         let mut ws = std::mem::take(self.workers.get_mut().unwrap_or_else(|p| p.into_inner()));
         for w in &ws {
             w.ctl.lock().stop = true;
@@ -258,69 +377,94 @@ struct Served {
     removing: bool,
 }
 
-/// The thread: serves its pairs until told to stop.
-fn run(
-    ctl: &Ctl,
-    table: &TableCell,
-    mut sub: Box<dyn Submit + Send>,
-    fixed_error: &Mutex<Option<String>>,
-    spin: Duration,
-) {
-    let mut served: Vec<Option<Served>> = Vec::new();
-    let (mut tab, mut gen) = table.snapshot();
-    let set_buffers = |sub: &mut Box<dyn Submit + Send>, t: &Table| {
-        if let Err(e) = sub.set_buffers(&t.iovecs()) {
+/// One relay's state: its pairs, its submitter and the region table it
+/// checks against. A relay thread runs it, or (inline) whichever thread of
+/// the process waits on one of its pairs.
+struct Core {
+    served: Vec<Option<Served>>,
+    tab: Arc<Table>,
+    gen: u64,
+    sub: Box<dyn Submit + Send>,
+    dones: Vec<Done>,
+}
+
+impl Core {
+    fn new(
+        table: &TableCell,
+        sub: Box<dyn Submit + Send>,
+        fixed_error: &Mutex<Option<String>>,
+    ) -> Self {
+        let (tab, gen) = table.snapshot();
+        let mut c = Core {
+            served: Vec::new(),
+            tab,
+            gen,
+            sub,
+            dones: Vec::new(),
+        };
+        c.set_buffers(fixed_error);
+        c
+    }
+
+    fn set_buffers(&mut self, fixed_error: &Mutex<Option<String>>) {
+        if let Err(e) = self.sub.set_buffers(&self.tab.iovecs()) {
             *fixed_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
         }
-    };
-    set_buffers(&mut sub, &tab);
-    let mut dones: Vec<Done> = Vec::new();
-    let mut last = Instant::now();
-    let mut sleep = SLEEP_MIN;
-    let mut empty = 0u32;
-    loop {
-        if ctl.pending.load(Ordering::Acquire) {
-            let mut st = ctl.lock();
-            ctl.pending.store(false, Ordering::Relaxed);
-            if st.stop {
-                break;
+    }
+
+    fn has_pairs(&self) -> bool {
+        self.served.iter().any(Option::is_some)
+    }
+
+    /// Takes the pairs to add and the removals asked for.
+    fn control(&mut self, st: &mut CtlState) {
+        for p in st.add.drain(..) {
+            let s = Served {
+                relay: Relay::new(p.qid, p.depth),
+                shared: p,
+                removing: false,
+            };
+            match self.served.iter().position(Option::is_none) {
+                Some(i) => self.served[i] = Some(s),
+                None => self.served.push(Some(s)),
             }
-            for p in st.add.drain(..) {
-                let s = Served {
-                    relay: Relay::new(p.qid, p.depth),
-                    shared: p,
-                    removing: false,
-                };
-                match served.iter().position(Option::is_none) {
-                    Some(i) => served[i] = Some(s),
-                    None => served.push(Some(s)),
+        }
+        for q in std::mem::take(&mut st.remove) {
+            for s in self.served.iter_mut().flatten() {
+                if s.shared.qid == q {
+                    s.removing = true;
                 }
             }
-            for q in std::mem::take(&mut st.remove) {
-                for s in served.iter_mut().flatten() {
-                    if s.shared.qid == q {
-                        s.removing = true;
-                    }
-                }
-            }
-            // With no pair, wait for one (or the stop).
-            while served.iter().all(Option::is_none) && st.add.is_empty() && !st.stop {
-                st = ctl.cv.wait(st).unwrap_or_else(|p| p.into_inner());
-                ctl.pending.store(true, Ordering::Relaxed);
-            }
-            last = Instant::now();
-            sleep = SLEEP_MIN;
         }
-        // After the control requests: a pair added above has its pool in
-        // the table of this generation or a later one.
-        if table.generation() != gen {
-            (tab, gen) = table.snapshot();
-            set_buffers(&mut sub, &tab);
+    }
+
+    /// One pass: reaps the submitter and mirrors what came back, steps
+    /// every pair, hands what they pushed to the kernel; drops a removed
+    /// pair once its commands came back (telling `ctl`). Returns whether
+    /// anything moved and how many commands are in flight.
+    fn pass(
+        &mut self,
+        ctl: &Ctl,
+        table: &TableCell,
+        fixed_error: &Mutex<Option<String>>,
+    ) -> (bool, u32) {
+        // After the control requests: a pair added has its pool in the
+        // table of this generation or a later one.
+        if table.generation() != self.gen {
+            (self.tab, self.gen) = table.snapshot();
+            self.set_buffers(fixed_error);
         }
+        let Core {
+            served,
+            tab,
+            gen,
+            sub,
+            dones,
+        } = self;
         dones.clear();
-        sub.reap(&mut dones);
+        sub.reap(dones);
         let mut progress = !dones.is_empty();
-        for d in &dones {
+        for d in dones.iter() {
             let (pi, slot) = untag(d.tag);
             if let Some(Some(s)) = served.get_mut(pi as usize) {
                 s.relay.complete(&s.shared.mem, slot, d, &s.shared.counters);
@@ -343,11 +487,11 @@ fn run(
             let t0 = Instant::now();
             let shared = &s.shared;
             let lim = &shared.limits;
-            let (tab_ref, gen_ref) = (&mut tab, &mut gen);
+            let (tab_ref, gen_ref) = (&mut *tab, &mut *gen);
             progress |= s.relay.step(
                 &shared.mem,
                 pi as u32,
-                &mut *sub,
+                &mut **sub,
                 &shared.counters,
                 |sqe, scratch| {
                     let mut r = check(
@@ -388,6 +532,54 @@ fn run(
             let mut fe = fixed_error.lock().unwrap_or_else(|p| p.into_inner());
             fe.get_or_insert_with(|| format!("io_uring_enter failed: {e}"));
         }
+        (progress, in_flight)
+    }
+
+    /// Waits at most `timeout` for a completion, where the submitter can.
+    fn wait(&mut self, timeout: Duration) {
+        self.sub.wait(timeout);
+    }
+
+    /// The end: with commands in flight the kernel may still read their
+    /// iovecs and the pairs' memory, so that is never freed.
+    fn finish(self) {
+        for s in self.served.into_iter().flatten() {
+            if s.relay.in_flight() > 0 {
+                std::mem::forget(s);
+            }
+        }
+    }
+}
+
+/// The thread: serves its pairs until told to stop.
+fn run(
+    ctl: &Ctl,
+    table: &TableCell,
+    sub: Box<dyn Submit + Send>,
+    fixed_error: &Mutex<Option<String>>,
+    spin: Duration,
+) {
+    let mut core = Core::new(table, sub, fixed_error);
+    let mut last = Instant::now();
+    let mut sleep = SLEEP_MIN;
+    let mut empty = 0u32;
+    loop {
+        if ctl.pending.load(Ordering::Acquire) {
+            let mut st = ctl.lock();
+            ctl.pending.store(false, Ordering::Relaxed);
+            if st.stop {
+                break;
+            }
+            core.control(&mut st);
+            // With no pair, wait for one (or the stop).
+            while !core.has_pairs() && st.add.is_empty() && !st.stop {
+                st = ctl.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                ctl.pending.store(true, Ordering::Relaxed);
+            }
+            last = Instant::now();
+            sleep = SLEEP_MIN;
+        }
+        let (progress, in_flight) = core.pass(ctl, table, fixed_error);
         if progress {
             last = Instant::now();
             sleep = SLEEP_MIN;
@@ -404,18 +596,12 @@ fn run(
             }
         } else {
             if in_flight > 0 {
-                sub.wait(sleep);
+                core.wait(sleep);
             } else {
                 std::thread::sleep(sleep);
             }
             sleep = (sleep * 2).min(SLEEP_MAX);
         }
     }
-    // Stopped with commands in flight: the kernel may still read their
-    // iovecs, so that memory is never freed.
-    for s in served.into_iter().flatten() {
-        if s.relay.in_flight() > 0 {
-            std::mem::forget(s);
-        }
-    }
+    core.finish();
 }

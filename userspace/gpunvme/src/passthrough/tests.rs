@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{open_model, ModelDisk, Window};
+use super::{open_model, open_model_inline, ModelDisk, Window};
 use crate::command::opcode;
 use crate::{pattern, Controller, DmaBuffer, Error, Io, Mode, Prp, QueuePair, Sqe};
 
@@ -25,6 +25,13 @@ const WIN: Window = Window {
 fn controller() -> (Arc<Controller>, Arc<ModelDisk>) {
     let disk = ModelDisk::with_data(DISK_BLOCKS, LBA);
     let dev = open_model(disk.clone(), NSID, WIN, 128 << 10, 2).unwrap();
+    (Arc::new(Controller::with_passthrough(dev).unwrap()), disk)
+}
+
+/// The same back end with the relay inline (`Options::relay_inline`).
+fn inline_controller() -> (Arc<Controller>, Arc<ModelDisk>) {
+    let disk = ModelDisk::with_data(DISK_BLOCKS, LBA);
+    let dev = open_model_inline(disk.clone(), NSID, WIN, 128 << 10).unwrap();
     (Arc::new(Controller::with_passthrough(dev).unwrap()), disk)
 }
 
@@ -414,7 +421,7 @@ fn a_kernel_ring_relays_a_pair_end_to_end() {
             timeout_ms: 0,
             fixed_buffers: true,
         },
-        1,
+        super::relay_thread::Drivers::Threads(1),
         super::relay_thread::DEFAULT_SPIN,
         None,
     )
@@ -522,4 +529,109 @@ fn map_host_refuses_an_unmapped_range_and_takes_a_mapped_one() {
     // SAFETY: the first page, still mapped; the back end that recorded its
     // address (no pair used it) is gone.
     assert_eq!(unsafe { libc::munmap(base, 4096) }, 0);
+}
+
+#[test]
+fn an_inline_relay_moves_every_byte_with_no_thread_of_its_own() {
+    let (ctrl, disk) = inline_controller();
+    let dev = ctrl.passthrough().unwrap().clone();
+    assert!(dev.relay_inline());
+    let info = ctrl.info().unwrap();
+    let mut io = Io::new(&ctrl, &info, NSID, 16).unwrap();
+    let (lba, n) = (900u64, 300u64);
+    let bytes = n as usize * LBA;
+    let mut buf = DmaBuffer::with_len(&ctrl, bytes).unwrap();
+    pattern::fill(91, lba, LBA, &mut buf.as_mut_slice()[..bytes]);
+    let mut buf = io.write(lba, n, buf, 0).unwrap();
+    let on_disk = disk.read_bytes((WIN.start + lba) as usize * LBA, bytes);
+    assert!(pattern::first_mismatch(91, lba, LBA, &on_disk).is_none());
+    buf.as_mut_slice().fill(0x5a);
+    let buf = io.read(lba, n, buf, 0).unwrap();
+    assert!(pattern::first_mismatch(91, lba, LBA, &buf.as_slice()[..bytes]).is_none());
+    assert_eq!(
+        dev.relay_threads(),
+        0,
+        "the waiter relayed: no thread was started"
+    );
+    let qid = io.qpair().qid();
+    drop(io);
+    assert!(
+        dev.counters(qid).is_none(),
+        "destroyed (drained by the destroying thread)"
+    );
+}
+
+#[test]
+fn an_inline_relay_relays_only_while_someone_waits() {
+    let (ctrl, disk) = inline_controller();
+    let buf = DmaBuffer::new(&ctrl, 1).unwrap();
+    let mut qp = QueuePair::create(&ctrl, 4).unwrap();
+    let prp = Prp {
+        prp1: buf.dma_addrs()[0],
+        prp2: 0,
+    };
+    // SAFETY: the page is `buf`'s, alive and untouched until the
+    // completion is taken below.
+    let cid = unsafe { qp.push(Sqe::read(NSID, 5, 8, prp)) }.unwrap();
+    qp.ring();
+    // Rung, and nobody waits (a GPU polling the mirror would be such a
+    // client): nothing reaches the kernel.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(disk.commands(), 0);
+    // The wait relays it.
+    let c = qp.wait(cid).unwrap();
+    assert!(c.cqe.status.is_success());
+    assert_eq!(disk.commands(), 1);
+}
+
+#[test]
+fn inline_waiters_on_many_pairs_relay_each_others_commands() {
+    let (ctrl, disk) = inline_controller();
+    let info = ctrl.info().unwrap();
+    std::thread::scope(|s| {
+        for t in 0..6u64 {
+            let ctrl = ctrl.clone();
+            let info = info.clone();
+            s.spawn(move || {
+                let mut io = Io::new(&ctrl, &info, NSID, 8).unwrap();
+                let lba = t * 300;
+                let mut buf = DmaBuffer::new(&ctrl, 25).unwrap();
+                for round in 0..20u64 {
+                    let seed = 5000 + t * 1000 + round;
+                    pattern::fill(seed, lba, LBA, &mut buf.as_mut_slice()[..100 * LBA]);
+                    buf = io.write(lba, 100, buf, 0).unwrap();
+                    buf.as_mut_slice().fill(0);
+                    buf = io.read(lba, 100, buf, 0).unwrap();
+                    assert!(
+                        pattern::first_mismatch(seed, lba, LBA, &buf.as_slice()[..100 * LBA])
+                            .is_none()
+                    );
+                }
+            });
+        }
+    });
+    assert_eq!(ctrl.passthrough().unwrap().relay_threads(), 0);
+    assert!(disk.commands() >= 6 * 20 * 2);
+}
+
+#[test]
+fn an_inline_pair_with_a_stuck_command_times_out_and_drains_at_its_destroy() {
+    let (ctrl, disk) = inline_controller();
+    let info = ctrl.info().unwrap();
+    let dev = ctrl.passthrough().unwrap().clone();
+    let mut io = Io::new(&ctrl, &info, NSID, 4).unwrap();
+    io.set_timeout(Duration::from_millis(200));
+    let qid = io.qpair().qid();
+    disk.set_stall(true);
+    let e = io
+        .read(0, 1, DmaBuffer::new(&ctrl, 1).unwrap(), 0)
+        .unwrap_err();
+    assert!(matches!(e.error, Error::Timeout { .. }), "{}", e.error);
+    assert!(e.buffer.is_none(), "a timed-out read keeps its buffer");
+    assert!(io.qpair().is_poisoned());
+    // The destroy relays until the command is back (no thread does).
+    disk.set_stall(false);
+    drop(io);
+    assert!(dev.counters(qid).is_none(), "destroyed once drained");
+    assert_eq!(ctrl.kept_until_close(), 0);
 }
