@@ -6,7 +6,10 @@
 # transfers into GPU memory against host memory: gpu-N.json per run, and
 # their combination); then, in a second boot with one
 # relay thread, tenant isolation (relay_isolation.c): isolation.json and
-# isolation.svg. Numbers are QEMU/TCG numbers:
+# isolation.svg; then, in a third boot without the module, the
+# passthrough back end beside the kernel's polled io_uring and fio:
+# passthrough.json (passthrough-MODE-N.json per run) and two SVGs.
+# Numbers are QEMU/TCG numbers:
 # compare the two paths with each other, never with hardware.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -73,3 +76,15 @@ sed -n '/^@@ISOLATION-JSON-BEGIN/,/^@@ISOLATION-JSON-END/p' "$ilog" | sed '1d;$d
 grep -E '^(#|victim|idle|attacker|TARGET)' "$ilog" | tr -d '\r' || true
 python3 "$ROOT/tests/bench/plot_isolation.py" "$OUT/isolation.json" "$OUT/isolation.svg"
 echo "bench: $OUT/isolation.json $OUT/isolation.svg"
+
+# The passthrough back end against the kernel's polled io_uring and fio:
+# a third boot (no module), rounds alternating the relay threads and the
+# inline relay; each run's ratios, their medians per mode, two plots.
+plog="$OUT/passthrough-console.log"
+bash "$ROOT/tests/vm/run.sh" --log "$plog" --file "$ROOT/userspace/target/release/gpunvme" \
+	--file "$(command -v fio):/opt/gpunvme/fio" --timeout 900 --script "$ROOT/tests/bench/vm-passthrough.sh"
+python3 "$ROOT/tests/bench/passthrough_ratios.py" "$plog" "$OUT"
+for mode in threads inline; do
+	python3 "$ROOT/tests/bench/plot.py" "$OUT/passthrough-$mode-1.json" "$OUT/passthrough-$mode.svg"
+done
+echo "bench: $OUT/passthrough.json $OUT/passthrough-threads.svg $OUT/passthrough-inline.svg"
