@@ -192,14 +192,18 @@ impl RelayPool {
             Err(std::sync::TryLockError::WouldBlock) => return,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
         };
-        if let Some(core) = g.as_mut() {
-            if inl.ctl.pending.load(Ordering::Acquire) {
-                let mut st = inl.ctl.lock();
-                inl.ctl.pending.store(false, Ordering::Relaxed);
-                core.control(&mut st);
-            }
-            core.pass(&inl.ctl, &self.table, &self.fixed_error);
+        self.inline_pass(inl, g.as_mut());
+    }
+
+    /// Inline: the control requests, then one pass (the core's lock held).
+    fn inline_pass(&self, inl: &Inline, core: Option<&mut Core>) {
+        let Some(core) = core else { return };
+        if inl.ctl.pending.load(Ordering::Acquire) {
+            let mut st = inl.ctl.lock();
+            inl.ctl.pending.store(false, Ordering::Relaxed);
+            core.control(&mut st);
         }
+        core.pass(&inl.ctl, &self.table, &self.fixed_error);
     }
 
     /// Puts `pair` on a thread; which one (for [`remove`](Self::remove)).
@@ -327,14 +331,7 @@ impl RelayPool {
         loop {
             {
                 let mut core = inl.core.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(c) = core.as_mut() {
-                    if inl.ctl.pending.load(Ordering::Acquire) {
-                        let mut st = inl.ctl.lock();
-                        inl.ctl.pending.store(false, Ordering::Relaxed);
-                        c.control(&mut st);
-                    }
-                    c.pass(&inl.ctl, &self.table, &self.fixed_error);
-                }
+                self.inline_pass(inl, core.as_mut());
             }
             let mut st = inl.ctl.lock();
             if let Some(p) = st.drained.iter().position(|&q| q == qid) {

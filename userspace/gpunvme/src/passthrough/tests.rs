@@ -298,8 +298,6 @@ fn a_kernel_error_reaches_the_gpu_as_a_status_not_a_hang() {
 #[test]
 fn unmap_waits_for_the_pairs_and_a_stuck_pair_is_kept_not_freed() {
     let (ctrl, disk) = controller();
-    let info = ctrl.info().unwrap();
-    let dev = ctrl.passthrough().unwrap().clone();
     {
         let buf = DmaBuffer::new(&ctrl, 1).unwrap();
         let qp = QueuePair::create(&ctrl, 4).unwrap();
@@ -310,21 +308,27 @@ fn unmap_waits_for_the_pairs_and_a_stuck_pair_is_kept_not_freed() {
         drop(qp);
         assert_eq!(ctrl.deferred_unmaps(), 0);
     }
-    // A command the kernel never completes: the wait times out, the pair
-    // is poisoned and keeps the buffer; its destroy cannot drain it.
-    let mut io = Io::new(&ctrl, &info, NSID, 4).unwrap();
+    a_stuck_read_times_out_then_drains_at_destroy(&ctrl, &disk);
+}
+
+/// A read the model never completes: the wait times out, the pair is
+/// poisoned and keeps the buffer. Then the model lets it complete and the
+/// pair is destroyed: its destroy finds the command back (waiting out
+/// DRAIN_DEADLINE with the model stalled would take 10 s).
+fn a_stuck_read_times_out_then_drains_at_destroy(ctrl: &Arc<Controller>, disk: &ModelDisk) {
+    let info = ctrl.info().unwrap();
+    let dev = ctrl.passthrough().unwrap().clone();
+    let mut io = Io::new(ctrl, &info, NSID, 4).unwrap();
     io.set_timeout(Duration::from_millis(200));
     let qid = io.qpair().qid();
     disk.set_stall(true);
     let e = io
-        .read(0, 1, DmaBuffer::new(&ctrl, 1).unwrap(), 0)
+        .read(0, 1, DmaBuffer::new(ctrl, 1).unwrap(), 0)
         .unwrap_err();
     assert!(matches!(e.error, Error::Timeout { .. }), "{}", e.error);
     assert!(e.buffer.is_none(), "a timed-out read keeps its buffer");
     assert!(io.qpair().is_poisoned());
     assert!(dev.counters(qid).is_some());
-    // Waiting out DRAIN_DEADLINE here would take 10 s: release the model
-    // first, so the destroy finds the command back and succeeds.
     disk.set_stall(false);
     drop(io);
     assert!(dev.counters(qid).is_none(), "destroyed once drained");
@@ -355,9 +359,9 @@ fn refusals_of_what_a_passthrough_back_end_has_not() {
     assert!(QueuePair::create(&ctrl, super::MAX_DEPTH + 1).is_err());
 }
 
-#[test]
-fn many_pairs_on_few_threads_each_get_their_own_completions() {
-    let (ctrl, disk) = controller();
+/// Six threads, each with its own pair: 20 rounds of a 100-block write and
+/// read back at its own LBAs, every byte checked.
+fn six_clients_each_check_their_own_blocks(ctrl: &Arc<Controller>, disk: &ModelDisk, seeds: u64) {
     let info = ctrl.info().unwrap();
     std::thread::scope(|s| {
         for t in 0..6u64 {
@@ -365,10 +369,10 @@ fn many_pairs_on_few_threads_each_get_their_own_completions() {
             let info = info.clone();
             s.spawn(move || {
                 let mut io = Io::new(&ctrl, &info, NSID, 8).unwrap();
-                let lba = t * 200;
+                let lba = t * 300;
                 let mut buf = DmaBuffer::new(&ctrl, 25).unwrap();
                 for round in 0..20u64 {
-                    let seed = t * 1000 + round;
+                    let seed = seeds + t * 1000 + round;
                     pattern::fill(seed, lba, LBA, &mut buf.as_mut_slice()[..100 * LBA]);
                     buf = io.write(lba, 100, buf, 0).unwrap();
                     buf.as_mut_slice().fill(0);
@@ -381,8 +385,14 @@ fn many_pairs_on_few_threads_each_get_their_own_completions() {
             });
         }
     });
-    assert!(ctrl.passthrough().unwrap().relay_threads() <= 2);
     assert!(disk.commands() >= 6 * 20 * 2);
+}
+
+#[test]
+fn many_pairs_on_few_threads_each_get_their_own_completions() {
+    let (ctrl, disk) = controller();
+    six_clients_each_check_their_own_blocks(&ctrl, &disk, 0);
+    assert!(ctrl.passthrough().unwrap().relay_threads() <= 2);
 }
 
 /// The relay threads on a real io_uring: /dev/null stands in for
@@ -587,51 +597,13 @@ fn an_inline_relay_relays_only_while_someone_waits() {
 #[test]
 fn inline_waiters_on_many_pairs_relay_each_others_commands() {
     let (ctrl, disk) = inline_controller();
-    let info = ctrl.info().unwrap();
-    std::thread::scope(|s| {
-        for t in 0..6u64 {
-            let ctrl = ctrl.clone();
-            let info = info.clone();
-            s.spawn(move || {
-                let mut io = Io::new(&ctrl, &info, NSID, 8).unwrap();
-                let lba = t * 300;
-                let mut buf = DmaBuffer::new(&ctrl, 25).unwrap();
-                for round in 0..20u64 {
-                    let seed = 5000 + t * 1000 + round;
-                    pattern::fill(seed, lba, LBA, &mut buf.as_mut_slice()[..100 * LBA]);
-                    buf = io.write(lba, 100, buf, 0).unwrap();
-                    buf.as_mut_slice().fill(0);
-                    buf = io.read(lba, 100, buf, 0).unwrap();
-                    assert!(
-                        pattern::first_mismatch(seed, lba, LBA, &buf.as_slice()[..100 * LBA])
-                            .is_none()
-                    );
-                }
-            });
-        }
-    });
+    six_clients_each_check_their_own_blocks(&ctrl, &disk, 5000);
     assert_eq!(ctrl.passthrough().unwrap().relay_threads(), 0);
-    assert!(disk.commands() >= 6 * 20 * 2);
 }
 
 #[test]
 fn an_inline_pair_with_a_stuck_command_times_out_and_drains_at_its_destroy() {
-    let (ctrl, disk) = inline_controller();
-    let info = ctrl.info().unwrap();
-    let dev = ctrl.passthrough().unwrap().clone();
-    let mut io = Io::new(&ctrl, &info, NSID, 4).unwrap();
-    io.set_timeout(Duration::from_millis(200));
-    let qid = io.qpair().qid();
-    disk.set_stall(true);
-    let e = io
-        .read(0, 1, DmaBuffer::new(&ctrl, 1).unwrap(), 0)
-        .unwrap_err();
-    assert!(matches!(e.error, Error::Timeout { .. }), "{}", e.error);
-    assert!(e.buffer.is_none(), "a timed-out read keeps its buffer");
-    assert!(io.qpair().is_poisoned());
     // The destroy relays until the command is back (no thread does).
-    disk.set_stall(false);
-    drop(io);
-    assert!(dev.counters(qid).is_none(), "destroyed once drained");
-    assert_eq!(ctrl.kept_until_close(), 0);
+    let (ctrl, disk) = inline_controller();
+    a_stuck_read_times_out_then_drains_at_destroy(&ctrl, &disk);
 }
