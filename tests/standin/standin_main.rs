@@ -161,6 +161,7 @@ extern "C" {
     fn standin_imp_end(imp: *mut c_void);
     fn standin_imp_release(imp: *mut c_void);
     fn standin_export_no_p2p() -> i32;
+    fn standin_probe_hold(dev: *mut c_void);
 }
 
 /// One dma-buf import, owned by the file that made it; released on drop.
@@ -383,10 +384,17 @@ impl OpenFile {
     }
 }
 
+/// The device node. Fields drop in declaration order (the node disappears
+/// first) but initialise in the order probe() names them, `misc` last but
+/// for the test point: an open() can run as soon as it registers, and reads
+/// `shared` (as gpunvme's own node, rust/uapi/chardev.rs; found by the
+/// fuzzer on the KASAN kernel, an open racing an edu rebind).
 #[pin_data]
 struct Node {
     #[pin]
     misc: MiscDeviceRegistration<Misc>,
+    /// The `hold_probe` test point, just after `misc` registered.
+    held: (),
     shared: Arc<Shared>,
 }
 
@@ -398,7 +406,8 @@ impl MiscDevice for Misc {
 
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<OpenFile>> {
         // SAFETY: every `Misc` registration is the `misc` field of a pinned
-        // `Node`, and misc_open() holds the misc lock, so it stays alive.
+        // `Node` whose other fields were initialised before it registered
+        // (probe()), and misc_open() holds the misc lock, so it stays alive.
         let node = unsafe { &*container_of!(misc as *const MiscDeviceRegistration<Self>, Node, misc) };
         // SAFETY: capable() only reads the current task's credentials.
         if !unsafe { bindings::capable(bindings::CAP_SYS_RAWIO as i32) } {
@@ -498,12 +507,17 @@ impl pci::Driver for StandinDriver {
             )?;
             dev_info!(pdev, "edu {}.{} bound: /dev/gpunvme_standin\n", ident >> 24, (ident >> 16) & 0xff);
             let for_node = shared.clone();
+            let dev = core::ptr::from_ref::<Device>(pdev.as_ref()).cast_mut().cast();
             Ok(try_pin_init!(Bound {
-                node <- try_pin_init!(Node {
-                    misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"gpunvme_standin" }),
-                    shared: for_node,
-                }),
                 shared,
+                // Registered last: an open() can run from here on.
+                node <- try_pin_init!(Node {
+                    shared: for_node,
+                    misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"gpunvme_standin" }),
+                    // SAFETY: `dev` is edu's bound `struct device`; the shim
+                    // only logs through it.
+                    held: unsafe { standin_probe_hold(dev) },
+                }),
             }))
         })
     }

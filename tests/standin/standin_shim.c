@@ -12,6 +12,7 @@
  */
 #include <linux/dma-buf.h>
 #include <linux/dma-resv.h>
+#include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/err.h>
 #include <linux/jiffies.h>
@@ -70,6 +71,32 @@ static void standin_invalidate(struct dma_buf_attachment *attach)
 		imp->sgt = NULL;
 	}
 	dev_info(imp->dev, "import of dma-buf %p revoked by its exporter; unmapped\n", imp->dmabuf);
+}
+
+/*
+ * Test knob: hold probe() just after /dev/gpunvme_standin is registered, so
+ * that a test can open and use the node before probe() returns (an open can
+ * run as soon as misc_register() does). Released by writing 0; 30 s deadline.
+ */
+static bool hold_probe;
+module_param(hold_probe, bool, 0644);
+MODULE_PARM_DESC(hold_probe, "test only: hold probe() after the device node is registered until this is 0");
+
+void standin_probe_hold(struct device *dev)
+{
+	unsigned long deadline = jiffies + 30 * HZ;
+
+	if (!READ_ONCE(hold_probe))
+		return;
+	dev_info(dev, "probe held after registering /dev/gpunvme_standin (hold_probe)\n");
+	while (READ_ONCE(hold_probe)) {
+		if (time_after(jiffies, deadline)) {
+			dev_err(dev, "hold_probe still set after 30 s; probe goes on\n");
+			return;
+		}
+		msleep(5);
+	}
+	dev_info(dev, "probe released (hold_probe)\n");
 }
 
 static const struct dma_buf_attach_ops standin_importer_ops = {

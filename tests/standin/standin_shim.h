@@ -13,4 +13,5 @@ int standin_imp_begin(struct standin_imp *imp, u64 offset, u64 len, u64 *addr);
 void standin_imp_end(struct standin_imp *imp);
 void standin_imp_release(struct standin_imp *imp);
 int standin_export_no_p2p(void);
+void standin_probe_hold(struct device *dev);
 #endif

@@ -8,6 +8,7 @@
  */
 #include <linux/udmabuf.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 
 #include "kselftest_harness.h"
 #include "standin_env.h"
@@ -224,6 +225,56 @@ TEST_F(ud, unbind_with_import_held)
 	ASSERT_EQ(0, standin_write32(fd2, again.handle, 0, 0xabcdef01));
 	EXPECT_EQ(0xabcdef01, rd32(self->map));
 	close(fd2);
+}
+
+static int set_hold_probe(int on)
+{
+	return sysfs_write("/sys/module/gpunvme_standin/parameters/hold_probe", on ? "1" : "0");
+}
+
+/*
+ * An open() can run as soon as probe() registers the node: held there (the
+ * hold_probe knob), the node opens and works, every field open() reads
+ * already set (the fuzzer once met one still unwritten on the KASAN kernel,
+ * an open racing an edu rebind), and the probe then completes.
+ */
+TEST_F(ud, node_works_while_probe_is_held_after_registering)
+{
+	ASSERT_EQ(0, edu_unbind());
+	ASSERT_EQ(-1, open("/dev/gpunvme_standin", O_RDWR | O_CLOEXEC));
+	int held = klog_count("probe held after registering", NULL);
+	ASSERT_EQ(0, set_hold_probe(1));
+	pid_t child = fork();
+	ASSERT_LE(0, child);
+	if (child == 0)
+		_exit(sysfs_write("/sys/bus/pci/drivers_probe", edu_bdf()) ? 1 : 0);
+
+	int fd2 = -1, status = 0;
+	EXPECT_LT(held, klog_wait_more("probe held after registering", NULL, held, 20000));
+	for (int i = 0; i < 2000 && fd2 < 0; i++) {
+		fd2 = open("/dev/gpunvme_standin", O_RDWR | O_CLOEXEC);
+		if (fd2 < 0)
+			usleep(10000);
+	}
+	EXPECT_LE(0, fd2) TH_LOG("open while probe is held: %s", strerror(errno));
+	/* Still inside probe(): the bind has not returned. */
+	EXPECT_EQ(0, waitpid(child, &status, WNOHANG));
+	if (fd2 >= 0) {
+		struct standin_import imp;
+		EXPECT_EQ(0, standin_import(fd2, self->dmabuf, &imp));
+		EXPECT_EQ(0, standin_write32(fd2, imp.handle, 16, 0x0badcafe));
+		EXPECT_EQ(0x0badcafe, rd32(self->map + 16));
+		EXPECT_EQ(0, waitpid(child, &status, WNOHANG));
+	}
+
+	ASSERT_EQ(0, set_hold_probe(0));
+	EXPECT_EQ(child, waitpid(child, &status, 0));
+	EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) TH_LOG("bind: status %#x", status);
+	EXPECT_TRUE(edu_bound());
+	EXPECT_EQ(0, klog_count("general protection", NULL));
+	EXPECT_EQ(0, klog_count("BUG: KASAN", NULL));
+	if (fd2 >= 0)
+		close(fd2);
 }
 
 TEST_HARNESS_MAIN
