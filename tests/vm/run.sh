@@ -293,7 +293,13 @@ for d in gpunvme0 kernel0 ${sriov:+sriov-ns1 sriov-ns2} ${subsys:+subsys-ns1}; d
 done
 
 # ---- QEMU --------------------------------------------------------------------
-cmdline="console=ttyS0 intel_iommu=on iommu.strict=1 loglevel=7 panic=-1 $append"
+# tsc=reliable: under TCG the vCPUs' TSC is the host's (monotonic, the same
+# on every vCPU), but the clocksource watchdog, itself delayed on a loaded
+# host, sees "frequency skew" against the emulated HPET and switches the
+# guest to it mid-boot; every clock read (ktime_get in the module, each
+# clock_gettime in the benches) is then an HPET MMIO exit to QEMU, and
+# latencies measured in the VM move by an order of magnitude.
+cmdline="console=ttyS0 intel_iommu=on iommu.strict=1 loglevel=7 panic=-1 tsc=reliable $append"
 gpunvme_opts=${GPUNVME_NVME_OPTS:+,$GPUNVME_NVME_OPTS}
 kernel_opts=${KERNEL_NVME_OPTS:+,$KERNEL_NVME_OPTS}
 qemu_args=(
