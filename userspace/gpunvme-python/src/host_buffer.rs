@@ -72,20 +72,25 @@ impl HostBuffer {
     }
 
     fn forked(&self) -> Option<Fail> {
-        (!self.ctrl.is_usable_here()).then(|| {
-            Fail::Lib(gpunvme::Error::Forked {
-                path: self.ctrl.path().to_path_buf(),
-                opened_by: self.ctrl.opened_by(),
-                now: std::process::id(),
-            })
+        (!self.ctrl.is_usable_here()).then(|| self.forked_error())
+    }
+
+    fn forked_error(&self) -> Fail {
+        Fail::Lib(gpunvme::Error::Forked {
+            path: self.ctrl.path().to_path_buf(),
+            opened_by: self.ctrl.opened_by(),
+            now: std::process::id(),
         })
     }
 
     /// Takes the memory for a transfer; it comes back when the loan drops.
+    /// The caller checked on entry, in this thread, that this is the
+    /// process that opened the buffer's controller (`Shared::check` and
+    /// the same-file check): the fork counter alone is checked again.
     pub(crate) fn lend(me: &Bound<'_, HostBuffer>) -> FResult<Loan> {
         let hb = me.get();
-        if let Some(f) = hb.forked() {
-            return Err(f);
+        if !hb.ctrl.is_usable_here_fast() {
+            return Err(hb.forked_error());
         }
         let mut st = hb.state();
         if st.lost {

@@ -258,22 +258,34 @@ impl Lanes {
         if self.cfg.ctrl.is_usable_here() {
             Ok(())
         } else {
-            Err(Fail::Lib(gpunvme::Error::Forked {
-                path: self.cfg.ctrl.path().to_path_buf(),
-                opened_by: self.cfg.ctrl.opened_by(),
-                now: std::process::id(),
-            }))
+            Err(self.forked())
         }
+    }
+
+    fn forked(&self) -> Fail {
+        Fail::Lib(gpunvme::Error::Forked {
+            path: self.cfg.ctrl.path().to_path_buf(),
+            opened_by: self.cfg.ctrl.opened_by(),
+            now: std::process::id(),
+        })
     }
 
     /// Runs `f` on a free lane (waiting for one, making a replacement for
     /// a lane a timeout poisoned).
+    ///
+    /// Every caller made the full [`check_process`](Self::check_process)
+    /// on entry (`Shared::check`), in this thread: the fork counter alone
+    /// is checked again here (no system call).
     pub(crate) fn with_lane<R>(
         &self,
         f: impl FnOnce(&LaneConfig, &mut Lane) -> FResult<R>,
     ) -> FResult<R> {
-        self.check_process()?;
-        let deadline = Instant::now() + LANE_WAIT;
+        if !self.cfg.ctrl.is_usable_here_fast() {
+            return Err(self.forked());
+        }
+        // Read the clock only when a lane has to be waited for (under TCG
+        // a clock read is microseconds).
+        let mut deadline = None;
         // The pool's lock is held only while a lane is chosen (the block
         // drops it): not during the transfer, when other threads take other
         // lanes and Held's drop takes it again.
@@ -300,6 +312,7 @@ impl Lanes {
                     }
                 }
                 let now = Instant::now();
+                let deadline = *deadline.get_or_insert(now + LANE_WAIT);
                 if now >= deadline {
                     return Err(fail(
                         Kind::Timeout,

@@ -539,9 +539,12 @@ impl Controller {
         self.owner.pid()
     }
 
-    /// [`is_usable_here`](Self::is_usable_here) without a system call (the
-    /// fork counter only).
-    pub(crate) fn is_usable_here_fast(&self) -> bool {
+    /// [`is_usable_here`](Self::is_usable_here) without a system call: the
+    /// fork counter only, which a child made by `fork()` (libc's, which runs
+    /// the `pthread_atfork` handlers) has bumped, but not one made by a raw
+    /// `clone`. For a second check on a path whose entry made the full one:
+    /// a thread's process changes only when that thread forks.
+    pub fn is_usable_here_fast(&self) -> bool {
         self.owner.unforked()
     }
 
