@@ -114,13 +114,7 @@ pub(crate) fn open(py: Python<'_>, device: &Bound<'_, PyAny>, owner: bool) -> Py
 
 impl Device {
     fn usable(&self) -> FResult<()> {
-        if !self.sh.ctrl.is_usable_here() {
-            return Err(Fail::Lib(gpunvme::Error::Forked {
-                path: self.sh.ctrl.path().to_path_buf(),
-                opened_by: self.sh.ctrl.opened_by(),
-                now: std::process::id(),
-            }));
-        }
+        self.sh.ctrl.check_process()?;
         if self.closed.load(Ordering::Acquire) {
             return Err(fail(Kind::Closed, "the device was closed"));
         }

@@ -134,13 +134,7 @@ impl DmabufIo {
     }
 
     fn check(&self, op: u8, lba: u64, count: u64, map: &DmabufMapping, offset: u64) -> Result<()> {
-        if !self.qp.controller().is_usable_here() {
-            return Err(Error::Forked {
-                path: self.qp.controller().path().to_path_buf(),
-                opened_by: self.qp.controller().opened_by(),
-                now: std::process::id(),
-            });
-        }
+        self.qp.controller().check_process()?;
         if let Some(why) = self.qp.poison_reason() {
             return Err(Error::Poisoned {
                 qid: self.qp.qid(),

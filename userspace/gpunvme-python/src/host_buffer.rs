@@ -71,27 +71,13 @@ impl HostBuffer {
         self.len
     }
 
-    fn forked(&self) -> Option<Fail> {
-        (!self.ctrl.is_usable_here()).then(|| self.forked_error())
-    }
-
-    fn forked_error(&self) -> Fail {
-        Fail::Lib(gpunvme::Error::Forked {
-            path: self.ctrl.path().to_path_buf(),
-            opened_by: self.ctrl.opened_by(),
-            now: std::process::id(),
-        })
-    }
-
     /// Takes the memory for a transfer; it comes back when the loan drops.
     /// The caller checked on entry, in this thread, that this is the
     /// process that opened the buffer's controller (`Shared::check` and
     /// the same-file check): the fork counter alone is checked again.
     pub(crate) fn lend(me: &Bound<'_, HostBuffer>) -> FResult<Loan> {
         let hb = me.get();
-        if !hb.ctrl.is_usable_here_fast() {
-            return Err(hb.forked_error());
-        }
+        hb.ctrl.check_unforked()?;
         let mut st = hb.state();
         if st.lost {
             return Err(fail(Kind::BufferBusy, LOST));
@@ -193,9 +179,9 @@ impl HostBuffer {
     ) -> PyResult<()> {
         let py = slf.py();
         let hb = slf.get();
-        if let Some(f) = hb.forked() {
-            return Err(f.into_py(py));
-        }
+        hb.ctrl
+            .check_process()
+            .map_err(|e| Fail::from(e).into_py(py))?;
         let mut st = hb.state();
         if st.lost {
             return Err(fail(Kind::BufferBusy, LOST).into_py(py));

@@ -255,19 +255,7 @@ impl Lanes {
     /// [`gpunvme::Error::Forked`] in a child of fork(): checked before any
     /// lock, which the parent may have held at the fork.
     pub(crate) fn check_process(&self) -> FResult<()> {
-        if self.cfg.ctrl.is_usable_here() {
-            Ok(())
-        } else {
-            Err(self.forked())
-        }
-    }
-
-    fn forked(&self) -> Fail {
-        Fail::Lib(gpunvme::Error::Forked {
-            path: self.cfg.ctrl.path().to_path_buf(),
-            opened_by: self.cfg.ctrl.opened_by(),
-            now: std::process::id(),
-        })
+        Ok(self.cfg.ctrl.check_process()?)
     }
 
     /// Runs `f` on a free lane (waiting for one, making a replacement for
@@ -280,9 +268,7 @@ impl Lanes {
         &self,
         f: impl FnOnce(&LaneConfig, &mut Lane) -> FResult<R>,
     ) -> FResult<R> {
-        if !self.cfg.ctrl.is_usable_here_fast() {
-            return Err(self.forked());
-        }
+        self.cfg.ctrl.check_unforked()?;
         // Read the clock only when a lane has to be waited for (under TCG
         // a clock read is microseconds).
         let mut deadline = None;

@@ -539,18 +539,15 @@ impl Controller {
         self.owner.pid()
     }
 
-    /// [`is_usable_here`](Self::is_usable_here) without a system call: the
-    /// fork counter only, which a child made by `fork()` (libc's, which runs
-    /// the `pthread_atfork` handlers) has bumped, but not one made by a raw
-    /// `clone`. For a second check on a path whose entry made the full one:
-    /// a thread's process changes only when that thread forks.
-    pub fn is_usable_here_fast(&self) -> bool {
+    /// [`is_usable_here`](Self::is_usable_here) without a system call (the
+    /// fork counter only).
+    pub(crate) fn is_usable_here_fast(&self) -> bool {
         self.owner.unforked()
     }
 
     /// [`Error::Forked`] unless this is the process that opened the node
     /// (the fork counter and getpid(): before any ioctl or lock).
-    pub(crate) fn check_process(&self) -> Result<()> {
+    pub fn check_process(&self) -> Result<()> {
         if self.owner.is_current() {
             Ok(())
         } else {
@@ -558,9 +555,13 @@ impl Controller {
         }
     }
 
-    /// [`Error::Forked`] unless no fork happened since the open (no system
-    /// call: for the queue fast path).
-    pub(crate) fn check_unforked(&self) -> Result<()> {
+    /// [`Error::Forked`] unless no fork happened since the open: the fork
+    /// counter only, no system call. A child made by `fork()` (libc's, which
+    /// runs the `pthread_atfork` handlers) has bumped it, one made by a raw
+    /// `clone` has not: for the queue fast path, and for a second check on a
+    /// path whose entry made [`check_process`](Self::check_process) in the
+    /// same thread (a thread's process changes only when that thread forks).
+    pub fn check_unforked(&self) -> Result<()> {
         if self.owner.unforked() {
             Ok(())
         } else {
