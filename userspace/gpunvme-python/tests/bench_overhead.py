@@ -130,8 +130,9 @@ def main(argv=None):
         rp = r["p50_us"] / rust["p50_us"]
         rm = r["mean_us"] / rust["mean_us"]
         print(f"{k:<20} {r['p50_us']:>9.2f} {r['mean_us']:>9.2f} {r['p99_us']:>9.2f} {rp:>11.3f} {rm:>12.3f}")
-    print("Python's own cost per call (median of the paired differences): " +
-          ", ".join(f"{k} {v:.1f} us" for k, v in paired.items()))
+    own = [f"{k} {v:.1f} us" for k, v in paired.items() if k.startswith("python_")]
+    if own:
+        print("Python's own cost per call (median of the paired differences): " + ", ".join(own))
     got = [f"{k} {ratios[f'{k}_p50']:.3f}x" for k in ("python_numpy", "python_host_buffer") if k in res]
     if got:
         print(f"target (issue 27): python_numpy and python_host_buffer at most 1.15x rust; "
