@@ -243,6 +243,10 @@ TEST_F(ud, node_works_while_probe_is_held_after_registering)
 	ASSERT_EQ(0, edu_unbind());
 	ASSERT_EQ(-1, open("/dev/gpunvme_standin", O_RDWR | O_CLOEXEC));
 	int held = klog_count("probe held after registering", NULL);
+	/* Reports from before this test (the debug kernel's known early-boot
+	 * KASAN report under TCG, an earlier test's) are not this test's. */
+	int gpf = klog_count("general protection", NULL);
+	int kasan = klog_count("BUG: KASAN", NULL);
 	ASSERT_EQ(0, set_hold_probe(1));
 	pid_t child = fork();
 	ASSERT_LE(0, child);
@@ -271,8 +275,8 @@ TEST_F(ud, node_works_while_probe_is_held_after_registering)
 	EXPECT_EQ(child, waitpid(child, &status, 0));
 	EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) TH_LOG("bind: status %#x", status);
 	EXPECT_TRUE(edu_bound());
-	EXPECT_EQ(0, klog_count("general protection", NULL));
-	EXPECT_EQ(0, klog_count("BUG: KASAN", NULL));
+	EXPECT_EQ(gpf, klog_count("general protection", NULL));
+	EXPECT_EQ(kasan, klog_count("BUG: KASAN", NULL));
 	if (fd2 >= 0)
 		close(fd2);
 }
