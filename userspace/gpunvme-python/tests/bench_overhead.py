@@ -18,10 +18,11 @@ order would charge what one side leaves behind (the call after an async
 one is slower, whichever side makes it) to the side after it. Prints a
 table, the ratios of the medians (issue 27's target: Python at most
 1.15x the Rust latency), the median of the paired differences (a Python
-call minus the Rust read next to it: the Python layer's own cost) and a
-JSON line; asserts nothing. ``--sides`` picks the sides; one more,
-``rust_back_to_back`` (the mean of 8 Rust reads in a row), shows how much
-the read's own latency depends on what runs around it.
+call minus the Rust read next to it: the Python layer's cost, plus, in a
+VM, the read slowing down next to it) and a JSON line; asserts nothing.
+``--sides`` picks the sides; one more, ``rust_back_to_back`` (the mean of
+8 Rust reads in a row), shows how much the read's own latency depends on
+what runs around it.
 """
 
 from __future__ import annotations
@@ -119,8 +120,9 @@ def main(argv=None):
     rust = res["rust"]
     ratios = {f"{k}_p50": res[k]["p50_us"] / rust["p50_us"] for k in res if k != "rust"}
     ratios.update({f"{k}_mean": res[k]["mean_us"] / rust["mean_us"] for k in res if k != "rust"})
-    # The Python layer's own cost: each Python call minus the Rust read
-    # made beside it (same iteration), the median of those.
+    # Each Python call minus the Rust read made beside it (same
+    # iteration), the median of those: the Python layer's cost, and in a
+    # VM also the read slowing down next to that work.
     paired = {k: statistics.median(p - r for p, r in zip(lat[k], lat["rust"])) / 1e3
               for k in lat if k != "rust"}
     print(f"4 KiB reads, QD1, one queue pair, {a.iters} per side, the sides taking turns call by call "
@@ -132,7 +134,7 @@ def main(argv=None):
         print(f"{k:<20} {r['p50_us']:>9.2f} {r['mean_us']:>9.2f} {r['p99_us']:>9.2f} {rp:>11.3f} {rm:>12.3f}")
     own = [f"{k} {v:.1f} us" for k, v in paired.items() if k.startswith("python_")]
     if own:
-        print("Python's own cost per call (median of the paired differences): " + ", ".join(own))
+        print("Python call minus the Rust read beside it (median of the paired differences): " + ", ".join(own))
     got = [f"{k} {ratios[f'{k}_p50']:.3f}x" for k in ("python_numpy", "python_host_buffer") if k in res]
     if got:
         print(f"target (issue 27): python_numpy and python_host_buffer at most 1.15x rust; "
