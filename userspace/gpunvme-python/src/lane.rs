@@ -176,13 +176,23 @@ impl Lane {
 
     /// A 4 KiB-class read loop in Rust alone, for the overhead bench: the
     /// library's own latency through this lane's pair and bounce buffer.
+    /// `copy`: each read is then copied into a `Vec` (the copy a read
+    /// into host memory makes), inside its timing.
     pub(crate) fn rust_read_loop(
         &mut self,
+        cfg: &LaneConfig,
         lba: u64,
         count: u64,
         iters: usize,
+        copy: bool,
     ) -> FResult<Vec<u64>> {
         let mut lat = Vec::with_capacity(iters);
+        let bytes = usize::try_from(count)
+            .ok()
+            .and_then(|n| n.checked_mul(cfg.ns.lba_size as usize))
+            .filter(|&n| n <= self.bounce.as_ref().map_or(0, |b| b.len()))
+            .ok_or_else(|| fail(Kind::OutOfRange, "more blocks than the bounce buffer holds"))?;
+        let mut out = vec![0u8; if copy { bytes } else { 0 }];
         let mut buf = self
             .bounce
             .take()
@@ -196,8 +206,12 @@ impl Lane {
                     return Err(Fail::Lib(e.error));
                 }
             }
+            if copy {
+                out.copy_from_slice(&buf.as_slice()[..bytes]);
+            }
             lat.push(t.elapsed().as_nanos() as u64);
         }
+        std::hint::black_box(&out);
         self.bounce = Some(buf);
         Ok(lat)
     }

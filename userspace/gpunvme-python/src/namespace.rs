@@ -541,9 +541,6 @@ impl Namespace {
         )
     }
 
-    /// The Rust library's own latency for the overhead bench: ``iters``
-    /// reads of ``count`` blocks at ``lba`` in a Rust loop on one of this
-    /// namespace's queue pairs; nanoseconds of each.
     /// The qids of the idle lanes' queue pairs (``dma``: their dma-buf
     /// pairs'), for the tests' relay hold.
     #[pyo3(signature = (dma = false))]
@@ -578,18 +575,25 @@ impl Namespace {
         self.run_plan(py, plan, target)
     }
 
+    /// The Rust library's own latency for the overhead bench: ``iters``
+    /// reads of ``count`` blocks at ``lba`` in a Rust loop on one of this
+    /// namespace's queue pairs; nanoseconds of each. ``copy``: each read
+    /// is also copied out of the library's DMA buffer into ordinary memory
+    /// (what a read into a NumPy array does), inside its timing.
+    #[pyo3(signature = (lba, count, iters, copy = false))]
     fn _rust_read_loop(
         &self,
         py: Python<'_>,
         lba: u64,
         count: u64,
         iters: usize,
+        copy: bool,
     ) -> PyResult<Vec<u64>> {
         self.sh.check()?;
         py.detach(|| {
             self.sh
                 .lanes
-                .with_lane(|_, lane| lane.rust_read_loop(lba, count, iters))
+                .with_lane(|cfg, lane| lane.rust_read_loop(cfg, lba, count, iters, copy))
         })
         .map_err(|f| f.into_py(py))
     }
