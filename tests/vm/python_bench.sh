@@ -7,7 +7,7 @@
 # - Issue 27's figure, in owner mode: no relay thread keeps the second
 #   vCPU busy, so the emulated controller's latency does not move with the
 #   work around a read (see rust_back_to_back below). The async side runs
-#   apart: it wakes worker threads on that vCPU.
+#   apart: it wakes worker threads, which would share the other vCPU.
 # - The same in shared mode (through the relay, the default for users).
 # - Rust's one-at-a-time reads against 8 in a row, in both modes: how the
 #   read's own latency moves with what runs around it.

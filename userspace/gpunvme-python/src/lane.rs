@@ -187,11 +187,14 @@ impl Lane {
         copy: bool,
     ) -> FResult<Vec<u64>> {
         let mut lat = Vec::with_capacity(iters);
-        let bytes = usize::try_from(count)
-            .ok()
-            .and_then(|n| n.checked_mul(cfg.ns.lba_size as usize))
-            .filter(|&n| n <= self.bounce.as_ref().map_or(0, |b| b.len()))
-            .ok_or_else(|| fail(Kind::OutOfRange, "more blocks than the bounce buffer holds"))?;
+        let bs = cfg.ns.lba_size as usize;
+        if count > self.bounce_blocks(bs) {
+            return Err(fail(
+                Kind::OutOfRange,
+                "more blocks than the bounce buffer holds",
+            ));
+        }
+        let bytes = count as usize * bs;
         let mut out = vec![0u8; if copy { bytes } else { 0 }];
         let mut buf = self
             .bounce
